@@ -1,0 +1,71 @@
+# Fathom: build, test, generate, lint, bench, demo.
+# Everything runs through `go tool` (ocb, mdatagen, bpf2go, staticcheck are pinned in
+# go.mod), so a fresh machine needs only Go, a C compiler and clang-19 for the BPF.
+SHELL := /bin/bash
+GO    ?= go
+CLANG ?= clang-19
+export CGO_ENABLED := 1
+
+BIN       := bin/fathom
+BUILD_DIR := build
+
+.PHONY: all deps build generate generate-ocb check-generated test lint bench demo run-node clean
+
+all: build
+
+# What a fresh machine lacks for the BPF build and the privileged tests: clang-19 and
+# libbpf headers from Debian, and a mounted tracefs. Does nothing when all is present.
+deps:
+	@if ! command -v $(CLANG) >/dev/null || ! command -v bpftool >/dev/null || [ ! -e /usr/include/bpf/bpf_helpers.h ]; then \
+	  echo "installing clang-19 llvm-19 libbpf-dev bpftool"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq clang-19 llvm-19 libbpf-dev bpftool >/dev/null; \
+	fi
+	@if [ "$$(id -u)" = 0 ] && [ ! -e /sys/kernel/tracing/events ]; then mount -t tracefs tracefs /sys/kernel/tracing; fi
+
+# go build is incremental: after a one-line change only the touched packages and the
+# link are redone; nothing here downloads modules or reruns ocb.
+build:
+	$(GO) build -o $(BIN) ./cmd/fathom
+
+# Regenerates every committed generated file. CI runs `make check-generated`, which
+# fails when the committed files differ from what these generators produce.
+generate: generate-ocb
+
+# ocb writes a whole distribution (main.go, go.mod ...) into build/ocb; Fathom keeps its
+# own main.go (it adds subcommands) and commits only the generated component list.
+generate-ocb:
+	@mkdir -p $(BUILD_DIR)/ocb
+	$(GO) tool builder --config builder-config.yaml --skip-compilation --skip-get-modules >$(BUILD_DIR)/ocb.log 2>&1 || (cat $(BUILD_DIR)/ocb.log; exit 1)
+	gofmt < $(BUILD_DIR)/ocb/components.go > cmd/fathom/components.go
+
+check-generated: generate
+	@git diff --exit-code --stat -- cmd bpf receiver processor exporter extension internal || \
+	  (echo "generated files are out of date: run 'make generate' and commit the result"; exit 1)
+
+# Runs every test. Under CI (FATHOM_REQUIRE_PRIVILEGED=1) tests that need BPF fail
+# instead of skipping. The last line is the plain "N passed, N failed" count.
+test: deps build
+	@mkdir -p $(BUILD_DIR)
+	@set -o pipefail; FATHOM_BIN=$(abspath $(BIN)) $(GO) test -count=1 -v -timeout 30m ./... 2>&1 \
+	  | tee $(BUILD_DIR)/test.log | grep -E '^(ok|FAIL|panic|--- FAIL|\s+--- FAIL|---)|^\s+\S+_test\.go:[0-9]+:' ; status=$$?; \
+	  pass=$$(grep -cE '^\s*--- PASS' $(BUILD_DIR)/test.log); fail=$$(grep -cE '^\s*--- FAIL' $(BUILD_DIR)/test.log); \
+	  skip=$$(grep -cE '^\s*--- SKIP' $(BUILD_DIR)/test.log); \
+	  if grep -qE '^(FAIL|panic:)' $(BUILD_DIR)/test.log; then status=1; fi; \
+	  echo "tests: $$pass passed, $$fail failed, $$skip skipped"; exit $$status
+
+lint:
+	$(GO) vet ./...
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	$(GO) tool staticcheck ./...
+
+bench: build
+	$(GO) test -run '^$$' -bench . -benchmem ./...
+
+# Until the demo lands: build and start a node collector on the example config.
+run-node: build
+	./$(BIN) --config deploy/configs/node.yaml
+
+demo: run-node
+
+clean:
+	rm -rf bin $(BUILD_DIR)

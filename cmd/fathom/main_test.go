@@ -1,0 +1,278 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"go.opentelemetry.io/collector/pdata/pcommon"
+	"go.opentelemetry.io/collector/pdata/pmetric"
+	"go.opentelemetry.io/collector/pdata/pmetric/pmetricotlp"
+	"go.yaml.in/yaml/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/fathom-gpu/fathom/internal/collectortest"
+)
+
+type manifestModule struct {
+	GoMod string `yaml:"gomod"`
+}
+
+type manifest struct {
+	Dist struct {
+		Name    string `yaml:"name"`
+		Version string `yaml:"version"`
+	} `yaml:"dist"`
+	Receivers  []manifestModule `yaml:"receivers"`
+	Processors []manifestModule `yaml:"processors"`
+	Exporters  []manifestModule `yaml:"exporters"`
+	Extensions []manifestModule `yaml:"extensions"`
+	Connectors []manifestModule `yaml:"connectors"`
+	Providers  []manifestModule `yaml:"providers"`
+}
+
+func readManifest(t *testing.T) manifest {
+	t.Helper()
+	raw, err := os.ReadFile(filepath.Join(collectortest.RepoRoot(t), "builder-config.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m manifest
+	if err := yaml.Unmarshal(raw, &m); err != nil {
+		t.Fatalf("builder-config.yaml: %v", err)
+	}
+	return m
+}
+
+func configPath(t *testing.T, name string) string {
+	return filepath.Join(collectortest.RepoRoot(t), "deploy", "configs", name)
+}
+
+func TestVersionMatchesManifest(t *testing.T) {
+	m := readManifest(t)
+	if m.Dist.Name != "fathom" || m.Dist.Version != version {
+		t.Fatalf("builder-config.yaml dist is %s %s, main.go says fathom %s", m.Dist.Name, m.Dist.Version, version)
+	}
+}
+
+// Every module named in builder-config.yaml must be in the binary, under the module
+// string the manifest gives, and nothing else may be.
+func TestComponentsListsEveryManifestEntry(t *testing.T) {
+	out, err := exec.Command(collectortest.Binary(t), "components").Output()
+	if err != nil {
+		t.Fatalf("fathom components: %v", err)
+	}
+	var listed map[string]any
+	if err := yaml.Unmarshal(out, &listed); err != nil {
+		t.Fatalf("parse components output: %v\n%s", err, out)
+	}
+	modulesOf := func(kind string) []string {
+		var mods []string
+		entries, _ := listed[kind].([]any)
+		for _, e := range entries {
+			if mod, ok := e.(map[string]any)["module"].(string); ok {
+				mods = append(mods, mod)
+			}
+		}
+		return mods
+	}
+	m := readManifest(t)
+	for kind, want := range map[string][]manifestModule{
+		"receivers": m.Receivers, "processors": m.Processors, "exporters": m.Exporters,
+		"extensions": m.Extensions, "connectors": m.Connectors, "providers": m.Providers,
+	} {
+		got := modulesOf(kind)
+		if len(got) != len(want) {
+			t.Errorf("%s: binary has %d (%v), manifest lists %d", kind, len(got), got, len(want))
+		}
+		for _, w := range want {
+			found := false
+			for _, g := range got {
+				found = found || g == w.GoMod
+			}
+			if !found {
+				t.Errorf("%s: %q from builder-config.yaml is not in `fathom components`", kind, w.GoMod)
+			}
+		}
+	}
+}
+
+func TestExampleConfigsValidate(t *testing.T) {
+	for _, name := range []string{"node.yaml", "gateway.yaml"} {
+		t.Run(name, func(t *testing.T) {
+			out, err := exec.Command(collectortest.Binary(t), "validate", "--config", configPath(t, name)).CombinedOutput()
+			if err != nil {
+				t.Fatalf("fathom validate %s: %v\n%s", name, err, out)
+			}
+		})
+	}
+}
+
+// A config mistake must be reported in the user's words and stop the collector.
+func TestBadConfigIsRefusedWithAClearError(t *testing.T) {
+	dir := t.TempDir()
+	cases := map[string]struct{ yaml, want string }{
+		"malformed yaml": {"receivers: [otlp\n", "yaml"},
+		"unknown component": {
+			"receivers:\n  nosuchreceiver:\nexporters:\n  debug:\nservice:\n  pipelines:\n    logs:\n      receivers: [nosuchreceiver]\n      exporters: [debug]\n",
+			"nosuchreceiver",
+		},
+	}
+	for name, c := range cases {
+		t.Run(name, func(t *testing.T) {
+			path := filepath.Join(dir, strings.ReplaceAll(name, " ", "_")+".yaml")
+			if err := os.WriteFile(path, []byte(c.yaml), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			out, err := exec.Command(collectortest.Binary(t), "validate", "--config", path).CombinedOutput()
+			if err == nil {
+				t.Fatalf("validate accepted a bad config:\n%s", out)
+			}
+			if !strings.Contains(string(out), c.want) {
+				t.Fatalf("error does not mention %q:\n%s", c.want, out)
+			}
+		})
+	}
+}
+
+type roleEnv struct {
+	env                        []string
+	health, zpages, telemetry string
+}
+
+func newRoleEnv(t *testing.T, extra ...string) roleEnv {
+	r := roleEnv{
+		health:    collectortest.Addr(t),
+		zpages:    collectortest.Addr(t),
+		telemetry: strconv.Itoa(collectortest.FreePort(t)),
+	}
+	r.env = append([]string{
+		"FATHOM_HEALTH_ENDPOINT=" + r.health,
+		"FATHOM_ZPAGES_ENDPOINT=" + r.zpages,
+		"FATHOM_TELEMETRY_PORT=" + r.telemetry,
+	}, extra...)
+	return r
+}
+
+func (r roleEnv) metricsURL() string {
+	return "http://localhost:" + r.telemetry + "/metrics"
+}
+
+// Each example config starts the real binary healthy, serves its own telemetry and
+// zpages, and exits 0 on SIGTERM after a clean shutdown.
+func TestExampleConfigsStartHealthyAndStopOnSIGTERM(t *testing.T) {
+	for _, name := range []string{"node.yaml", "gateway.yaml"} {
+		t.Run(name, func(t *testing.T) {
+			r := newRoleEnv(t,
+				"FATHOM_NODE_OTLP="+collectortest.Addr(t),
+				"FATHOM_GATEWAY_OTLP_GRPC="+collectortest.Addr(t),
+				"FATHOM_GATEWAY_OTLP_HTTP="+collectortest.Addr(t),
+			)
+			p := collectortest.Start(t, configPath(t, name), r.env...)
+			body := p.WaitHTTP(t, "http://"+r.health+"/", 30*time.Second)
+			if !strings.Contains(string(body), "Server available") {
+				t.Fatalf("health_check body: %s", body)
+			}
+			metrics := p.WaitHTTP(t, r.metricsURL(), 10*time.Second)
+			if !strings.Contains(string(metrics), `service_name="fathom"`) {
+				t.Fatalf("own telemetry is not labelled as fathom:\n%.2000s", metrics)
+			}
+			p.WaitHTTP(t, "http://"+r.zpages+"/debug/servicez", 10*time.Second)
+			if code := p.Terminate(t, 20*time.Second); code != 0 {
+				t.Fatalf("exit code %d after SIGTERM:\n%s", code, p.Output())
+			}
+			if !strings.Contains(p.Output(), "Shutdown complete") {
+				t.Fatalf("no clean shutdown logged:\n%s", p.Output())
+			}
+		})
+	}
+}
+
+// The two example configs work together: points sent to a node arrive at the gateway,
+// and both collectors count exactly the points sent.
+func TestNodeForwardsToGateway(t *testing.T) {
+	gatewayOTLP := collectortest.Addr(t)
+	gw := newRoleEnv(t, "FATHOM_GATEWAY_OTLP_GRPC="+gatewayOTLP, "FATHOM_GATEWAY_OTLP_HTTP="+collectortest.Addr(t))
+	gateway := collectortest.Start(t, configPath(t, "gateway.yaml"), gw.env...)
+	gateway.WaitHTTP(t, "http://"+gw.health+"/", 30*time.Second)
+
+	nodeOTLP := collectortest.Addr(t)
+	nd := newRoleEnv(t, "FATHOM_NODE_OTLP="+nodeOTLP, "FATHOM_GATEWAY="+gatewayOTLP)
+	node := collectortest.Start(t, configPath(t, "node.yaml"), nd.env...)
+	node.WaitHTTP(t, "http://"+nd.health+"/", 30*time.Second)
+
+	const points = 7
+	md := pmetric.NewMetrics()
+	sm := md.ResourceMetrics().AppendEmpty().ScopeMetrics().AppendEmpty()
+	g := sm.Metrics().AppendEmpty()
+	g.SetName("fathom.test.gauge")
+	dps := g.SetEmptyGauge().DataPoints()
+	for i := 0; i < points; i++ {
+		dp := dps.AppendEmpty()
+		dp.SetIntValue(int64(i))
+		dp.SetTimestamp(pcommon.NewTimestampFromTime(time.Now()))
+	}
+	conn, err := grpc.NewClient(nodeOTLP, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := pmetricotlp.NewGRPCClient(conn).Export(ctx, pmetricotlp.NewExportRequestFromMetrics(md)); err != nil {
+		t.Fatalf("export to node: %v", err)
+	}
+
+	accepted := regexp.MustCompile(`otelcol_receiver_accepted_metric_points(?:_total)?\{[^}]*\} (\d+)`)
+	deadline := time.Now().Add(20 * time.Second)
+	var got string
+	for time.Now().Before(deadline) {
+		got = scrape(t, gw.metricsURL())
+		if m := accepted.FindStringSubmatch(got); m != nil && m[1] == fmt.Sprint(points) {
+			break
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if m := accepted.FindStringSubmatch(got); m == nil || m[1] != fmt.Sprint(points) {
+		t.Fatalf("gateway did not accept exactly %d points:\n%s", points, grepLines(got, "accepted_metric_points"))
+	}
+	if m := accepted.FindStringSubmatch(scrape(t, nd.metricsURL())); m == nil || m[1] != fmt.Sprint(points) {
+		t.Fatalf("node did not accept exactly %d points", points)
+	}
+	if code := node.Terminate(t, 20*time.Second); code != 0 {
+		t.Fatalf("node exit code %d", code)
+	}
+	if code := gateway.Terminate(t, 20*time.Second); code != 0 {
+		t.Fatalf("gateway exit code %d", code)
+	}
+}
+
+func scrape(t *testing.T, url string) string {
+	resp, err := http.Get(url)
+	if err != nil {
+		return ""
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return string(b)
+}
+
+func grepLines(s, substr string) string {
+	var out []string
+	for _, l := range strings.Split(s, "\n") {
+		if strings.Contains(l, substr) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
+}

@@ -1,0 +1,182 @@
+// Package collectortest starts the real fathom binary in tests: with a real YAML config,
+// real listeners and a real SIGTERM, so tests see what a platform team sees.
+package collectortest
+
+import (
+	"bytes"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+var (
+	buildOnce sync.Once
+	builtPath string
+	buildErr  error
+)
+
+// Binary returns the path of the fathom binary under test: $FATHOM_BIN when set (make
+// test builds it once for every package), otherwise one built from this checkout.
+func Binary(t testing.TB) string {
+	t.Helper()
+	if p := os.Getenv("FATHOM_BIN"); p != "" {
+		if _, err := os.Stat(p); err != nil {
+			t.Fatalf("FATHOM_BIN=%s: %v", p, err)
+		}
+		return p
+	}
+	buildOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "fathom-bin-")
+		if err != nil {
+			buildErr = err
+			return
+		}
+		builtPath = filepath.Join(dir, "fathom")
+		cmd := exec.Command("go", "build", "-o", builtPath, "./cmd/fathom")
+		cmd.Dir = RepoRoot(t)
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=1")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			buildErr = fmt.Errorf("go build ./cmd/fathom: %v\n%s", err, out)
+		}
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	return builtPath
+}
+
+// RepoRoot is the checkout's root directory (the one holding go.mod).
+func RepoRoot(t testing.TB) string {
+	t.Helper()
+	_, file, _, ok := runtime.Caller(0)
+	if !ok {
+		t.Fatal("cannot locate collectortest source file")
+	}
+	return filepath.Join(filepath.Dir(file), "..", "..")
+}
+
+// FreePort returns a loopback TCP port that was free a moment ago.
+func FreePort(t testing.TB) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// Addr returns "127.0.0.1:<free port>".
+func Addr(t testing.TB) string {
+	return "127.0.0.1:" + strconv.Itoa(FreePort(t))
+}
+
+// Process is a running collector.
+type Process struct {
+	cmd    *exec.Cmd
+	output *syncBuffer
+	done   chan struct{}
+	err    error
+}
+
+// Start runs `fathom --config <config>` with extra environment variables (KEY=VALUE).
+// The process is killed at test cleanup if the test did not stop it.
+func Start(t testing.TB, config string, env ...string) *Process {
+	t.Helper()
+	p := &Process{output: &syncBuffer{}, done: make(chan struct{})}
+	p.cmd = exec.Command(Binary(t), "--config", config)
+	p.cmd.Env = append(os.Environ(), env...)
+	p.cmd.Stdout = p.output
+	p.cmd.Stderr = p.output
+	if err := p.cmd.Start(); err != nil {
+		t.Fatalf("start fathom: %v", err)
+	}
+	go func() {
+		p.err = p.cmd.Wait()
+		close(p.done)
+	}()
+	t.Cleanup(func() {
+		select {
+		case <-p.done:
+		default:
+			_ = p.cmd.Process.Kill()
+			<-p.done
+		}
+		if t.Failed() {
+			t.Logf("fathom output:\n%s", p.Output())
+		}
+	})
+	return p
+}
+
+// WaitHTTP polls url until it answers 200 or the process exits or timeout passes.
+func (p *Process) WaitHTTP(t testing.TB, url string, timeout time.Duration) []byte {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	client := &http.Client{Timeout: time.Second}
+	for time.Now().Before(deadline) {
+		select {
+		case <-p.done:
+			t.Fatalf("fathom exited before %s answered (%v):\n%s", url, p.err, p.Output())
+		default:
+		}
+		resp, err := client.Get(url)
+		if err == nil {
+			var body bytes.Buffer
+			_, _ = body.ReadFrom(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return body.Bytes()
+			}
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Fatalf("%s did not answer 200 within %s:\n%s", url, timeout, p.Output())
+	return nil
+}
+
+// Terminate sends SIGTERM and waits for the process to exit; it returns the exit code.
+func (p *Process) Terminate(t testing.TB, timeout time.Duration) int {
+	t.Helper()
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatalf("SIGTERM: %v", err)
+	}
+	select {
+	case <-p.done:
+	case <-time.After(timeout):
+		t.Fatalf("fathom did not exit within %s of SIGTERM:\n%s", timeout, p.Output())
+	}
+	return p.cmd.ProcessState.ExitCode()
+}
+
+// Output is everything the process wrote so far (stdout and stderr).
+func (p *Process) Output() string { return p.output.String() }
+
+// Pid is the process id.
+func (p *Process) Pid() int { return p.cmd.Process.Pid }
+
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
