@@ -30,6 +30,7 @@ build:
 # Regenerates every committed generated file. CI runs `make check-generated`, which
 # fails when the committed files differ from what these generators produce.
 generate: generate-ocb
+	$(GO) generate ./...
 
 # ocb writes a whole distribution (main.go, go.mod ...) into build/ocb; Fathom keeps its
 # own main.go (it adds subcommands) and commits only the generated component list.
