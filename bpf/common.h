@@ -1,0 +1,241 @@
+/* SPDX-License-Identifier: GPL-2.0 OR Apache-2.0 */
+/* Definitions shared by every Fathom probe family. Event structs are turned into Go
+ * types by bpf2go (-type), so they are written once, here. Each family is its own BPF
+ * object; the maps marked "shared" are created once by the loader and handed to every
+ * object (MapReplacements), so all families see the same traced set and ring buffer. */
+#pragma once
+
+#include "vmlinux.h"
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_tracing.h>
+#include <bpf/bpf_core_read.h>
+#include <bpf/bpf_endian.h>
+
+#define TASK_RUNNING 0
+
+enum event_kind {
+	EVENT_CUDA_CALL = 1,
+	EVENT_SCHED = 2,      /* a traced thread switched back in: off-CPU and run-queue time */
+	EVENT_PROC_FORK = 3,
+	EVENT_PROC_EXEC = 4,
+	EVENT_PROC_EXIT = 5,
+	EVENT_BLOCK_IO = 6,
+	EVENT_TCP_RETRANSMIT = 7,
+};
+
+/* Why an event or a kernel-side sample was lost. Counted per CPU, read by userspace. */
+enum drop_reason {
+	DROP_RINGBUF_FULL = 0,      /* bpf_ringbuf_reserve failed: the reader fell behind */
+	DROP_ENTRY_MISSING = 1,     /* a return without its entry (evicted from the LRU, or attached mid-call) */
+	DROP_TRACED_SET_FULL = 2,   /* no room to add a process to the traced set */
+	DROP_REASON_COUNT = 3,
+};
+
+/* Where a process in the traced set came from. */
+enum traced_source {
+	TRACED_BY_CONFIG = 1,  /* named by PID or discovered by userspace */
+	TRACED_BY_PROBE = 2,   /* made a CUDA call while tracing every CUDA process */
+	TRACED_BY_FORK = 3,    /* child of a traced process (DataLoader workers) */
+};
+
+/* Every API the uprobes decode. Values are stable: Go tables index them. */
+enum cuda_api {
+	API_UNKNOWN = 0,
+	/* runtime API, libcudart */
+	API_CUDA_LAUNCH_KERNEL = 1,
+	API_CUDA_LAUNCH_KERNEL_EXC = 2,
+	API_CUDA_MEMCPY = 3,
+	API_CUDA_MEMCPY_ASYNC = 4,
+	API_CUDA_MALLOC = 5,
+	API_CUDA_FREE = 6,
+	API_CUDA_MALLOC_ASYNC = 7,
+	API_CUDA_FREE_ASYNC = 8,
+	API_CUDA_STREAM_SYNCHRONIZE = 9,
+	API_CUDA_DEVICE_SYNCHRONIZE = 10,
+	API_CUDA_EVENT_SYNCHRONIZE = 11,
+	API_CUDA_STREAM_WAIT_EVENT = 12,
+	API_CUDA_STREAM_BEGIN_CAPTURE = 13,
+	API_CUDA_STREAM_END_CAPTURE = 14,
+	API_CUDA_GRAPH_INSTANTIATE = 15,
+	API_CUDA_GRAPH_LAUNCH = 16,
+	/* driver API, libcuda */
+	API_CU_LAUNCH_KERNEL = 17,
+	API_CU_LAUNCH_KERNEL_PTSZ = 18,
+	API_CU_LAUNCH_KERNEL_EX = 19,
+	API_CU_MEM_ALLOC = 20,
+	API_CU_MEM_FREE = 21,
+	API_CU_MEMCPY = 22,
+	API_CU_MEMCPY_ASYNC = 23,
+	API_CU_MEMCPY_HTOD = 24,
+	API_CU_MEMCPY_DTOH = 25,
+	API_CU_MEMCPY_DTOD = 26,
+	API_CU_MEMCPY_HTOD_ASYNC = 27,
+	API_CU_MEMCPY_DTOH_ASYNC = 28,
+	API_CU_MEMCPY_DTOD_ASYNC = 29,
+	API_CU_CTX_SYNCHRONIZE = 30,
+	API_CU_STREAM_SYNCHRONIZE = 31,
+	API_CU_GRAPH_LAUNCH = 32,
+	API_COUNT = 33,
+};
+
+/* cudaMemcpyKind values; the driver's directional copies are mapped onto them. */
+enum memcpy_kind {
+	MEMCPY_HOST_TO_HOST = 0,
+	MEMCPY_HOST_TO_DEVICE = 1,
+	MEMCPY_DEVICE_TO_HOST = 2,
+	MEMCPY_DEVICE_TO_DEVICE = 3,
+	MEMCPY_DEFAULT = 4,
+	MEMCPY_NONE = 255,
+};
+
+struct event_header {
+	__u64 ts_ns;     /* CLOCK_MONOTONIC (bpf_ktime_get_ns); userspace adds the wall offset */
+	__u32 pid;       /* tgid */
+	__u32 tid;
+	__u64 cgroup_id;
+	__u8 kind;       /* enum event_kind */
+	__u8 _pad[7];
+};
+
+struct cuda_call_event {
+	struct event_header hdr;  /* ts_ns is the call's entry time */
+	__u64 duration_ns;
+	__u64 bytes;       /* copy or allocation size; 0 when the API moves no bytes */
+	__u64 stream;      /* cudaStream_t / CUstream handle, 0 = legacy default stream */
+	__u64 handle;      /* graph, graph exec, event or device pointer the call is about */
+	__u32 grid[3];
+	__u32 block[3];
+	__u32 api;         /* enum cuda_api */
+	__s32 ret;         /* cudaError_t / CUresult */
+	__u8 memcpy_kind;  /* enum memcpy_kind */
+	__u8 _pad[7];
+};
+
+struct sched_event {
+	struct event_header hdr;  /* ts_ns is the switch-in time */
+	__u64 off_cpu_ns;         /* switch-out to switch-in */
+	__u64 runq_ns;            /* runnable (woken or preempted) to switch-in; 0 if unknown */
+	__u8 preempted;           /* switched out while still runnable (prev_state == TASK_RUNNING) */
+	__u8 _pad[7];
+};
+
+struct process_event {
+	struct event_header hdr;  /* pid/tid: the process concerned */
+	__u32 parent_pid;         /* fork: the parent tgid */
+	__u32 exit_code;
+	char comm[16];
+};
+
+struct block_io_event {
+	struct event_header hdr;  /* pid/tid: the issuing task, ts_ns: completion */
+	__u64 duration_ns;        /* issue to completion */
+	__u64 bytes;
+	__u32 dev;
+	__u8 write;
+	__u8 _pad[3];
+};
+
+struct tcp_retransmit_event {
+	struct event_header hdr;
+	__u8 saddr[16];
+	__u8 daddr[16];
+	__u16 sport;
+	__u16 dport;
+	__u16 family;  /* AF_INET or AF_INET6 */
+	__u8 state;
+	__u8 _pad[1];
+};
+
+/* ---- shared maps ---- */
+
+/* Every event goes through this ring, submitted without a wakeup: the reader polls on a
+ * short timer instead, which keeps the cost of a wakeup out of the traced call. */
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 8 << 20);
+} events SEC(".maps");
+
+/* Processes whose threads are traced (tgid -> enum traced_source). LRU: a process that
+ * exits without its exit being seen must not pin a slot forever. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 16384);
+	__type(key, __u32);
+	__type(value, __u8);
+} traced_pids SEC(".maps");
+
+/* Cgroups named in the config (cgroup id -> 1); their processes are traced. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 1024);
+	__type(key, __u64);
+	__type(value, __u8);
+} traced_cgroups SEC(".maps");
+
+struct call_key {
+	__u32 tid;
+	__u32 api;
+};
+
+struct call_entry {
+	__u64 ts;
+	__u64 bytes;
+	__u64 stream;
+	__u64 handle;
+	__u32 grid[3];
+	__u32 block[3];
+	__u8 kind;
+	__u8 _pad[7];
+};
+
+/* In-flight CUDA calls (shared). LRU: a thread killed mid-call never returns, and its
+ * entry must not stay forever; the host family also deletes a dying thread's entries. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 16384);
+	__type(key, struct call_key);
+	__type(value, struct call_entry);
+} call_entries SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, DROP_REASON_COUNT);
+	__type(key, __u32);
+	__type(value, __u64);
+} drops SEC(".maps");
+
+static __always_inline void count_drop(__u32 reason)
+{
+	__u64 *n = bpf_map_lookup_elem(&drops, &reason);
+	if (n)
+		*n += 1;
+}
+
+static __always_inline bool pid_traced(__u32 tgid)
+{
+	return bpf_map_lookup_elem(&traced_pids, &tgid) != NULL;
+}
+
+static __always_inline void fill_header(struct event_header *h, __u8 kind, __u64 ts)
+{
+	__u64 id = bpf_get_current_pid_tgid();
+	h->ts_ns = ts;
+	h->pid = id >> 32;
+	h->tid = (__u32)id;
+	h->cgroup_id = bpf_get_current_cgroup_id();
+	h->kind = kind;
+}
+
+/* Reserve a record, or count the drop. */
+static __always_inline void *reserve_event(__u64 size)
+{
+	void *e = bpf_ringbuf_reserve(&events, size, 0);
+	if (!e)
+		count_drop(DROP_RINGBUF_FULL);
+	return e;
+}
+
+static __always_inline void submit_event(void *e)
+{
+	bpf_ringbuf_submit(e, BPF_RB_NO_WAKEUP);
+}

@@ -1,0 +1,264 @@
+// SPDX-License-Identifier: GPL-2.0 OR Apache-2.0
+/* CUDA runtime (libcudart) and driver (libcuda) API calls: one entry program per
+ * argument layout and one return program for all, told apart by the attach cookie
+ * (= enum cuda_api). The loader attaches past a leading endbr64 so the kernel can
+ * emulate the probed `push %rbp` instead of single-stepping. At entry %rsp points at the
+ * return address, so the first stack-passed argument is at 8(%rsp). */
+#include "common.h"
+
+char LICENSE[] SEC("license") = "Dual BSD/GPL";
+
+/* Set by the loader: trace every process that calls CUDA (true), or only processes
+ * already in traced_pids / traced_cgroups (false). */
+const volatile bool trace_all_cuda = true;
+
+/* Force the generator to emit Go types for the shared event structs and enums. */
+const struct cuda_call_event *unused_cuda_call_event __attribute__((unused));
+const enum cuda_api *unused_cuda_api __attribute__((unused));
+const enum memcpy_kind *unused_memcpy_kind __attribute__((unused));
+const enum event_kind *unused_event_kind __attribute__((unused));
+const enum drop_reason *unused_drop_reason __attribute__((unused));
+
+static __always_inline bool should_trace(__u32 tgid)
+{
+	if (pid_traced(tgid))
+		return true;
+	__u8 source = TRACED_BY_PROBE;
+	if (!trace_all_cuda) {
+		__u64 cg = bpf_get_current_cgroup_id();
+		if (!bpf_map_lookup_elem(&traced_cgroups, &cg))
+			return false;
+		source = TRACED_BY_CONFIG;
+	}
+	/* First call of a new process: from now on its threads' host events are traced too. */
+	if (bpf_map_update_elem(&traced_pids, &tgid, &source, BPF_NOEXIST) && !pid_traced(tgid))
+		count_drop(DROP_TRACED_SET_FULL);
+	return true;
+}
+
+static __always_inline int enter(struct pt_regs *ctx, struct call_entry *e)
+{
+	__u64 id = bpf_get_current_pid_tgid();
+	if (!should_trace(id >> 32))
+		return 0;
+	struct call_key key = {.tid = (__u32)id, .api = (__u32)bpf_get_attach_cookie(ctx)};
+	e->ts = bpf_ktime_get_ns();
+	bpf_map_update_elem(&call_entries, &key, e, BPF_ANY);
+	return 0;
+}
+
+static __always_inline __u64 stack_arg(struct pt_regs *ctx, int n)
+{
+	__u64 v = 0;
+	bpf_probe_read_user(&v, sizeof(v), (void *)(PT_REGS_SP(ctx) + 8 * n));
+	return v;
+}
+
+/* cudaLaunchKernel(func, dim3 grid, dim3 block, args, sharedMem, stream): a 12-byte
+ * dim3 by value takes two registers (x|y<<32, then z); sharedMem and stream go on the stack. */
+SEC("uprobe")
+int BPF_KPROBE(enter_cuda_launch_kernel)
+{
+	struct call_entry e = {.kind = MEMCPY_NONE};
+	__u64 gxy = PT_REGS_PARM2(ctx), bxy = PT_REGS_PARM4(ctx);
+	e.grid[0] = (__u32)gxy;
+	e.grid[1] = gxy >> 32;
+	e.grid[2] = (__u32)PT_REGS_PARM3(ctx);
+	e.block[0] = (__u32)bxy;
+	e.block[1] = bxy >> 32;
+	e.block[2] = (__u32)PT_REGS_PARM5(ctx);
+	e.stream = stack_arg(ctx, 2);
+	return enter(ctx, &e);
+}
+
+/* cudaLaunchKernelExC(const cudaLaunchConfig_t *config, func, args): the config starts
+ * with dim3 gridDim, dim3 blockDim, size_t dynamicSmemBytes, cudaStream_t stream. */
+struct cuda_launch_config {
+	__u32 grid[3];
+	__u32 block[3];
+	__u64 smem;
+	__u64 stream;
+};
+
+SEC("uprobe")
+int BPF_KPROBE(enter_cuda_launch_kernel_exc)
+{
+	struct call_entry e = {.kind = MEMCPY_NONE};
+	struct cuda_launch_config cfg = {};
+	bpf_probe_read_user(&cfg, sizeof(cfg), (void *)PT_REGS_PARM1(ctx));
+	__builtin_memcpy(e.grid, cfg.grid, sizeof(e.grid));
+	__builtin_memcpy(e.block, cfg.block, sizeof(e.block));
+	e.stream = cfg.stream;
+	return enter(ctx, &e);
+}
+
+/* cuLaunchKernel(f, gx, gy, gz, bx, by, bz, sharedMem, hStream, params, extra) and
+ * cuLaunchKernel_ptsz: six in registers, blockDimZ at 8(%rsp), hStream at 24(%rsp). */
+SEC("uprobe")
+int BPF_KPROBE(enter_cu_launch_kernel)
+{
+	struct call_entry e = {.kind = MEMCPY_NONE};
+	e.grid[0] = (__u32)PT_REGS_PARM2(ctx);
+	e.grid[1] = (__u32)PT_REGS_PARM3(ctx);
+	e.grid[2] = (__u32)PT_REGS_PARM4(ctx);
+	e.block[0] = (__u32)PT_REGS_PARM5(ctx);
+	e.block[1] = (__u32)ctx->r9; /* the sixth argument; libbpf 1.1 has no PT_REGS_PARM6 */
+	e.block[2] = (__u32)stack_arg(ctx, 1);
+	e.stream = stack_arg(ctx, 3);
+	return enter(ctx, &e);
+}
+
+/* cuLaunchKernelEx(const CUlaunchConfig *config, f, params, extra): seven unsigned ints
+ * (grid, block, sharedMemBytes), padding, then CUstream hStream at offset 32. */
+struct cu_launch_config {
+	__u32 grid[3];
+	__u32 block[3];
+	__u32 smem;
+	__u32 _pad;
+	__u64 stream;
+};
+
+SEC("uprobe")
+int BPF_KPROBE(enter_cu_launch_kernel_ex)
+{
+	struct call_entry e = {.kind = MEMCPY_NONE};
+	struct cu_launch_config cfg = {};
+	bpf_probe_read_user(&cfg, sizeof(cfg), (void *)PT_REGS_PARM1(ctx));
+	__builtin_memcpy(e.grid, cfg.grid, sizeof(e.grid));
+	__builtin_memcpy(e.block, cfg.block, sizeof(e.block));
+	e.stream = cfg.stream;
+	return enter(ctx, &e);
+}
+
+/* cudaMemcpy(dst, src, count, kind) and cudaMemcpyAsync(dst, src, count, kind, stream). */
+SEC("uprobe")
+int BPF_KPROBE(enter_cuda_memcpy)
+{
+	struct call_entry e = {};
+	e.bytes = PT_REGS_PARM3(ctx);
+	e.kind = (__u8)PT_REGS_PARM4(ctx);
+	if (bpf_get_attach_cookie(ctx) == API_CUDA_MEMCPY_ASYNC)
+		e.stream = PT_REGS_PARM5(ctx);
+	return enter(ctx, &e);
+}
+
+/* The driver's copies carry their direction in the symbol name: cuMemcpyHtoD_v2(dst,
+ * src, bytes) and the *Async_v2 forms with the stream fourth; cuMemcpy/cuMemcpyAsync
+ * (unified addressing) have no direction. */
+SEC("uprobe")
+int BPF_KPROBE(enter_cu_memcpy)
+{
+	struct call_entry e = {};
+	__u64 api = bpf_get_attach_cookie(ctx);
+	e.bytes = PT_REGS_PARM3(ctx);
+	switch (api) {
+	case API_CU_MEMCPY_HTOD:
+	case API_CU_MEMCPY_HTOD_ASYNC:
+		e.kind = MEMCPY_HOST_TO_DEVICE;
+		break;
+	case API_CU_MEMCPY_DTOH:
+	case API_CU_MEMCPY_DTOH_ASYNC:
+		e.kind = MEMCPY_DEVICE_TO_HOST;
+		break;
+	case API_CU_MEMCPY_DTOD:
+	case API_CU_MEMCPY_DTOD_ASYNC:
+		e.kind = MEMCPY_DEVICE_TO_DEVICE;
+		break;
+	default:
+		e.kind = MEMCPY_DEFAULT;
+	}
+	if (api == API_CU_MEMCPY_ASYNC || api == API_CU_MEMCPY_HTOD_ASYNC ||
+	    api == API_CU_MEMCPY_DTOH_ASYNC || api == API_CU_MEMCPY_DTOD_ASYNC)
+		e.stream = PT_REGS_PARM4(ctx);
+	return enter(ctx, &e);
+}
+
+/* cudaMalloc(void **devPtr, size), cudaMallocAsync(devPtr, size, stream),
+ * cuMemAlloc_v2(CUdeviceptr *dptr, size): the out-pointer is read back at return. */
+SEC("uprobe")
+int BPF_KPROBE(enter_alloc)
+{
+	struct call_entry e = {.kind = MEMCPY_NONE};
+	e.handle = PT_REGS_PARM1(ctx);
+	e.bytes = PT_REGS_PARM2(ctx);
+	if (bpf_get_attach_cookie(ctx) == API_CUDA_MALLOC_ASYNC)
+		e.stream = PT_REGS_PARM3(ctx);
+	return enter(ctx, &e);
+}
+
+/* One handle, then optionally a stream: cudaFree(ptr), cudaFreeAsync(ptr, stream),
+ * cuMemFree_v2(dptr), cudaEventSynchronize(event), cudaGraphLaunch(exec, stream),
+ * cuGraphLaunch(exec, stream), cudaGraphInstantiate(pExec, graph, flags). */
+SEC("uprobe")
+int BPF_KPROBE(enter_handle_stream)
+{
+	struct call_entry e = {.kind = MEMCPY_NONE};
+	__u64 api = bpf_get_attach_cookie(ctx);
+	e.handle = PT_REGS_PARM1(ctx);
+	if (api == API_CUDA_FREE_ASYNC || api == API_CUDA_GRAPH_LAUNCH || api == API_CU_GRAPH_LAUNCH)
+		e.stream = PT_REGS_PARM2(ctx);
+	return enter(ctx, &e);
+}
+
+/* A stream first, then optionally a handle: cudaStreamSynchronize(stream),
+ * cuStreamSynchronize(stream), cudaStreamWaitEvent(stream, event, flags),
+ * cudaStreamBeginCapture(stream, mode), cudaStreamEndCapture(stream, cudaGraph_t *). */
+SEC("uprobe")
+int BPF_KPROBE(enter_stream_handle)
+{
+	struct call_entry e = {.kind = MEMCPY_NONE};
+	__u64 api = bpf_get_attach_cookie(ctx);
+	e.stream = PT_REGS_PARM1(ctx);
+	if (api == API_CUDA_STREAM_WAIT_EVENT || api == API_CUDA_STREAM_END_CAPTURE)
+		e.handle = PT_REGS_PARM2(ctx);
+	return enter(ctx, &e);
+}
+
+/* cudaDeviceSynchronize(void), cuCtxSynchronize(void). */
+SEC("uprobe")
+int BPF_KPROBE(enter_no_args)
+{
+	struct call_entry e = {.kind = MEMCPY_NONE};
+	return enter(ctx, &e);
+}
+
+static __always_inline bool returns_handle_through_pointer(__u32 api)
+{
+	return api == API_CUDA_MALLOC || api == API_CUDA_MALLOC_ASYNC || api == API_CU_MEM_ALLOC ||
+	       api == API_CUDA_STREAM_END_CAPTURE || api == API_CUDA_GRAPH_INSTANTIATE;
+}
+
+SEC("uretprobe")
+int BPF_KRETPROBE(leave_call)
+{
+	__u64 id = bpf_get_current_pid_tgid();
+	struct call_key key = {.tid = (__u32)id, .api = (__u32)bpf_get_attach_cookie(ctx)};
+	struct call_entry *e = bpf_map_lookup_elem(&call_entries, &key);
+	if (!e) {
+		if (pid_traced(id >> 32))
+			count_drop(DROP_ENTRY_MISSING);
+		return 0;
+	}
+	__u64 now = bpf_ktime_get_ns();
+	struct cuda_call_event *ev = reserve_event(sizeof(*ev));
+	if (ev) {
+		fill_header(&ev->hdr, EVENT_CUDA_CALL, e->ts);
+		ev->duration_ns = now - e->ts;
+		ev->bytes = e->bytes;
+		ev->stream = e->stream;
+		ev->handle = e->handle;
+		__builtin_memcpy(ev->grid, e->grid, sizeof(ev->grid));
+		__builtin_memcpy(ev->block, e->block, sizeof(ev->block));
+		ev->api = key.api;
+		ev->ret = (__s32)PT_REGS_RC(ctx);
+		ev->memcpy_kind = e->kind;
+		if (returns_handle_through_pointer(key.api) && e->handle) {
+			__u64 out = 0;
+			bpf_probe_read_user(&out, sizeof(out), (void *)e->handle);
+			ev->handle = out;
+		}
+		submit_event(ev);
+	}
+	bpf_map_delete_elem(&call_entries, &key);
+	return 0;
+}

@@ -1,0 +1,119 @@
+package probes
+
+import "github.com/cilium/ebpf"
+
+// Library is a family of shared libraries the uprobes attach to, named by the stem of
+// its file name (libcudart.so.12, libcudart-d0da41ae.so.11.0 in a wheel ...).
+type Library string
+
+const (
+	LibCUDART Library = "libcudart"
+	LibCUDA   Library = "libcuda"
+)
+
+// API is one probed library function. ID is the attach cookie the BPF return program
+// reports back; Entry picks the entry program that decodes this function's arguments.
+type API struct {
+	ID      uint32
+	Symbol  string
+	Library Library
+	entry   func(*cudaPrograms) *ebpf.Program
+}
+
+func launchKernel(p *cudaPrograms) *ebpf.Program    { return p.EnterCudaLaunchKernel }
+func launchKernelExC(p *cudaPrograms) *ebpf.Program { return p.EnterCudaLaunchKernelExc }
+func cuLaunchKernel(p *cudaPrograms) *ebpf.Program  { return p.EnterCuLaunchKernel }
+func cuLaunchKernelEx(p *cudaPrograms) *ebpf.Program {
+	return p.EnterCuLaunchKernelEx
+}
+func cudaMemcpy(p *cudaPrograms) *ebpf.Program   { return p.EnterCudaMemcpy }
+func cuMemcpy(p *cudaPrograms) *ebpf.Program     { return p.EnterCuMemcpy }
+func alloc(p *cudaPrograms) *ebpf.Program        { return p.EnterAlloc }
+func handleStream(p *cudaPrograms) *ebpf.Program { return p.EnterHandleStream }
+func streamHandle(p *cudaPrograms) *ebpf.Program { return p.EnterStreamHandle }
+func noArgs(p *cudaPrograms) *ebpf.Program       { return p.EnterNoArgs }
+
+// APIs lists every probed function. IDs are enum cuda_api in bpf/common.h.
+var APIs = []API{
+	{uint32(cudaCudaApiAPI_CUDA_LAUNCH_KERNEL), "cudaLaunchKernel", LibCUDART, launchKernel},
+	{uint32(cudaCudaApiAPI_CUDA_LAUNCH_KERNEL_EXC), "cudaLaunchKernelExC", LibCUDART, launchKernelExC},
+	{uint32(cudaCudaApiAPI_CUDA_MEMCPY), "cudaMemcpy", LibCUDART, cudaMemcpy},
+	{uint32(cudaCudaApiAPI_CUDA_MEMCPY_ASYNC), "cudaMemcpyAsync", LibCUDART, cudaMemcpy},
+	{uint32(cudaCudaApiAPI_CUDA_MALLOC), "cudaMalloc", LibCUDART, alloc},
+	{uint32(cudaCudaApiAPI_CUDA_FREE), "cudaFree", LibCUDART, handleStream},
+	{uint32(cudaCudaApiAPI_CUDA_MALLOC_ASYNC), "cudaMallocAsync", LibCUDART, alloc},
+	{uint32(cudaCudaApiAPI_CUDA_FREE_ASYNC), "cudaFreeAsync", LibCUDART, handleStream},
+	{uint32(cudaCudaApiAPI_CUDA_STREAM_SYNCHRONIZE), "cudaStreamSynchronize", LibCUDART, streamHandle},
+	{uint32(cudaCudaApiAPI_CUDA_DEVICE_SYNCHRONIZE), "cudaDeviceSynchronize", LibCUDART, noArgs},
+	{uint32(cudaCudaApiAPI_CUDA_EVENT_SYNCHRONIZE), "cudaEventSynchronize", LibCUDART, handleStream},
+	{uint32(cudaCudaApiAPI_CUDA_STREAM_WAIT_EVENT), "cudaStreamWaitEvent", LibCUDART, streamHandle},
+	{uint32(cudaCudaApiAPI_CUDA_STREAM_BEGIN_CAPTURE), "cudaStreamBeginCapture", LibCUDART, streamHandle},
+	{uint32(cudaCudaApiAPI_CUDA_STREAM_END_CAPTURE), "cudaStreamEndCapture", LibCUDART, streamHandle},
+	{uint32(cudaCudaApiAPI_CUDA_GRAPH_INSTANTIATE), "cudaGraphInstantiate", LibCUDART, handleStream},
+	{uint32(cudaCudaApiAPI_CUDA_GRAPH_LAUNCH), "cudaGraphLaunch", LibCUDART, handleStream},
+	{uint32(cudaCudaApiAPI_CU_LAUNCH_KERNEL), "cuLaunchKernel", LibCUDA, cuLaunchKernel},
+	{uint32(cudaCudaApiAPI_CU_LAUNCH_KERNEL_PTSZ), "cuLaunchKernel_ptsz", LibCUDA, cuLaunchKernel},
+	{uint32(cudaCudaApiAPI_CU_LAUNCH_KERNEL_EX), "cuLaunchKernelEx", LibCUDA, cuLaunchKernelEx},
+	{uint32(cudaCudaApiAPI_CU_MEM_ALLOC), "cuMemAlloc_v2", LibCUDA, alloc},
+	{uint32(cudaCudaApiAPI_CU_MEM_FREE), "cuMemFree_v2", LibCUDA, handleStream},
+	{uint32(cudaCudaApiAPI_CU_MEMCPY), "cuMemcpy", LibCUDA, cuMemcpy},
+	{uint32(cudaCudaApiAPI_CU_MEMCPY_ASYNC), "cuMemcpyAsync", LibCUDA, cuMemcpy},
+	{uint32(cudaCudaApiAPI_CU_MEMCPY_HTOD), "cuMemcpyHtoD_v2", LibCUDA, cuMemcpy},
+	{uint32(cudaCudaApiAPI_CU_MEMCPY_DTOH), "cuMemcpyDtoH_v2", LibCUDA, cuMemcpy},
+	{uint32(cudaCudaApiAPI_CU_MEMCPY_DTOD), "cuMemcpyDtoD_v2", LibCUDA, cuMemcpy},
+	{uint32(cudaCudaApiAPI_CU_MEMCPY_HTOD_ASYNC), "cuMemcpyHtoDAsync_v2", LibCUDA, cuMemcpy},
+	{uint32(cudaCudaApiAPI_CU_MEMCPY_DTOH_ASYNC), "cuMemcpyDtoHAsync_v2", LibCUDA, cuMemcpy},
+	{uint32(cudaCudaApiAPI_CU_MEMCPY_DTOD_ASYNC), "cuMemcpyDtoDAsync_v2", LibCUDA, cuMemcpy},
+	{uint32(cudaCudaApiAPI_CU_CTX_SYNCHRONIZE), "cuCtxSynchronize", LibCUDA, noArgs},
+	{uint32(cudaCudaApiAPI_CU_STREAM_SYNCHRONIZE), "cuStreamSynchronize", LibCUDA, streamHandle},
+	{uint32(cudaCudaApiAPI_CU_GRAPH_LAUNCH), "cuGraphLaunch", LibCUDA, handleStream},
+}
+
+// APICount bounds API IDs: every ID is in [1, APICount).
+const APICount = int(cudaCudaApiAPI_COUNT)
+
+var apiNames = func() [APICount]string {
+	var names [APICount]string
+	for _, a := range APIs {
+		names[a.ID] = a.Symbol
+	}
+	names[0] = "unknown"
+	return names
+}()
+
+// APIName is the function name for an API ID, "unknown" for anything else.
+func APIName(id uint32) string {
+	if int(id) < APICount && apiNames[id] != "" {
+		return apiNames[id]
+	}
+	return "unknown"
+}
+
+// MemcpyKind is cudaMemcpyKind, with the driver's directional copies mapped onto it.
+type MemcpyKind uint8
+
+const (
+	MemcpyHostToHost     = MemcpyKind(cudaMemcpyKindMEMCPY_HOST_TO_HOST)
+	MemcpyHostToDevice   = MemcpyKind(cudaMemcpyKindMEMCPY_HOST_TO_DEVICE)
+	MemcpyDeviceToHost   = MemcpyKind(cudaMemcpyKindMEMCPY_DEVICE_TO_HOST)
+	MemcpyDeviceToDevice = MemcpyKind(cudaMemcpyKindMEMCPY_DEVICE_TO_DEVICE)
+	MemcpyDefault        = MemcpyKind(cudaMemcpyKindMEMCPY_DEFAULT)
+	MemcpyNone           = MemcpyKind(cudaMemcpyKindMEMCPY_NONE)
+)
+
+// Direction is the semantic-convention value of a copy direction ("" for no copy).
+func (k MemcpyKind) Direction() string {
+	switch k {
+	case MemcpyHostToHost:
+		return "host_to_host"
+	case MemcpyHostToDevice:
+		return "host_to_device"
+	case MemcpyDeviceToHost:
+		return "device_to_host"
+	case MemcpyDeviceToDevice:
+		return "device_to_device"
+	case MemcpyDefault:
+		return "default"
+	}
+	return ""
+}

@@ -1,0 +1,100 @@
+package probes
+
+import (
+	"fmt"
+	"unsafe"
+)
+
+// Event records as the BPF programs write them (types generated from bpf/common.h).
+type (
+	EventHeader   = cudaEventHeader
+	CUDACall      = cudaCudaCallEvent
+	SchedSwitchIn = hostSchedEvent
+	ProcessEvent  = hostProcessEvent
+	BlockIO       = hostBlockIoEvent
+	TCPRetransmit = hostTcpRetransmitEvent
+)
+
+// EventKind is enum event_kind.
+type EventKind uint8
+
+const (
+	KindCUDACall      = EventKind(cudaEventKindEVENT_CUDA_CALL)
+	KindSched         = EventKind(cudaEventKindEVENT_SCHED)
+	KindFork          = EventKind(cudaEventKindEVENT_PROC_FORK)
+	KindExec          = EventKind(cudaEventKindEVENT_PROC_EXEC)
+	KindExit          = EventKind(cudaEventKindEVENT_PROC_EXIT)
+	KindBlockIO       = EventKind(cudaEventKindEVENT_BLOCK_IO)
+	KindTCPRetransmit = EventKind(cudaEventKindEVENT_TCP_RETRANSMIT)
+)
+
+// Handler receives decoded events. Pointers are valid only during the call: the
+// record buffer is reused for the next event.
+type Handler interface {
+	CUDACall(*CUDACall)
+	Sched(*SchedSwitchIn)
+	Process(EventKind, *ProcessEvent)
+	BlockIO(*BlockIO)
+	TCPRetransmit(*TCPRetransmit)
+}
+
+var kindOffset = unsafe.Offsetof(EventHeader{}.Kind)
+
+// Decode hands one raw ring-buffer record to h. It does not copy: records are cast in
+// place, which is what keeps userspace decoding in the millions of events per second.
+func Decode(raw []byte, h Handler) error {
+	if uintptr(len(raw)) <= kindOffset {
+		return fmt.Errorf("short event record: %d bytes", len(raw))
+	}
+	kind := EventKind(raw[kindOffset])
+	switch kind {
+	case KindCUDACall:
+		if ev, ok := cast[CUDACall](raw); ok {
+			h.CUDACall(ev)
+			return nil
+		}
+	case KindSched:
+		if ev, ok := cast[SchedSwitchIn](raw); ok {
+			h.Sched(ev)
+			return nil
+		}
+	case KindFork, KindExec, KindExit:
+		if ev, ok := cast[ProcessEvent](raw); ok {
+			h.Process(kind, ev)
+			return nil
+		}
+	case KindBlockIO:
+		if ev, ok := cast[BlockIO](raw); ok {
+			h.BlockIO(ev)
+			return nil
+		}
+	case KindTCPRetransmit:
+		if ev, ok := cast[TCPRetransmit](raw); ok {
+			h.TCPRetransmit(ev)
+			return nil
+		}
+	default:
+		return fmt.Errorf("unknown event kind %d", kind)
+	}
+	return fmt.Errorf("event kind %d: record of %d bytes is too short", kind, len(raw))
+}
+
+func cast[T any](raw []byte) (*T, bool) {
+	var zero T
+	if uintptr(len(raw)) < unsafe.Sizeof(zero) {
+		return nil, false
+	}
+	return (*T)(unsafe.Pointer(&raw[0])), true
+}
+
+// Comm returns a NUL-terminated kernel comm as a string.
+func Comm(c [16]int8) string {
+	b := make([]byte, 0, len(c))
+	for _, ch := range c {
+		if ch == 0 {
+			break
+		}
+		b = append(b, byte(ch))
+	}
+	return string(b)
+}

@@ -1,0 +1,262 @@
+//go:build linux
+
+package probes
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
+	"github.com/cilium/ebpf/ringbuf"
+	"github.com/cilium/ebpf/rlimit"
+)
+
+// Options configure the programs before they are loaded.
+type Options struct {
+	// TraceAllCUDA traces every process that calls a probed CUDA function. When false,
+	// only processes added with TracePID or living in a cgroup added with TraceCgroup.
+	TraceAllCUDA bool
+	// RingBufferBytes sizes the event ring (a power of two, multiple of the page size).
+	RingBufferBytes uint32
+	// InFlightCalls bounds the LRU map of calls that have entered and not yet returned.
+	InFlightCalls uint32
+}
+
+// Probes is the loaded BPF programs and their links. One Probes serves a whole host.
+type Probes struct {
+	cuda cudaObjects
+	host hostObjects
+
+	mu          sync.Mutex
+	links       []link.Link
+	attached    map[fileID]LibraryAttachment
+	hostLinks   int
+	reader      *ringbuf.Reader
+	pollTimeout time.Duration
+}
+
+// LibraryAttachment says what was attached to one library file.
+type LibraryAttachment struct {
+	Path    string
+	Library Library
+	APIs    []string // symbols probed (entry and return)
+	Missing []string // probed symbols this library does not define
+}
+
+type fileID struct{ dev, ino uint64 }
+
+// ErrPrivileges is returned when the kernel refuses to load BPF for lack of rights.
+var ErrPrivileges = errors.New("loading BPF programs needs root, or CAP_BPF + CAP_PERFMON + CAP_SYS_RESOURCE (and CAP_SYS_ADMIN for uprobes on kernels before 5.8)")
+
+// Load loads both program families with shared maps. Nothing is attached yet.
+func Load(opts Options) (*Probes, error) {
+	if err := rlimit.RemoveMemlock(); err != nil {
+		return nil, fmt.Errorf("raise RLIMIT_MEMLOCK: %w", err)
+	}
+	cudaSpec, err := loadCuda()
+	if err != nil {
+		return nil, err
+	}
+	if opts.RingBufferBytes != 0 {
+		cudaSpec.Maps["events"].MaxEntries = opts.RingBufferBytes
+	}
+	if opts.InFlightCalls != 0 {
+		cudaSpec.Maps["call_entries"].MaxEntries = opts.InFlightCalls
+	}
+	if err := cudaSpec.Variables["trace_all_cuda"].Set(opts.TraceAllCUDA); err != nil {
+		return nil, fmt.Errorf("configure trace_all_cuda: %w", err)
+	}
+	p := &Probes{attached: map[fileID]LibraryAttachment{}, pollTimeout: 10 * time.Millisecond}
+	if err := cudaSpec.LoadAndAssign(&p.cuda, nil); err != nil {
+		return nil, explainLoadError("cuda probes", err)
+	}
+	hostSpec, err := loadHost()
+	if err != nil {
+		p.cuda.Close()
+		return nil, err
+	}
+	shared := map[string]*ebpf.Map{
+		"events":         p.cuda.Events,
+		"traced_pids":    p.cuda.TracedPids,
+		"traced_cgroups": p.cuda.TracedCgroups,
+		"drops":          p.cuda.Drops,
+		"call_entries":   p.cuda.CallEntries,
+	}
+	if err := hostSpec.LoadAndAssign(&p.host, &ebpf.CollectionOptions{MapReplacements: shared}); err != nil {
+		p.cuda.Close()
+		return nil, explainLoadError("host probes", err)
+	}
+	if p.reader, err = ringbuf.NewReader(p.cuda.Events); err != nil {
+		p.Close()
+		return nil, fmt.Errorf("open event ring: %w", err)
+	}
+	return p, nil
+}
+
+func explainLoadError(what string, err error) error {
+	if errors.Is(err, syscall.EPERM) || errors.Is(err, os.ErrPermission) {
+		return fmt.Errorf("load %s: %w", what, ErrPrivileges)
+	}
+	var ve *ebpf.VerifierError
+	if errors.As(err, &ve) {
+		return fmt.Errorf("load %s: the kernel's verifier refused a program: %+v", what, ve)
+	}
+	return fmt.Errorf("load %s: %w", what, err)
+}
+
+// AttachHost attaches the host tracepoints (scheduler, lifecycle, memory, block, TCP).
+func (p *Probes) AttachHost() error {
+	progs := []*ebpf.Program{
+		p.host.OnSchedSwitch, p.host.OnSchedWakeup, p.host.OnSchedWakeupNew,
+		p.host.OnSchedProcessFork, p.host.OnSchedProcessExec, p.host.OnSchedProcessExit,
+		p.host.OnMmPageAlloc, p.host.OnBlockRqIssue, p.host.OnBlockRqComplete,
+		p.host.OnTcpRetransmitSkb,
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, prog := range progs {
+		l, err := link.AttachTracing(link.TracingOptions{Program: prog})
+		if err != nil {
+			return fmt.Errorf("attach %s: %w", prog, err)
+		}
+		p.links = append(p.links, l)
+		p.hostLinks++
+	}
+	return nil
+}
+
+// AttachLibrary attaches the entry and return probes of every API of lib that the
+// file at path defines. A file already attached (same device and inode, e.g. the same
+// library seen through two containers' roots) is not attached twice; ok is false then.
+func (p *Probes) AttachLibrary(path string, lib Library) (att LibraryAttachment, ok bool, err error) {
+	var st syscall.Stat_t
+	if err := syscall.Stat(path, &st); err != nil {
+		return att, false, fmt.Errorf("stat %s: %w", path, err)
+	}
+	id := fileID{dev: st.Dev, ino: st.Ino}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if prev, seen := p.attached[id]; seen {
+		return prev, false, nil
+	}
+	var wanted []string
+	for _, a := range APIs {
+		if a.Library == lib {
+			wanted = append(wanted, a.Symbol)
+		}
+	}
+	syms, err := readSymbols(path, wanted)
+	if err != nil {
+		return att, false, err
+	}
+	ex, err := link.OpenExecutable(path)
+	if err != nil {
+		return att, false, err
+	}
+	att = LibraryAttachment{Path: path, Library: lib}
+	var added []link.Link
+	for _, a := range APIs {
+		if a.Library != lib {
+			continue
+		}
+		offset, defined := syms[a.Symbol]
+		if !defined {
+			att.Missing = append(att.Missing, a.Symbol)
+			continue
+		}
+		entry, err := ex.Uprobe(a.Symbol, a.entry(&p.cuda.cudaPrograms), &link.UprobeOptions{Offset: offset, Cookie: uint64(a.ID)})
+		if err != nil {
+			closeAll(added)
+			return att, false, fmt.Errorf("uprobe %s in %s: %w", a.Symbol, path, err)
+		}
+		// The return probe goes on the symbol itself: it only replaces the return
+		// address, which is the same wherever in the prologue it is taken.
+		ret, err := ex.Uretprobe(a.Symbol, p.cuda.LeaveCall, &link.UprobeOptions{Offset: offset, Cookie: uint64(a.ID)})
+		if err != nil {
+			closeAll(append(added, entry))
+			return att, false, fmt.Errorf("uretprobe %s in %s: %w", a.Symbol, path, err)
+		}
+		added = append(added, entry, ret)
+		att.APIs = append(att.APIs, a.Symbol)
+	}
+	p.links = append(p.links, added...)
+	p.attached[id] = att
+	return att, true, nil
+}
+
+func closeAll(links []link.Link) {
+	for _, l := range links {
+		_ = l.Close()
+	}
+}
+
+// Attached lists the library files probed so far.
+func (p *Probes) Attached() []LibraryAttachment {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := make([]LibraryAttachment, 0, len(p.attached))
+	for _, a := range p.attached {
+		out = append(out, a)
+	}
+	return out
+}
+
+// ProbeCount is the number of attached links (uprobes, uretprobes, tracepoints).
+func (p *Probes) ProbeCount() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.links)
+}
+
+// TracePID adds a process to the traced set (its host events are recorded; with
+// TraceAllCUDA off, its CUDA calls too).
+func (p *Probes) TracePID(pid uint32) error {
+	source := uint8(1) // TRACED_BY_CONFIG
+	return p.cuda.TracedPids.Update(pid, source, ebpf.UpdateAny)
+}
+
+// TraceCgroup adds a cgroup (by id, the inode of its cgroupfs directory).
+func (p *Probes) TraceCgroup(id uint64) error {
+	return p.cuda.TracedCgroups.Update(id, uint8(1), ebpf.UpdateAny)
+}
+
+// IsTraced reports whether pid is in the kernel's traced set.
+func (p *Probes) IsTraced(pid uint32) bool {
+	var v uint8
+	return p.cuda.TracedPids.Lookup(pid, &v) == nil
+}
+
+// InFlightCalls counts the entries of the in-flight call map, optionally only those
+// of one thread (tid != 0).
+func (p *Probes) InFlightCalls(tid uint32) int {
+	var (
+		key   cudaCallKey
+		value cudaCallEntry
+		n     int
+	)
+	it := p.cuda.CallEntries.Iterate()
+	for it.Next(&key, &value) {
+		if tid == 0 || key.Tid == tid {
+			n++
+		}
+	}
+	return n
+}
+
+// Close detaches everything and frees the programs and maps.
+func (p *Probes) Close() error {
+	p.mu.Lock()
+	closeAll(p.links)
+	p.links = nil
+	p.mu.Unlock()
+	if p.reader != nil {
+		_ = p.reader.Close()
+	}
+	p.host.Close()
+	return p.cuda.Close()
+}

@@ -1,0 +1,103 @@
+//go:build linux
+
+package probes
+
+import (
+	"context"
+	"errors"
+	"os"
+	"time"
+
+	"github.com/cilium/ebpf/ringbuf"
+)
+
+// Run reads events until ctx is done. The programs submit without waking the reader
+// (BPF_RB_NO_WAKEUP keeps a wakeup out of every traced call), so the reader drains the
+// ring on a short timer; decodeErr counts records it could not decode.
+func (p *Probes) Run(ctx context.Context, h Handler, decodeErr func(error)) error {
+	var rec ringbuf.Record
+	p.reader.SetDeadline(time.Now().Add(p.pollTimeout))
+	for {
+		err := p.reader.ReadInto(&rec)
+		switch {
+		case err == nil:
+			if derr := Decode(rec.RawSample, h); derr != nil && decodeErr != nil {
+				decodeErr(derr)
+			}
+		case errors.Is(err, os.ErrDeadlineExceeded):
+			if ctx.Err() != nil {
+				return nil
+			}
+			p.reader.SetDeadline(time.Now().Add(p.pollTimeout))
+		case errors.Is(err, ringbuf.ErrClosed):
+			return nil
+		default:
+			return err
+		}
+	}
+}
+
+// Drops sums the kernel's per-CPU drop counters by reason.
+func (p *Probes) Drops() (map[string]uint64, error) {
+	names := map[uint32]string{
+		uint32(cudaDropReasonDROP_RINGBUF_FULL):    "ringbuf_full",
+		uint32(cudaDropReasonDROP_ENTRY_MISSING):   "entry_missing",
+		uint32(cudaDropReasonDROP_TRACED_SET_FULL): "traced_set_full",
+	}
+	out := make(map[string]uint64, len(names))
+	for reason, name := range names {
+		var perCPU []uint64
+		if err := p.cuda.Drops.Lookup(reason, &perCPU); err != nil {
+			return nil, err
+		}
+		for _, n := range perCPU {
+			out[name] += n
+		}
+	}
+	return out, nil
+}
+
+// HostAggregates are the in-kernel aggregates of the host family, as totals since load.
+type HostAggregates struct {
+	// Log2 histograms: bucket i counts values in [2^i, 2^(i+1)) ns.
+	RunQueueOther, BlockRead, BlockWrite [64]uint64
+	PagesOther                           uint64
+	PagesByPID                           map[uint32]uint64
+	RetransmitsIPv4, RetransmitsIPv6     uint64
+	BlockBytesRead, BlockBytesWrite      uint64
+}
+
+// ReadHostAggregates sums the per-CPU aggregates.
+func (p *Probes) ReadHostAggregates() (HostAggregates, error) {
+	var agg HostAggregates
+	hists := []*[64]uint64{&agg.RunQueueOther, &agg.BlockRead, &agg.BlockWrite}
+	for h, dst := range hists {
+		for b := 0; b < 64; b++ {
+			var perCPU []uint64
+			if err := p.host.HostHists.Lookup(uint32(h*64+b), &perCPU); err != nil {
+				return agg, err
+			}
+			for _, n := range perCPU {
+				dst[b] += n
+			}
+		}
+	}
+	counters := []*uint64{&agg.PagesOther, &agg.RetransmitsIPv4, &agg.RetransmitsIPv6, &agg.BlockBytesRead, &agg.BlockBytesWrite}
+	for c, dst := range counters {
+		var perCPU []uint64
+		if err := p.host.HostCounters.Lookup(uint32(c), &perCPU); err != nil {
+			return agg, err
+		}
+		for _, n := range perCPU {
+			*dst += n
+		}
+	}
+	agg.PagesByPID = map[uint32]uint64{}
+	var pid uint32
+	var pages uint64
+	it := p.host.PageAllocs.Iterate()
+	for it.Next(&pid, &pages) {
+		agg.PagesByPID[pid] = pages
+	}
+	return agg, it.Err()
+}
