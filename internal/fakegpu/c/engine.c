@@ -1,0 +1,203 @@
+#define _GNU_SOURCE
+#include "engine.h"
+
+#include <errno.h>
+#include <sched.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+struct fg_config fg_cfg;
+pthread_mutex_t fg_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static pthread_once_t init_once = PTHREAD_ONCE_INIT;
+static double spin_iters_per_ns;
+
+#define FG_MAX_ALLOCS 4096
+struct fg_alloc {
+	char *base;
+	size_t size;
+};
+static struct fg_alloc allocs[FG_MAX_ALLOCS];
+static int alloc_count;
+static uint64_t mem_in_use;
+
+static double env_double(const char *name, double fallback, double min)
+{
+	const char *v = getenv(name);
+	if (!v || !*v)
+		return fallback;
+	char *end;
+	double d = strtod(v, &end);
+	if (*end || d < min)
+		return fallback;
+	return d;
+}
+
+uint64_t fg_now_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static uint64_t thread_cpu_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static void spin_iterations(uint64_t n)
+{
+	for (uint64_t i = 0; i < n; i++)
+		__asm__ volatile("" ::: "memory");
+}
+
+/*
+ * Launch overhead is CPU work, not wall time: a dispatcher starved by other threads on its
+ * CPU takes longer to launch, as a real one does. Calibrating against the thread's CPU
+ * clock keeps the loop honest on a busy machine; the best of a few rounds drops rounds
+ * where the thread was preempted mid-measurement.
+ */
+static void calibrate_spin(void)
+{
+	const uint64_t n = 200000;
+	double best = 0;
+	for (int round = 0; round < 5; round++) {
+		uint64_t t0 = thread_cpu_ns();
+		spin_iterations(n);
+		uint64_t dt = thread_cpu_ns() - t0;
+		if (dt > 0 && (double)n / (double)dt > best)
+			best = (double)n / (double)dt;
+	}
+	spin_iters_per_ns = best > 0 ? best : 1.0;
+}
+
+static void fork_prepare(void) { pthread_mutex_lock(&fg_lock); }
+static void fork_release(void) { pthread_mutex_unlock(&fg_lock); }
+
+static void load_config(void)
+{
+	fg_cfg.kernel_ns = (uint64_t)(env_double("FAKEGPU_KERNEL_US", 20, 0) * 1000);
+	fg_cfg.launch_ns = (uint64_t)(env_double("FAKEGPU_LAUNCH_US", 4, 0) * 1000);
+	fg_cfg.host_bytes_per_ns = env_double("FAKEGPU_GBPS", 10, 0.001);
+	fg_cfg.d2d_bytes_per_ns = env_double("FAKEGPU_D2D_GBPS", 1000, 0.001);
+	fg_cfg.sms = (unsigned int)env_double("FAKEGPU_SMS", 132, 1);
+	fg_cfg.devices = (int)env_double("FAKEGPU_DEVICES", 1, 0);
+	fg_cfg.mem_limit = (uint64_t)env_double("FAKEGPU_MEM_MB", 8192, 1) << 20;
+	const char *mode = getenv("FAKEGPU_SYNC");
+	fg_cfg.wait_mode = FG_WAIT_BLOCK;
+	if (mode && strcmp(mode, "spin") == 0)
+		fg_cfg.wait_mode = FG_WAIT_SPIN;
+	else if (mode && strcmp(mode, "yield") == 0)
+		fg_cfg.wait_mode = FG_WAIT_YIELD;
+	calibrate_spin();
+	pthread_atfork(fork_prepare, fork_release, fork_release);
+}
+
+/* Configuration is read on the first API call, not in a constructor, so a program may set
+ * FAKEGPU_* in its own environment before it touches CUDA (the workload's flags do). */
+void fg_init(void) { pthread_once(&init_once, load_config); }
+
+void fg_wait_until(uint64_t deadline_ns)
+{
+	if (fg_cfg.wait_mode == FG_WAIT_BLOCK) {
+		struct timespec ts = {.tv_sec = (time_t)(deadline_ns / 1000000000ull),
+		                      .tv_nsec = (long)(deadline_ns % 1000000000ull)};
+		while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR)
+			;
+		return;
+	}
+	while (fg_now_ns() < deadline_ns)
+		if (fg_cfg.wait_mode == FG_WAIT_YIELD)
+			sched_yield();
+}
+
+void fg_cpu_work(uint64_t ns)
+{
+	if (ns)
+		spin_iterations((uint64_t)((double)ns * spin_iters_per_ns));
+}
+
+/* A grid runs in waves of one block per SM, so duration grows with ceil(blocks / SMs):
+ * a grid that fits the GPU costs one wave, and a caller can ask for a long kernel by
+ * launching a big grid. */
+uint64_t fg_kernel_ns(uint64_t blocks)
+{
+	uint64_t waves = (blocks + fg_cfg.sms - 1) / fg_cfg.sms;
+	return (waves ? waves : 1) * fg_cfg.kernel_ns;
+}
+
+uint64_t fg_copy_ns(size_t bytes, int direction)
+{
+	switch (direction) {
+	case FG_H2D:
+	case FG_D2H:
+		return (uint64_t)((double)bytes / fg_cfg.host_bytes_per_ns);
+	case FG_D2D:
+		return (uint64_t)((double)bytes / fg_cfg.d2d_bytes_per_ns);
+	default:
+		return 0;
+	}
+}
+
+int fg_mem_alloc(size_t size, void **out)
+{
+	if (alloc_count == FG_MAX_ALLOCS || size > fg_cfg.mem_limit - mem_in_use)
+		return -1;
+	/* Never hand out a zero-sized block: each allocation must have a distinct address. */
+	char *p = malloc(size ? size : 1);
+	if (!p)
+		return -1;
+	allocs[alloc_count++] = (struct fg_alloc){p, size};
+	mem_in_use += size;
+	*out = p;
+	return 0;
+}
+
+int fg_mem_free(void *ptr)
+{
+	for (int i = 0; i < alloc_count; i++) {
+		if (allocs[i].base == ptr) {
+			mem_in_use -= allocs[i].size;
+			free(ptr);
+			allocs[i] = allocs[--alloc_count];
+			return 0;
+		}
+	}
+	return -1;
+}
+
+int fg_mem_contains(const void *ptr, size_t len)
+{
+	const char *p = ptr;
+	for (int i = 0; i < alloc_count; i++) {
+		const struct fg_alloc *a = &allocs[i];
+		if (p >= a->base && p < a->base + (a->size ? a->size : 1))
+			return len <= (size_t)(a->base + a->size - p);
+	}
+	return 0;
+}
+
+int fg_copy_direction(const void *dst, const void *src)
+{
+	int dst_dev = fg_mem_contains(dst, 1), src_dev = fg_mem_contains(src, 1);
+	if (src_dev && dst_dev)
+		return FG_D2D;
+	if (dst_dev)
+		return FG_H2D;
+	if (src_dev)
+		return FG_D2H;
+	return FG_H2H;
+}
+
+uint64_t fg_exec_replay(const struct CUgraphExec_st *exec)
+{
+	for (uint32_t i = 0; i < exec->node_count; i++) {
+		const struct fg_graph_node *n = &exec->nodes[i];
+		if (n->bytes)
+			memcpy(n->dst, n->src, n->bytes);
+	}
+	return exec->total_ns;
+}
