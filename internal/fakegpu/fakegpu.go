@@ -1,0 +1,112 @@
+// Package fakegpu builds and drives the fake GPU stack: C shared libraries named like
+// CUDA's, NCCL's and ibverbs' (libcudart.so.12, libcuda.so.1, ...) that export the real
+// symbols with the real x86-64 argument layouts, so Fathom's uprobes attach to them exactly
+// as they attach to NVIDIA's libraries on a GPU host, plus workloads that call them and
+// report exactly what they did.
+//
+// The C sources are in c/, built by the Makefile beside this file into <repo>/build/fakegpu.
+package fakegpu
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"sync"
+	"syscall"
+	"testing"
+)
+
+// Paths locates a built fake GPU stack.
+type Paths struct {
+	// Out is the build output root (<repo>/build/fakegpu).
+	Out string
+	// LibDir holds the libraries; put it on LD_LIBRARY_PATH for programs built elsewhere.
+	LibDir string
+	// Cudart, Cuda, NCCL and IBVerbs are the versioned library files (what a uprobe
+	// attaches to, and what a real program's loader maps).
+	Cudart, Cuda, NCCL, IBVerbs string
+	// Workload is fakegpu-workload; DDP is fakegpu-ddp.
+	Workload, DDP string
+}
+
+var (
+	buildOnce  sync.Once
+	buildPaths Paths
+	buildErr   error
+)
+
+// RepoRoot returns the module root, found from this source file's location.
+func RepoRoot() string {
+	_, file, _, ok := runtime.Caller(0)
+	if !ok {
+		panic("fakegpu: cannot locate source file")
+	}
+	return filepath.Clean(filepath.Join(filepath.Dir(file), "..", ".."))
+}
+
+// Build compiles the fake GPU stack once per test process and returns where it is. make
+// is incremental, and an flock serializes the test binaries of `go test ./...`, which
+// run in parallel and share the output directory.
+func Build(t testing.TB) Paths {
+	t.Helper()
+	buildOnce.Do(func() { buildPaths, buildErr = build() })
+	if buildErr != nil {
+		t.Fatalf("building the fake GPU stack: %v", buildErr)
+	}
+	return buildPaths
+}
+
+func build() (Paths, error) {
+	root := RepoRoot()
+	out := filepath.Join(root, "build", "fakegpu")
+	if err := os.MkdirAll(out, 0o755); err != nil {
+		return Paths{}, err
+	}
+	lock, err := os.OpenFile(filepath.Join(out, ".build.lock"), os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		return Paths{}, err
+	}
+	defer lock.Close()
+	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
+		return Paths{}, fmt.Errorf("locking %s: %w", lock.Name(), err)
+	}
+	cmd := exec.Command("make", "-s", "-C", filepath.Join(root, "internal", "fakegpu"), "OUT="+out)
+	if output, err := cmd.CombinedOutput(); err != nil {
+		return Paths{}, fmt.Errorf("%s: %w\n%s", cmd, err, output)
+	}
+	lib := filepath.Join(out, "lib")
+	return Paths{
+		Out:      out,
+		LibDir:   lib,
+		Cudart:   filepath.Join(lib, "libcudart.so.12"),
+		Cuda:     filepath.Join(lib, "libcuda.so.1"),
+		NCCL:     filepath.Join(lib, "libnccl.so.2"),
+		IBVerbs:  filepath.Join(lib, "libibverbs.so.1"),
+		Workload: filepath.Join(out, "bin", "fakegpu-workload"),
+		DDP:      filepath.Join(out, "bin", "fakegpu-ddp"),
+	}, nil
+}
+
+// RuntimeAPIs are the CUDA runtime entry points libcudart.so.12 exports.
+var RuntimeAPIs = []string{
+	"cudaGetDeviceCount", "cudaSetDevice", "cudaGetDevice", "cudaDeviceGetAttribute",
+	"cudaGetLastError", "cudaGetErrorString",
+	"cudaLaunchKernel", "cudaLaunchKernelExC",
+	"cudaMalloc", "cudaFree", "cudaMallocAsync", "cudaFreeAsync", "cudaMemcpy", "cudaMemcpyAsync",
+	"cudaStreamCreate", "cudaStreamCreateWithFlags", "cudaStreamDestroy", "cudaStreamSynchronize",
+	"cudaStreamWaitEvent", "cudaDeviceSynchronize",
+	"cudaEventCreate", "cudaEventRecord", "cudaEventSynchronize", "cudaEventDestroy",
+	"cudaStreamBeginCapture", "cudaStreamEndCapture", "cudaGraphInstantiate", "cudaGraphLaunch",
+	"cudaGraphDestroy", "cudaGraphExecDestroy",
+}
+
+// DriverAPIs are the CUDA driver entry points libcuda.so.1 exports.
+var DriverAPIs = []string{
+	"cuInit", "cuLaunchKernel", "cuLaunchKernel_ptsz", "cuLaunchKernelEx",
+	"cuMemAlloc_v2", "cuMemFree_v2", "cuMemcpy", "cuMemcpyAsync",
+	"cuMemcpyHtoD_v2", "cuMemcpyDtoH_v2", "cuMemcpyDtoD_v2",
+	"cuMemcpyHtoDAsync_v2", "cuMemcpyDtoHAsync_v2", "cuMemcpyDtoDAsync_v2",
+	"cuCtxSynchronize", "cuStreamSynchronize", "cuGraphLaunch",
+}
