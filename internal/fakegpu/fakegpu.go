@@ -51,11 +51,26 @@ func RepoRoot() string {
 // run in parallel and share the output directory.
 func Build(t testing.TB) Paths {
 	t.Helper()
-	buildOnce.Do(func() { buildPaths, buildErr = build() })
+	buildOnce.Do(func() {
+		noteSources()
+		buildPaths, buildErr = build()
+	})
 	if buildErr != nil {
 		t.Fatalf("building the fake GPU stack: %v", buildErr)
 	}
 	return buildPaths
+}
+
+// noteSources stats every C source and the Makefile. go test records the files a test
+// touches through package os and reruns a cached test when one changes; make runs in a
+// subprocess, which it cannot see.
+func noteSources() {
+	dir := filepath.Join(RepoRoot(), "internal", "fakegpu")
+	_, _ = os.Stat(filepath.Join(dir, "Makefile"))
+	entries, _ := os.ReadDir(filepath.Join(dir, "c"))
+	for _, e := range entries {
+		_, _ = os.Stat(filepath.Join(dir, "c", e.Name()))
+	}
 }
 
 func build() (Paths, error) {

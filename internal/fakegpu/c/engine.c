@@ -56,22 +56,17 @@ static void spin_iterations(uint64_t n)
 
 /*
  * Launch overhead is CPU work, not wall time: a dispatcher starved by other threads on its
- * CPU takes longer to launch, as a real one does. Calibrating against the thread's CPU
- * clock keeps the loop honest on a busy machine; the best of a few rounds drops rounds
- * where the thread was preempted mid-measurement.
+ * CPU takes longer to launch, as a real one does. The loop spins in slices of about a
+ * microsecond and stops once the thread's own CPU clock has advanced enough, so the cost
+ * holds whatever the core's speed (a busy hyperthread sibling slows a fixed loop).
  */
 static void calibrate_spin(void)
 {
-	const uint64_t n = 200000;
-	double best = 0;
-	for (int round = 0; round < 5; round++) {
-		uint64_t t0 = thread_cpu_ns();
-		spin_iterations(n);
-		uint64_t dt = thread_cpu_ns() - t0;
-		if (dt > 0 && (double)n / (double)dt > best)
-			best = (double)n / (double)dt;
-	}
-	spin_iters_per_ns = best > 0 ? best : 1.0;
+	const uint64_t n = 100000;
+	uint64_t t0 = thread_cpu_ns();
+	spin_iterations(n);
+	uint64_t dt = thread_cpu_ns() - t0;
+	spin_iters_per_ns = dt ? (double)n / (double)dt : 1.0;
 }
 
 static void fork_prepare(void) { pthread_mutex_lock(&fg_lock); }
@@ -116,8 +111,13 @@ void fg_wait_until(uint64_t deadline_ns)
 
 void fg_cpu_work(uint64_t ns)
 {
-	if (ns)
-		spin_iterations((uint64_t)((double)ns * spin_iters_per_ns));
+	if (!ns)
+		return;
+	uint64_t slice = (uint64_t)(1000 * spin_iters_per_ns) + 1;
+	uint64_t until = thread_cpu_ns() + ns;
+	do
+		spin_iterations(slice);
+	while (thread_cpu_ns() < until);
 }
 
 /* A grid runs in waves of one block per SM, so duration grows with ceil(blocks / SMs):
