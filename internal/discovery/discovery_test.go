@@ -1,0 +1,27 @@
+package discovery
+
+import (
+	"testing"
+
+	"github.com/fathom-gpu/fathom/internal/probes"
+)
+
+func TestMatchLibrary(t *testing.T) {
+	cases := map[string]probes.Library{
+		"/usr/local/cuda/lib64/libcudart.so.12":                                   probes.LibCUDART,
+		"/usr/local/cuda/lib64/libcudart.so.12.4.127":                             probes.LibCUDART,
+		"/venv/lib/python3.11/site-packages/torch/lib/libcudart-d0da41ae.so.11.0": probes.LibCUDART,
+		"/usr/lib/x86_64-linux-gnu/libcuda.so.1":                                  probes.LibCUDA,
+		"/usr/lib/x86_64-linux-gnu/libcuda.so.550.54.15":                          probes.LibCUDA,
+	}
+	for path, want := range cases {
+		if got, ok := MatchLibrary(path); !ok || got != want {
+			t.Errorf("%s: got %q %v, want %q", path, got, ok, want)
+		}
+	}
+	for _, path := range []string{"/usr/lib/libcudnn.so.9", "/usr/lib/libcuda_stub.so", "/usr/lib/libcudart_static.a", "/lib/libcudart.so.12.bak"} {
+		if got, ok := MatchLibrary(path); ok {
+			t.Errorf("%s matched %q", path, got)
+		}
+	}
+}

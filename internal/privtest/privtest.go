@@ -1,0 +1,38 @@
+// Package privtest gates tests that need root and a BPF-capable kernel. Locally they
+// skip with the reason; with FATHOM_REQUIRE_PRIVILEGED=1 (set by .ci/run) they fail
+// instead, so CI can never pass by silently skipping the tests that matter most.
+package privtest
+
+import (
+	"os"
+	"testing"
+)
+
+// EnvRequire names the switch that turns skips into failures.
+const EnvRequire = "FATHOM_REQUIRE_PRIVILEGED"
+
+// Require stops the test unless it runs as root on a kernel with BTF and tracefs.
+func Require(t testing.TB) {
+	t.Helper()
+	var missing string
+	switch {
+	case os.Geteuid() != 0:
+		missing = "root (loading BPF and attaching uprobes)"
+	case !exists("/sys/kernel/btf/vmlinux"):
+		missing = "kernel BTF (/sys/kernel/btf/vmlinux)"
+	case !exists("/sys/kernel/tracing/events") && !exists("/sys/kernel/debug/tracing/events"):
+		missing = "tracefs (mount -t tracefs tracefs /sys/kernel/tracing)"
+	}
+	if missing == "" {
+		return
+	}
+	if os.Getenv(EnvRequire) == "1" {
+		t.Fatalf("this test needs %s, and %s=1 makes that a failure", missing, EnvRequire)
+	}
+	t.Skipf("needs %s; set %s=1 to make this a failure", missing, EnvRequire)
+}
+
+func exists(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
+}

@@ -1,0 +1,221 @@
+//go:build linux
+
+package probes_test
+
+import (
+	"context"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/fathom-gpu/fathom/internal/fakegpu"
+	"github.com/fathom-gpu/fathom/internal/privtest"
+	"github.com/fathom-gpu/fathom/internal/probes"
+)
+
+// recorder keeps copies of the CUDA calls of one process.
+type recorder struct {
+	mu    sync.Mutex
+	pid   uint32
+	calls []probes.CUDACall
+	exits int
+}
+
+func (r *recorder) CUDACall(ev *probes.CUDACall) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if ev.Hdr.Pid == r.pid {
+		r.calls = append(r.calls, *ev)
+	}
+}
+func (r *recorder) Sched(*probes.SchedSwitchIn) {}
+func (r *recorder) Process(kind probes.EventKind, ev *probes.ProcessEvent) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if kind == probes.KindExit && ev.Hdr.Pid == r.pid {
+		r.exits++
+	}
+}
+func (r *recorder) BlockIO(*probes.BlockIO)             {}
+func (r *recorder) TCPRetransmit(*probes.TCPRetransmit) {}
+
+func loadAndAttach(t *testing.T, paths fakegpu.Paths) *probes.Probes {
+	t.Helper()
+	p, err := probes.Load(probes.Options{TraceAllCUDA: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	if err := p.AttachHost(); err != nil {
+		t.Fatal(err)
+	}
+	for lib, name := range map[probes.Library]string{probes.LibCUDART: "libcudart.so.12", probes.LibCUDA: "libcuda.so.1"} {
+		att, isNew, err := p.AttachLibrary(filepath.Join(paths.LibDir, name), lib)
+		if err != nil || !isNew {
+			t.Fatalf("attach %s: new=%v err=%v", name, isNew, err)
+		}
+		if len(att.Missing) != 0 {
+			t.Fatalf("%s lacks %v", name, att.Missing)
+		}
+	}
+	return p
+}
+
+func runReader(t *testing.T, p *probes.Probes, h probes.Handler) (stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := p.Run(ctx, h, func(err error) { t.Errorf("decode: %v", err) }); err != nil {
+			t.Errorf("run: %v", err)
+		}
+	}()
+	return func() {
+		time.Sleep(50 * time.Millisecond) // let the reader drain what the last calls wrote
+		cancel()
+		<-done
+	}
+}
+
+// Every API is seen exactly as often as the workload called it, with its arguments
+// decoded from the real x86-64 SysV layout: dim3 by value in register pairs, stream
+// on the stack, launch configs read through their pointer, copy kinds and sizes.
+func TestEveryAPICallIsSeenOnceWithItsArguments(t *testing.T) {
+	privtest.Require(t)
+	paths := fakegpu.Build(t)
+	p := loadAndAttach(t, paths)
+	if got := p.ProbeCount(); got != 10+2*len(probes.APIs) {
+		t.Fatalf("probes attached: %d, want %d", got, 10+2*len(probes.APIs))
+	}
+
+	opts := fakegpu.Options{
+		Gate: true, Steps: 4, GridBlocks: 96, BlockThreads: 128,
+		Launches: 40, LaunchesEx: 8, DriverLaunches: 12, DriverLaunchesPtsz: 4, DriverLaunchesEx: 4,
+		H2D: 8, H2DAsync: 4, D2H: 4, D2HAsync: 4, D2D: 4, D2DAsync: 4, H2H: 4, H2DBytes: 4 << 20,
+		DriverH2D: 4, DriverH2DAsync: 4, DriverD2H: 4, DriverD2HAsync: 4, DriverD2D: 4, DriverD2DAsync: 4,
+		DriverMemcpy: 4, DriverMemcpyAsync: 4,
+		Allocs: 4, AsyncAllocs: 4, DriverAllocs: 4, AllocBytes: 3 << 20,
+		Syncs: 12, StreamWaits: 4, DriverSyncs: 4,
+		GraphCaptures: 2, GraphKernels: 3, GraphReplays: 8, DriverGraphLaunches: 4,
+	}
+	w := fakegpu.Start(t, paths, opts)
+	rec := &recorder{pid: uint32(w.Pid)}
+	stop := runReader(t, p, rec)
+	if err := w.Release(); err != nil {
+		t.Fatal(err)
+	}
+	report, err := w.Wait(time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop()
+
+	seen := map[string]int64{}
+	requestedAllocs := map[string]int{}
+	bytesByDir := map[probes.MemcpyKind]uint64{}
+	for _, c := range rec.calls {
+		name := probes.APIName(c.Api)
+		seen[name]++
+		if c.Hdr.Tid != uint32(report.Tid) {
+			t.Fatalf("%s on thread %d, the workload's dispatcher is %d", name, c.Hdr.Tid, report.Tid)
+		}
+		if c.Ret != 0 {
+			t.Errorf("%s returned %d", name, c.Ret)
+		}
+		switch name {
+		case "cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel", "cuLaunchKernel_ptsz", "cuLaunchKernelEx":
+			if c.Grid != [3]uint32{96, 1, 1} || c.Block != [3]uint32{128, 1, 1} {
+				t.Fatalf("%s grid %v block %v, want [96 1 1] [128 1 1]", name, c.Grid, c.Block)
+			}
+		case "cudaMalloc", "cudaMallocAsync", "cuMemAlloc_v2":
+			// The handle is the device pointer read back through the out-parameter.
+			if c.Bytes == 0 || c.Handle == 0 {
+				t.Fatalf("%s bytes %d handle %#x", name, c.Bytes, c.Handle)
+			}
+			if c.Bytes == 3<<20 {
+				requestedAllocs[name]++
+			}
+		}
+		if k := probes.MemcpyKind(c.MemcpyKind); k.Direction() != "" && k != probes.MemcpyNone {
+			bytesByDir[k] += c.Bytes
+		}
+	}
+	for api, want := range report.Calls {
+		if probes.APIName(apiIDOf(api)) == "unknown" {
+			continue // workload helpers that are not probed (cudaEventRecord ...)
+		}
+		if seen[api] != want {
+			t.Errorf("%s: probes saw %d calls, workload made %d", api, seen[api], want)
+		}
+	}
+	// The workload also allocates its own copy buffers; the 3 MiB ones are the test's.
+	for _, api := range []string{"cudaMalloc", "cudaMallocAsync", "cuMemAlloc_v2"} {
+		if requestedAllocs[api] != 4 {
+			t.Errorf("%s: %d allocations of 3 MiB seen, want 4", api, requestedAllocs[api])
+		}
+	}
+	// cuMemcpy/cuMemcpyAsync take unified addresses and name no direction, so their
+	// bytes are "default" although the workload copied host to device with them.
+	unified := uint64(opts.DriverMemcpy+opts.DriverMemcpyAsync) * uint64(opts.H2DBytes)
+	if got := bytesByDir[probes.MemcpyDefault]; got != unified {
+		t.Errorf("default-direction bytes %d, want %d", got, unified)
+	}
+	wantH2D := uint64(report.Bytes.H2D+report.DriverBytes.H2D) - unified
+	if bytesByDir[probes.MemcpyHostToDevice] != wantH2D {
+		t.Errorf("host_to_device bytes %d, want %d", bytesByDir[probes.MemcpyHostToDevice], wantH2D)
+	}
+	if got, want := bytesByDir[probes.MemcpyDeviceToHost], uint64(report.Bytes.D2H+report.DriverBytes.D2H); got != want {
+		t.Errorf("device_to_host bytes %d, want %d", got, want)
+	}
+	if got, want := bytesByDir[probes.MemcpyDeviceToDevice], uint64(report.Bytes.D2D+report.DriverBytes.D2D); got != want {
+		t.Errorf("device_to_device bytes %d, want %d", got, want)
+	}
+	if n := p.InFlightCalls(uint32(report.Tid)); n != 0 {
+		t.Errorf("%d calls still in flight after the workload exited", n)
+	}
+	drops, err := p.Drops()
+	if err != nil || drops["ringbuf_full"] != 0 {
+		t.Errorf("drops %v err %v", drops, err)
+	}
+}
+
+// A process killed inside a call never returns from it: its in-flight entry must go
+// with the thread, not linger until LRU eviction.
+func TestKilledMidCallLeavesNoInFlightEntry(t *testing.T) {
+	privtest.Require(t)
+	paths := fakegpu.Build(t)
+	p := loadAndAttach(t, paths)
+	w := fakegpu.Start(t, paths, fakegpu.Options{Gate: true, Steps: 1, Launches: 1, Stall: time.Minute, StallIn: "stream-sync"})
+	rec := &recorder{pid: uint32(w.Pid)}
+	stop := runReader(t, p, rec)
+	defer stop()
+	if err := w.Release(); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for p.InFlightCalls(uint32(w.Tid)) == 0 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if n := p.InFlightCalls(uint32(w.Tid)); n != 1 {
+		t.Fatalf("the stalled call should be the one in flight, found %d", n)
+	}
+	w.Kill()
+	<-w.Exited()
+	time.Sleep(50 * time.Millisecond)
+	if n := p.InFlightCalls(uint32(w.Tid)); n != 0 {
+		t.Fatalf("%d in-flight entries left by the killed thread", n)
+	}
+	if p.IsTraced(uint32(w.Pid)) {
+		t.Fatalf("the killed process is still in the traced set")
+	}
+}
+
+func apiIDOf(symbol string) uint32 {
+	for _, a := range probes.APIs {
+		if a.Symbol == symbol {
+			return a.ID
+		}
+	}
+	return 0
+}

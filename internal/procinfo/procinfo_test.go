@@ -1,0 +1,55 @@
+package procinfo
+
+import (
+	"os"
+	"os/exec"
+	"testing"
+	"time"
+)
+
+func TestParseKubernetesCgroup(t *testing.T) {
+	cases := []struct{ path, pod, container string }{
+		{
+			"/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod1b2c3d4e_5f60_7182_93a4_b5c6d7e8f901.slice/cri-containerd-0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef.scope",
+			"1b2c3d4e-5f60-7182-93a4-b5c6d7e8f901", "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef",
+		},
+		{
+			"/kubepods/besteffort/pod1b2c3d4e-5f60-7182-93a4-b5c6d7e8f901/fedcba9876543210fedcba9876543210fedcba9876543210fedcba9876543210",
+			"1b2c3d4e-5f60-7182-93a4-b5c6d7e8f901", "fedcba9876543210fedcba9876543210fedcba9876543210fedcba9876543210",
+		},
+		{"/user.slice/user-0.slice/session-1.scope", "", ""},
+	}
+	for _, c := range cases {
+		pod, container := ParseKubernetesCgroup(c.path)
+		if pod != c.pod || container != c.container {
+			t.Errorf("%s: got pod %q container %q", c.path, pod, container)
+		}
+	}
+}
+
+// A real child process with launcher variables: torchrun's names win over SLURM's.
+func TestReadRealProcess(t *testing.T) {
+	cmd := exec.Command("sleep", "5")
+	cmd.Env = append(os.Environ(), "RANK=5", "SLURM_PROCID=9", "SLURM_LOCALID=1", "WORLD_SIZE=8", "TORCHELASTIC_RUN_ID=job-42")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	time.Sleep(50 * time.Millisecond)
+	p, err := Read("/proc", uint32(cmd.Process.Pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Executable != "sleep" || p.CommandLine != "sleep 5" {
+		t.Errorf("executable %q command line %q", p.Executable, p.CommandLine)
+	}
+	if p.Rank != 5 || p.LocalRank != 1 || p.WorldSize != 8 || p.Job != "job-42" {
+		t.Errorf("rank %d local %d world %d job %q", p.Rank, p.LocalRank, p.WorldSize, p.Job)
+	}
+	if p.CgroupPath == "" {
+		t.Errorf("no cgroup v2 path read")
+	}
+	if _, err := Read("/proc", 1<<30); err == nil {
+		t.Errorf("a missing process must be an error")
+	}
+}

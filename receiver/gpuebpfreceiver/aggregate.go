@@ -1,0 +1,244 @@
+package gpuebpfreceiver
+
+import (
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.opentelemetry.io/collector/pdata/pcommon"
+
+	"github.com/fathom-gpu/fathom/internal/expohisto"
+	"github.com/fathom-gpu/fathom/internal/probes"
+	"github.com/fathom-gpu/fathom/internal/procinfo"
+)
+
+// memcpyKinds is the number of cudaMemcpyKind values kept per API (0..4).
+const memcpyKinds = 5
+
+// apiSeries is what one process's calls of one API add up to.
+type apiSeries struct {
+	duration expohisto.Histogram
+	calls    [memcpyKinds + 1]uint64 // by copy direction; last: APIs that copy nothing
+	bytes    [memcpyKinds + 1]uint64
+	errors   uint64
+}
+
+// threadSeries is the scheduling of one thread (or of all "other" threads).
+type threadSeries struct {
+	offCPUVoluntary expohisto.Histogram
+	offCPUPreempted expohisto.Histogram
+	runQueue        expohisto.Histogram
+}
+
+// processSeries is everything kept about one traced process.
+type processSeries struct {
+	info      procinfo.Process
+	start     pcommon.Timestamp
+	apis      [probes.APICount]*apiSeries
+	threads   map[uint32]*threadSeries // threads that call CUDA, up to the cap
+	other     threadSeries             // all other threads of the process
+	cudaTIDs  map[uint32]bool
+	forks     uint64
+	blockIO   [2]expohisto.Histogram // read, write
+	exited    bool
+	hasSched  bool
+	hasBlock  bool
+	synthetic bool
+}
+
+// aggregator turns events into series. Events arrive on the reader goroutine; the
+// emitter takes the lock at each interval.
+type aggregator struct {
+	mu        sync.Mutex
+	cfg       *Config
+	clock     *wallClock
+	procRoot  string
+	processes map[uint32]*processSeries
+	logs      *logSink
+	synthetic bool
+
+	events, drops       counterSet
+	processStartDefault pcommon.Timestamp
+}
+
+// counterSet is a small set of named counters read by telemetry callbacks.
+type counterSet struct {
+	mu sync.Mutex
+	m  map[string]*atomic.Uint64
+}
+
+func (c *counterSet) add(name string, n uint64) {
+	c.mu.Lock()
+	if c.m == nil {
+		c.m = map[string]*atomic.Uint64{}
+	}
+	v, ok := c.m[name]
+	if !ok {
+		v = &atomic.Uint64{}
+		c.m[name] = v
+	}
+	c.mu.Unlock()
+	v.Add(n)
+}
+
+func (c *counterSet) snapshot() map[string]uint64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make(map[string]uint64, len(c.m))
+	for k, v := range c.m {
+		out[k] = v.Load()
+	}
+	return out
+}
+
+func newAggregator(cfg *Config, clock *wallClock, logs *logSink, synthetic bool) *aggregator {
+	return &aggregator{
+		cfg:                 cfg,
+		clock:               clock,
+		procRoot:            cfg.Discovery.ProcRoot,
+		processes:           map[uint32]*processSeries{},
+		logs:                logs,
+		synthetic:           synthetic,
+		processStartDefault: pcommon.NewTimestampFromTime(time.Now()),
+	}
+}
+
+// process returns the series of pid, creating it (and reading its identity) on first
+// sight; nil when the process cap is reached.
+func (a *aggregator) process(pid uint32) *processSeries {
+	if p, ok := a.processes[pid]; ok {
+		return p
+	}
+	if len(a.processes) >= a.cfg.Limits.MaxProcesses {
+		a.drops.add("cardinality", 1)
+		return nil
+	}
+	p := &processSeries{
+		start:     pcommon.NewTimestampFromTime(time.Now()),
+		threads:   map[uint32]*threadSeries{},
+		cudaTIDs:  map[uint32]bool{},
+		synthetic: a.synthetic,
+	}
+	if a.synthetic {
+		p.info = syntheticProcess(pid)
+	} else if info, err := procinfo.Read(a.procRoot, pid); err == nil {
+		p.info = info
+	} else {
+		p.info = procinfo.Process{PID: pid, Rank: -1, LocalRank: -1, WorldSize: -1}
+	}
+	a.processes[pid] = p
+	return p
+}
+
+func (a *aggregator) CUDACall(ev *probes.CUDACall) {
+	a.events.add("cuda.api.call", 1)
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	p := a.process(ev.Hdr.Pid)
+	if p == nil {
+		return
+	}
+	if int(ev.Api) >= probes.APICount || ev.Api == 0 {
+		a.drops.add("decode", 1)
+		return
+	}
+	s := p.apis[ev.Api]
+	if s == nil {
+		s = &apiSeries{}
+		p.apis[ev.Api] = s
+	}
+	seconds := float64(ev.DurationNs) / 1e9
+	median := s.duration.Quantile(0.5)
+	warm := s.duration.Count >= 20
+	s.duration.Record(seconds)
+	dir := int(ev.MemcpyKind)
+	if dir >= memcpyKinds {
+		dir = memcpyKinds
+	}
+	s.calls[dir]++
+	s.bytes[dir] += ev.Bytes
+	if ev.Ret != 0 {
+		s.errors++
+	}
+	if len(p.cudaTIDs) < a.cfg.Limits.MaxThreadsPerProcess {
+		p.cudaTIDs[ev.Hdr.Tid] = true
+	}
+	a.logs.cudaCall(p, ev, seconds, median, warm)
+}
+
+func (a *aggregator) Sched(ev *probes.SchedSwitchIn) {
+	a.events.add("host.sched", 1)
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	p := a.process(ev.Hdr.Pid)
+	if p == nil {
+		return
+	}
+	p.hasSched = true
+	t := &p.other
+	if p.cudaTIDs[ev.Hdr.Tid] {
+		if t = p.threads[ev.Hdr.Tid]; t == nil {
+			t = &threadSeries{}
+			p.threads[ev.Hdr.Tid] = t
+		}
+	}
+	offCPU := float64(ev.OffCpuNs) / 1e9
+	if ev.Preempted != 0 {
+		t.offCPUPreempted.Record(offCPU)
+	} else {
+		t.offCPUVoluntary.Record(offCPU)
+	}
+	if ev.RunqNs != 0 {
+		t.runQueue.Record(float64(ev.RunqNs) / 1e9)
+	}
+}
+
+func (a *aggregator) Process(kind probes.EventKind, ev *probes.ProcessEvent) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	switch kind {
+	case probes.KindFork:
+		a.events.add("process.fork", 1)
+		if parent := a.process(ev.ParentPid); parent != nil {
+			parent.forks++
+			a.logs.lifecycle(parent, kind, ev)
+		}
+	case probes.KindExec:
+		a.events.add("process.exec", 1)
+		// Exec events come for every process on the host (discovery needs them); only
+		// those of processes already traced are news for the pipeline.
+		if p, ok := a.processes[ev.Hdr.Pid]; ok {
+			if info, err := procinfo.Read(a.procRoot, ev.Hdr.Pid); err == nil && !a.synthetic {
+				p.info = info
+			}
+			a.logs.lifecycle(p, kind, ev)
+		}
+	case probes.KindExit:
+		a.events.add("process.exit", 1)
+		if p, ok := a.processes[ev.Hdr.Pid]; ok {
+			p.exited = true
+			a.logs.lifecycle(p, kind, ev)
+		}
+	}
+}
+
+func (a *aggregator) BlockIO(ev *probes.BlockIO) {
+	a.events.add("host.block.io", 1)
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	p := a.process(ev.Hdr.Pid)
+	if p == nil {
+		return
+	}
+	p.hasBlock = true
+	seconds := float64(ev.DurationNs) / 1e9
+	p.blockIO[ev.Write&1].Record(seconds)
+	a.logs.blockIO(p, ev, seconds)
+}
+
+func (a *aggregator) TCPRetransmit(ev *probes.TCPRetransmit) {
+	a.events.add("host.tcp.retransmit", 1)
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.logs.retransmit(ev)
+}

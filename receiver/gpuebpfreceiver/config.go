@@ -1,0 +1,202 @@
+package gpuebpfreceiver
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Mode selects where events come from.
+const (
+	// ModeEBPF loads the BPF programs: real events, needs root (or CAP_BPF+CAP_PERFMON).
+	ModeEBPF = "ebpf"
+	// ModeSynthetic makes up realistic events without privileges, for demos and for
+	// trying pipelines; everything it emits carries fathom.synthetic=true.
+	ModeSynthetic = "synthetic"
+)
+
+// Log policies.
+const (
+	LogsAll     = "all"     // every CUDA call, I/O and lifecycle event (rate-capped)
+	LogsNotable = "notable" // tail outliers, errors, lifecycle, graph capture, retransmits
+	LogsNone    = "none"
+)
+
+// Temporalities of the sums and histograms.
+const (
+	TemporalityCumulative = "cumulative"
+	TemporalityDelta      = "delta"
+)
+
+// Config is the gpuebpf receiver's configuration.
+type Config struct {
+	// Mode is "ebpf" (default) or "synthetic".
+	Mode string `mapstructure:"mode"`
+	// CollectionInterval is how often metrics are emitted.
+	CollectionInterval time.Duration `mapstructure:"collection_interval"`
+	// Temporality of sums and histograms: "cumulative" (default, with start times) or "delta".
+	Temporality string `mapstructure:"temporality"`
+	// ClusterName, when set, is stamped on every resource as fathom.cluster.name.
+	ClusterName string `mapstructure:"cluster_name"`
+
+	Targets   TargetsConfig   `mapstructure:"targets"`
+	Discovery DiscoveryConfig `mapstructure:"discovery"`
+	Logs      LogsConfig      `mapstructure:"logs"`
+	Limits    LimitsConfig    `mapstructure:"limits"`
+	Synthetic SyntheticConfig `mapstructure:"synthetic"`
+
+	_ struct{}
+}
+
+// TargetsConfig says which processes are traced.
+type TargetsConfig struct {
+	// All traces every process that loads a CUDA library (default true). When false,
+	// only PIDs and Cgroups below (and their children) are traced.
+	All bool `mapstructure:"all"`
+	// PIDs to trace.
+	PIDs []int `mapstructure:"pids"`
+	// Cgroups to trace, as cgroup v2 paths relative to the cgroup root
+	// (e.g. /kubepods.slice/...), or absolute paths under /sys/fs/cgroup.
+	Cgroups []string `mapstructure:"cgroups"`
+	// Libraries are extra library files to probe (e.g. a libcudart no running process
+	// has loaded yet). Each must exist; the library kind is told from the file name.
+	Libraries []string `mapstructure:"libraries"`
+}
+
+// DiscoveryConfig controls how libraries and processes are found.
+type DiscoveryConfig struct {
+	// ProcRoot is where /proc is mounted (a DaemonSet mounts the host's at /host/proc).
+	ProcRoot string `mapstructure:"proc_root"`
+	// CgroupRoot is where the cgroup v2 hierarchy is mounted.
+	CgroupRoot string `mapstructure:"cgroup_root"`
+	// RescanInterval is how often every process's mappings are scanned for new
+	// libraries; processes that exec are also scanned shortly after their exec.
+	RescanInterval time.Duration `mapstructure:"rescan_interval"`
+}
+
+// LogsConfig controls per-event log records.
+type LogsConfig struct {
+	// Policy is "notable" (default), "all" or "none".
+	Policy string `mapstructure:"policy"`
+	// MaxPerSecond caps log records per second; the rest are counted as dropped.
+	MaxPerSecond int `mapstructure:"max_per_second"`
+	// OutlierFactor: a call is a tail outlier when it takes longer than this many times
+	// the running median of the same API in the same process.
+	OutlierFactor float64 `mapstructure:"outlier_factor"`
+	// OutlierMinDuration ignores outliers shorter than this (microsecond jitter on
+	// microsecond calls is not news).
+	OutlierMinDuration time.Duration `mapstructure:"outlier_min_duration"`
+}
+
+// LimitsConfig bounds every table the receiver keeps, in the kernel and in Go.
+type LimitsConfig struct {
+	// RingBufferBytes sizes the kernel-to-userspace event ring (power of two, ≥ 4 KiB).
+	RingBufferBytes uint32 `mapstructure:"ring_buffer_bytes"`
+	// InFlightCalls bounds the kernel's LRU table of calls that have not returned yet.
+	InFlightCalls uint32 `mapstructure:"in_flight_calls"`
+	// MaxProcesses bounds the processes with metric series; events of further
+	// processes are counted as dropped (cardinality).
+	MaxProcesses int `mapstructure:"max_processes"`
+	// MaxThreadsPerProcess bounds per-thread series (threads that call CUDA); the
+	// rest of a process's threads share one "other" series.
+	MaxThreadsPerProcess int `mapstructure:"max_threads_per_process"`
+}
+
+// SyntheticConfig shapes the made-up workload of synthetic mode.
+type SyntheticConfig struct {
+	// Ranks is how many rank processes to simulate on this node.
+	Ranks int `mapstructure:"ranks"`
+	// CallsPerSecond per rank.
+	CallsPerSecond int `mapstructure:"calls_per_second"`
+	// SlowRank, if ≥ 0, is a rank whose synchronizations take SlowFactor times longer.
+	SlowRank   int     `mapstructure:"slow_rank"`
+	SlowFactor float64 `mapstructure:"slow_factor"`
+}
+
+func createDefaultConfig() *Config {
+	return &Config{
+		Mode:               ModeEBPF,
+		CollectionInterval: 10 * time.Second,
+		Temporality:        TemporalityCumulative,
+		Targets:            TargetsConfig{All: true},
+		Discovery: DiscoveryConfig{
+			ProcRoot:       "/proc",
+			CgroupRoot:     "/sys/fs/cgroup",
+			RescanInterval: 30 * time.Second,
+		},
+		Logs: LogsConfig{
+			Policy:             LogsNotable,
+			MaxPerSecond:       1000,
+			OutlierFactor:      4,
+			OutlierMinDuration: time.Millisecond,
+		},
+		Limits: LimitsConfig{
+			RingBufferBytes:      8 << 20,
+			InFlightCalls:        16384,
+			MaxProcesses:         512,
+			MaxThreadsPerProcess: 16,
+		},
+		Synthetic: SyntheticConfig{Ranks: 4, CallsPerSecond: 2000, SlowRank: -1, SlowFactor: 8},
+	}
+}
+
+// Validate explains what is wrong in the user's words.
+func (c *Config) Validate() error {
+	var errs []error
+	switch c.Mode {
+	case ModeEBPF, ModeSynthetic:
+	default:
+		errs = append(errs, fmt.Errorf("mode must be %q or %q, not %q", ModeEBPF, ModeSynthetic, c.Mode))
+	}
+	if c.CollectionInterval < 100*time.Millisecond {
+		errs = append(errs, fmt.Errorf("collection_interval must be at least 100ms, got %s", c.CollectionInterval))
+	}
+	switch c.Temporality {
+	case TemporalityCumulative, TemporalityDelta:
+	default:
+		errs = append(errs, fmt.Errorf("temporality must be %q or %q, not %q", TemporalityCumulative, TemporalityDelta, c.Temporality))
+	}
+	if !c.Targets.All && len(c.Targets.PIDs) == 0 && len(c.Targets.Cgroups) == 0 {
+		errs = append(errs, errors.New("targets: with all: false, name at least one of pids or cgroups, or nothing is traced"))
+	}
+	for _, pid := range c.Targets.PIDs {
+		if pid <= 0 {
+			errs = append(errs, fmt.Errorf("targets.pids: %d is not a process id", pid))
+		}
+	}
+	if c.Discovery.ProcRoot == "" {
+		errs = append(errs, errors.New("discovery.proc_root must not be empty (the host's /proc, e.g. /proc or /host/proc)"))
+	}
+	if c.Discovery.RescanInterval < time.Second {
+		errs = append(errs, fmt.Errorf("discovery.rescan_interval must be at least 1s, got %s", c.Discovery.RescanInterval))
+	}
+	switch c.Logs.Policy {
+	case LogsAll, LogsNotable, LogsNone:
+	default:
+		errs = append(errs, fmt.Errorf("logs.policy must be %q, %q or %q, not %q", LogsAll, LogsNotable, LogsNone, c.Logs.Policy))
+	}
+	if c.Logs.MaxPerSecond < 0 {
+		errs = append(errs, fmt.Errorf("logs.max_per_second must not be negative, got %d", c.Logs.MaxPerSecond))
+	}
+	if c.Logs.OutlierFactor <= 1 {
+		errs = append(errs, fmt.Errorf("logs.outlier_factor must be greater than 1, got %g", c.Logs.OutlierFactor))
+	}
+	if rb := c.Limits.RingBufferBytes; rb < 4096 || rb&(rb-1) != 0 {
+		errs = append(errs, fmt.Errorf("limits.ring_buffer_bytes must be a power of two of at least 4096, got %d", rb))
+	}
+	if c.Limits.InFlightCalls < 64 {
+		errs = append(errs, fmt.Errorf("limits.in_flight_calls must be at least 64, got %d", c.Limits.InFlightCalls))
+	}
+	if c.Limits.MaxProcesses < 1 || c.Limits.MaxThreadsPerProcess < 1 {
+		errs = append(errs, errors.New("limits.max_processes and limits.max_threads_per_process must be at least 1"))
+	}
+	if c.Mode == ModeSynthetic {
+		if c.Synthetic.Ranks < 1 || c.Synthetic.Ranks > 64 {
+			errs = append(errs, fmt.Errorf("synthetic.ranks must be between 1 and 64, got %d", c.Synthetic.Ranks))
+		}
+		if c.Synthetic.CallsPerSecond < 1 {
+			errs = append(errs, fmt.Errorf("synthetic.calls_per_second must be at least 1, got %d", c.Synthetic.CallsPerSecond))
+		}
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,79 @@
+package gpuebpfreceiver
+
+import (
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"go.opentelemetry.io/collector/component"
+	"go.opentelemetry.io/collector/confmap/confmaptest"
+	"go.opentelemetry.io/collector/confmap"
+
+	"github.com/fathom-gpu/fathom/receiver/gpuebpfreceiver/internal/metadata"
+)
+
+func loadConfig(t *testing.T, name string) (*Config, error) {
+	t.Helper()
+	cm, err := confmaptest.LoadConf(filepath.Join("testdata", "config.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sub, err := cm.Sub(component.NewIDWithName(metadata.Type, name).String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := NewFactory().CreateDefaultConfig().(*Config)
+	if err := sub.Unmarshal(cfg); err != nil {
+		t.Fatal(err)
+	}
+	return cfg, confmap.Validate(cfg)
+}
+
+func TestLoadConfig(t *testing.T) {
+	def, err := loadConfig(t, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if def.Mode != ModeEBPF || def.CollectionInterval != 10*time.Second || !def.Targets.All || def.Logs.Policy != LogsNotable {
+		t.Errorf("defaults: %+v", def)
+	}
+
+	custom, err := loadConfig(t, "custom")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if custom.Temporality != TemporalityDelta || custom.ClusterName != "train-a" || custom.Targets.All ||
+		len(custom.Targets.PIDs) != 1 || custom.Targets.PIDs[0] != 4242 || custom.Discovery.ProcRoot != "/host/proc" ||
+		custom.Logs.MaxPerSecond != 50 || custom.Logs.OutlierMinDuration != 5*time.Millisecond ||
+		custom.Limits.RingBufferBytes != 16<<20 || custom.Limits.MaxProcesses != 64 || custom.Limits.InFlightCalls != 16384 {
+		t.Errorf("custom: %+v", custom)
+	}
+
+	synthetic, err := loadConfig(t, "synthetic")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if synthetic.Synthetic.Ranks != 8 || synthetic.Synthetic.SlowRank != 5 || synthetic.Synthetic.CallsPerSecond != 2000 {
+		t.Errorf("synthetic: %+v", synthetic.Synthetic)
+	}
+}
+
+// Each mistake is named in the error, in the words of the YAML.
+func TestInvalidConfigsSayWhatIsWrong(t *testing.T) {
+	cases := map[string][]string{
+		"bad_mode":   {`mode must be "ebpf" or "synthetic", not "kprobe"`},
+		"bad_limits": {"with all: false, name at least one of pids or cgroups", `logs.policy must be "all", "notable" or "none", not "some"`, "limits.ring_buffer_bytes must be a power of two of at least 4096, got 5000"},
+	}
+	for name, wants := range cases {
+		_, err := loadConfig(t, name)
+		if err == nil {
+			t.Fatalf("%s: accepted", name)
+		}
+		for _, want := range wants {
+			if !strings.Contains(err.Error(), want) {
+				t.Errorf("%s: error %q does not say %q", name, err, want)
+			}
+		}
+	}
+}

@@ -1,0 +1,242 @@
+package gpuebpfreceiver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"go.opentelemetry.io/collector/component"
+	"go.opentelemetry.io/collector/consumer"
+	"go.opentelemetry.io/collector/pdata/pcommon"
+	"go.opentelemetry.io/collector/receiver"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+	"go.uber.org/zap"
+
+	"github.com/fathom-gpu/fathom/internal/probes"
+	"github.com/fathom-gpu/fathom/receiver/gpuebpfreceiver/internal/metadata"
+)
+
+// eventSource feeds events to a handler: the kernel (ebpf mode) or a simulation.
+type eventSource interface {
+	// start begins delivering events to h until stop; errors at start are fatal.
+	start(ctx context.Context, h probes.Handler) error
+	stop() error
+	// hostTotals reads the kernel-side aggregates and drop counters (empty if none).
+	hostTotals() (probes.HostAggregates, map[string]uint64, bool)
+	probeCount() int
+}
+
+// controller is the one BPF controller of a receiver ID: the metrics and the logs
+// pipelines that name the same gpuebpf receiver share it (and its probes).
+type controller struct {
+	cfg      *Config
+	settings receiver.Settings
+
+	mu      sync.Mutex
+	metrics consumer.Metrics
+	logs    consumer.Logs
+	users   int
+
+	source    eventSource
+	clock     *wallClock
+	agg       *aggregator
+	hostRes   func(pcommon.Resource)
+	telemetry *metadata.TelemetryBuilder
+	cancel    context.CancelFunc
+	wg        sync.WaitGroup
+
+	lastEmit pcommon.Timestamp
+	prevHost hostTotals
+}
+
+var (
+	controllersMu sync.Mutex
+	controllers   = map[*Config]*controller{}
+)
+
+// sharedController returns the controller of cfg, creating it for the first signal.
+func sharedController(cfg *Config, set receiver.Settings) *controller {
+	controllersMu.Lock()
+	defer controllersMu.Unlock()
+	if c, ok := controllers[cfg]; ok {
+		return c
+	}
+	c := &controller{cfg: cfg, settings: set}
+	controllers[cfg] = c
+	return c
+}
+
+// signalReceiver is the component the factory returns for one signal.
+type signalReceiver struct {
+	c *controller
+}
+
+func (r *signalReceiver) Start(ctx context.Context, host component.Host) error {
+	return r.c.start(ctx)
+}
+
+func (r *signalReceiver) Shutdown(ctx context.Context) error {
+	return r.c.shutdown()
+}
+
+func (c *controller) start(ctx context.Context) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.users > 0 {
+		c.users++
+		return nil // the other signal started it
+	}
+	synthetic := c.cfg.Mode == ModeSynthetic
+	c.clock = &wallClock{}
+	c.clock.refresh()
+	var err error
+	if c.telemetry, err = metadata.NewTelemetryBuilder(c.settings.TelemetrySettings); err != nil {
+		return err
+	}
+	c.hostRes = hostIdentity(c.cfg.ClusterName, synthetic)
+	c.agg = newAggregator(c.cfg, c.clock, nil, synthetic)
+	c.agg.logs = newLogSink(c.cfg, c.clock, &c.agg.drops, c.hostRes)
+	if synthetic {
+		c.source = newSyntheticSource(c.cfg)
+	} else {
+		c.source, err = newEBPFSource(c.cfg, c.settings.Logger)
+		if err != nil {
+			return err
+		}
+	}
+	runCtx, cancel := context.WithCancel(context.Background())
+	c.cancel = cancel
+	if err := c.source.start(runCtx, c.agg); err != nil {
+		cancel()
+		_ = c.source.stop()
+		return err
+	}
+	c.users++
+	c.registerTelemetry()
+	c.lastEmit = pcommon.NewTimestampFromTime(time.Now())
+	c.wg.Add(1)
+	go c.emitLoop(runCtx)
+	c.settings.Logger.Info("gpuebpf receiver started", zap.String("mode", c.cfg.Mode), zap.Int("probes", c.source.probeCount()))
+	return nil
+}
+
+func (c *controller) registerTelemetry() {
+	_ = c.telemetry.RegisterReceiverGpuebpfEventsCallback(func(_ context.Context, o metric.Int64Observer) error {
+		for name, n := range c.agg.events.snapshot() {
+			o.Observe(int64(n), metric.WithAttributes(attribute.String("event", name)))
+		}
+		return nil
+	})
+	_ = c.telemetry.RegisterReceiverGpuebpfDropsCallback(func(_ context.Context, o metric.Int64Observer) error {
+		for reason, n := range c.allDrops() {
+			o.Observe(int64(n), metric.WithAttributes(attribute.String("reason", reason)))
+		}
+		return nil
+	})
+	_ = c.telemetry.RegisterReceiverGpuebpfProbesCallback(func(_ context.Context, o metric.Int64Observer) error {
+		o.Observe(int64(c.source.probeCount()))
+		return nil
+	})
+}
+
+// allDrops merges the kernel's drop counters with the receiver's own.
+func (c *controller) allDrops() map[string]uint64 {
+	drops := c.agg.drops.snapshot()
+	if _, kernelDrops, ok := c.source.hostTotals(); ok {
+		for k, v := range kernelDrops {
+			drops[k] += v
+		}
+	}
+	return drops
+}
+
+func (c *controller) emitLoop(ctx context.Context) {
+	defer c.wg.Done()
+	metricsTick := time.NewTicker(c.cfg.CollectionInterval)
+	defer metricsTick.Stop()
+	// Logs leave every second whatever the metrics interval, so a notable event reaches
+	// Loki while it still matters.
+	logsTick := time.NewTicker(time.Second)
+	defer logsTick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-logsTick.C:
+			c.clock.refresh()
+			c.flushLogs(ctx)
+		case <-metricsTick.C:
+			c.flushMetrics(ctx)
+		}
+	}
+}
+
+func (c *controller) flushLogs(ctx context.Context) {
+	c.mu.Lock()
+	next := c.logs
+	c.mu.Unlock()
+	ld, n := c.agg.logs.take()
+	if n == 0 || next == nil {
+		return
+	}
+	if err := next.ConsumeLogs(ctx, ld); err != nil {
+		c.agg.drops.add("consumer_refused", uint64(n))
+		c.settings.Logger.Warn("logs refused by the next consumer", zap.Int("records", n), zap.Error(err))
+	}
+}
+
+func (c *controller) flushMetrics(ctx context.Context) {
+	c.mu.Lock()
+	next := c.metrics
+	c.mu.Unlock()
+	if next == nil {
+		return
+	}
+	kernel, kernelDrops, haveKernel := c.source.hostTotals()
+	host := hostTotals{kernel: kernel, haveKernel: haveKernel, events: c.agg.events.snapshot(), drops: c.agg.drops.snapshot(), probes: c.source.probeCount()}
+	for k, v := range kernelDrops {
+		host.drops[k] += v
+	}
+	now := time.Now()
+	c.agg.mu.Lock()
+	md := c.agg.emit(now, c.lastEmit, host, &c.prevHost, c.hostRes)
+	c.agg.mu.Unlock()
+	c.prevHost = host
+	c.lastEmit = pcommon.NewTimestampFromTime(now)
+	if err := next.ConsumeMetrics(ctx, md); err != nil {
+		c.settings.Logger.Warn("metrics refused by the next consumer", zap.Int("points", md.DataPointCount()), zap.Error(err))
+	}
+}
+
+func (c *controller) shutdown() error {
+	c.mu.Lock()
+	if c.users == 0 {
+		c.mu.Unlock()
+		return nil
+	}
+	c.users--
+	last := c.users == 0
+	c.mu.Unlock()
+	if !last {
+		return nil
+	}
+	controllersMu.Lock()
+	delete(controllers, c.cfg)
+	controllersMu.Unlock()
+	c.cancel()
+	c.wg.Wait()
+	err := c.source.stop()
+	// A last flush, so what was seen before shutdown is not lost.
+	c.flushLogs(context.Background())
+	c.flushMetrics(context.Background())
+	c.telemetry.Shutdown()
+	if err != nil {
+		return fmt.Errorf("stop gpuebpf event source: %w", err)
+	}
+	return nil
+}
+
+var errNotLinux = errors.New("the gpuebpf receiver's ebpf mode needs Linux; use mode: synthetic elsewhere")

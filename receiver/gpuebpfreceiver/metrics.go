@@ -1,0 +1,353 @@
+package gpuebpfreceiver
+
+import (
+	"math"
+	"os"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"go.opentelemetry.io/collector/pdata/pcommon"
+	"go.opentelemetry.io/collector/pdata/pmetric"
+
+	"github.com/fathom-gpu/fathom/internal/expohisto"
+	"github.com/fathom-gpu/fathom/internal/probes"
+	"github.com/fathom-gpu/fathom/internal/procinfo"
+	"github.com/fathom-gpu/fathom/internal/semconv"
+)
+
+const scopeName = "github.com/fathom-gpu/fathom/receiver/gpuebpfreceiver"
+
+var apiLibrary = func() (libs [probes.APICount]probes.Library) {
+	for _, a := range probes.APIs {
+		libs[a.ID] = a.Library
+	}
+	return libs
+}()
+
+// wallClock turns the kernel's CLOCK_MONOTONIC timestamps into wall-clock time. The
+// offset is refreshed on every poll, not computed once: NTP slews and steps the wall
+// clock while the monotonic clock runs on.
+type wallClock struct {
+	offsetNS atomic.Int64
+}
+
+func (c *wallClock) refresh() {
+	c.offsetNS.Store(time.Now().UnixNano() - monotonicNow())
+}
+
+func (c *wallClock) wall(monoNS uint64) pcommon.Timestamp {
+	return pcommon.Timestamp(int64(monoNS) + c.offsetNS.Load())
+}
+
+// hostIdentity fills the node's resource attributes.
+func hostIdentity(cluster string, synthetic bool) func(pcommon.Resource) {
+	host, _ := os.Hostname()
+	return func(r pcommon.Resource) {
+		r.Attributes().PutStr(semconv.HostName, host)
+		if cluster != "" {
+			r.Attributes().PutStr(semconv.ClusterName, cluster)
+		}
+		if synthetic {
+			r.Attributes().PutBool(semconv.Synthetic, true)
+		}
+	}
+}
+
+func fillProcessResource(r pcommon.Resource, p *processSeries, host func(pcommon.Resource)) {
+	host(r)
+	a := r.Attributes()
+	info := p.info
+	a.PutInt(semconv.ProcessPID, int64(info.PID))
+	putIfSet(a, semconv.ProcessExecutableName, info.Executable)
+	putIfSet(a, semconv.ProcessCommandLine, info.CommandLine)
+	putIfSet(a, semconv.CgroupPath, info.CgroupPath)
+	putIfSet(a, semconv.ContainerID, info.ContainerID)
+	putIfSet(a, semconv.K8sPodUID, info.PodUID)
+	putIfSet(a, semconv.JobName, info.Job)
+	putIntIfKnown(a, semconv.Rank, info.Rank)
+	putIntIfKnown(a, semconv.LocalRank, info.LocalRank)
+	putIntIfKnown(a, semconv.WorldSize, info.WorldSize)
+}
+
+func putIfSet(a pcommon.Map, k, v string) {
+	if v != "" {
+		a.PutStr(k, v)
+	}
+}
+
+func putIntIfKnown(a pcommon.Map, k string, v int) {
+	if v >= 0 {
+		a.PutInt(k, int64(v))
+	}
+}
+
+// metricSet appends metrics of one resource, with the temporality and start time of
+// their series.
+type metricSet struct {
+	metrics   pmetric.MetricSlice
+	start, ts pcommon.Timestamp
+	delta     bool
+	byName    map[string]pmetric.Metric
+}
+
+func (m *metricSet) metric(name, unit, desc string, kind pmetric.MetricType) pmetric.Metric {
+	if existing, ok := m.byName[name]; ok {
+		return existing
+	}
+	metric := m.metrics.AppendEmpty()
+	metric.SetName(name)
+	metric.SetUnit(unit)
+	metric.SetDescription(desc)
+	temporality := pmetric.AggregationTemporalityCumulative
+	if m.delta {
+		temporality = pmetric.AggregationTemporalityDelta
+	}
+	switch kind {
+	case pmetric.MetricTypeSum:
+		metric.SetEmptySum().SetIsMonotonic(true)
+		metric.Sum().SetAggregationTemporality(temporality)
+	case pmetric.MetricTypeExponentialHistogram:
+		metric.SetEmptyExponentialHistogram().SetAggregationTemporality(temporality)
+	case pmetric.MetricTypeHistogram:
+		metric.SetEmptyHistogram().SetAggregationTemporality(temporality)
+	case pmetric.MetricTypeGauge:
+		metric.SetEmptyGauge()
+	}
+	m.byName[name] = metric
+	return metric
+}
+
+func (m *metricSet) sum(name, unit, desc string, v uint64) pcommon.Map {
+	dp := m.metric(name, unit, desc, pmetric.MetricTypeSum).Sum().DataPoints().AppendEmpty()
+	dp.SetStartTimestamp(m.start)
+	dp.SetTimestamp(m.ts)
+	dp.SetIntValue(int64(v))
+	return dp.Attributes()
+}
+
+func (m *metricSet) histogram(name, desc string, h *expohisto.Histogram) pcommon.Map {
+	dp := m.metric(name, "s", desc, pmetric.MetricTypeExponentialHistogram).ExponentialHistogram().DataPoints().AppendEmpty()
+	dp.SetStartTimestamp(m.start)
+	dp.SetTimestamp(m.ts)
+	h.CopyTo(dp)
+	return dp.Attributes()
+}
+
+// log2Histogram turns a kernel log2(ns) histogram into an explicit-bucket histogram
+// in seconds.
+func (m *metricSet) log2Histogram(name, desc string, buckets *[64]uint64) pcommon.Map {
+	dp := m.metric(name, "s", desc, pmetric.MetricTypeHistogram).Histogram().DataPoints().AppendEmpty()
+	dp.SetStartTimestamp(m.start)
+	dp.SetTimestamp(m.ts)
+	bounds := make([]float64, 0, 63)
+	counts := make([]uint64, 0, 64)
+	var total uint64
+	for i := 0; i < 64; i++ {
+		counts = append(counts, buckets[i])
+		total += buckets[i]
+		if i < 63 {
+			bounds = append(bounds, math.Exp2(float64(i+1))/1e9)
+		}
+	}
+	dp.ExplicitBounds().FromRaw(bounds)
+	dp.BucketCounts().FromRaw(counts)
+	dp.SetCount(total)
+	return dp.Attributes()
+}
+
+// hostTotals are kernel aggregates plus the receiver's own counters, as totals since
+// start (the emitter turns them into deltas when configured so).
+type hostTotals struct {
+	kernel     probes.HostAggregates
+	haveKernel bool
+	events     map[string]uint64
+	drops      map[string]uint64
+	probes     int
+}
+
+// emit builds one interval's metrics. Called with the aggregator's lock held.
+func (a *aggregator) emit(now time.Time, lastEmit pcommon.Timestamp, host hostTotals, prevHost *hostTotals, hostResource func(pcommon.Resource)) pmetric.Metrics {
+	md := pmetric.NewMetrics()
+	ts := pcommon.NewTimestampFromTime(now)
+	delta := a.cfg.Temporality == TemporalityDelta
+	newSet := func(rm pmetric.ResourceMetrics, start pcommon.Timestamp) *metricSet {
+		sm := rm.ScopeMetrics().AppendEmpty()
+		sm.Scope().SetName(scopeName)
+		if delta {
+			start = lastEmit
+		}
+		return &metricSet{metrics: sm.Metrics(), start: start, ts: ts, delta: delta, byName: map[string]pmetric.Metric{}}
+	}
+	for pid, p := range a.processes {
+		rm := md.ResourceMetrics().AppendEmpty()
+		fillProcessResource(rm.Resource(), p, hostResource)
+		set := newSet(rm, p.start)
+		a.emitProcess(set, p, host.kernel.PagesByPID)
+		if p.exited {
+			// Its series end with this export: an exited process's slot is freed.
+			delete(a.processes, pid)
+		} else if delta {
+			p.resetSeries()
+		}
+	}
+	rm := md.ResourceMetrics().AppendEmpty()
+	hostResource(rm.Resource())
+	set := newSet(rm, a.processStartDefault)
+	emitHost(set, host, prevHost, delta)
+	return md
+}
+
+func (a *aggregator) emitProcess(set *metricSet, p *processSeries, pageAllocs map[uint32]uint64) {
+	var graphLaunches uint64
+	for id, s := range p.apis {
+		if s == nil {
+			continue
+		}
+		api := probes.APIName(uint32(id))
+		library := string(apiLibrary[id])
+		attrs := set.histogram(semconv.MetricCUDAAPIDuration, "Duration of CUDA API calls", &s.duration)
+		attrs.PutStr(semconv.CUDAAPIName, api)
+		attrs.PutStr(semconv.CUDALibrary, library)
+		for dir := 0; dir <= memcpyKinds; dir++ {
+			if s.calls[dir] == 0 {
+				continue
+			}
+			calls := set.sum(semconv.MetricCUDAAPICalls, "{call}", "CUDA API calls", s.calls[dir])
+			calls.PutStr(semconv.CUDAAPIName, api)
+			calls.PutStr(semconv.CUDALibrary, library)
+			if dir < memcpyKinds {
+				direction := probes.MemcpyKind(dir).Direction()
+				calls.PutStr(semconv.CUDAMemcpyDir, direction)
+				bytes := set.sum(semconv.MetricCUDAMemcpyBytes, "By", "Bytes copied by CUDA memcpy calls", s.bytes[dir])
+				bytes.PutStr(semconv.CUDAAPIName, api)
+				bytes.PutStr(semconv.CUDAMemcpyDir, direction)
+			}
+		}
+		if s.errors > 0 {
+			set.sum(semconv.MetricCUDAAPIErrors, "{call}", "CUDA API calls that returned an error", s.errors).PutStr(semconv.CUDAAPIName, api)
+		}
+		if isAlloc(uint32(id)) {
+			set.sum(semconv.MetricCUDAMallocBytes, "By", "Bytes requested from CUDA device allocators", s.bytes[memcpyKinds]).PutStr(semconv.CUDAAPIName, api)
+		}
+		if uint32(id) == apiGraphLaunch || uint32(id) == apiCuGraphLaunch {
+			graphLaunches += s.calls[memcpyKinds]
+		}
+	}
+	if graphLaunches > 0 {
+		set.sum(semconv.MetricCUDAGraphLaunches, "{launch}", "CUDA graph launches", graphLaunches)
+	}
+	if p.hasSched {
+		for tid, t := range p.threads {
+			emitThread(set, t, "cuda", int64(tid))
+		}
+		emitThread(set, &p.other, "other", -1)
+	}
+	if p.forks > 0 {
+		set.sum(semconv.MetricProcessForks, "{process}", "Child processes forked", p.forks)
+	}
+	if p.hasBlock {
+		for i, dir := range []string{"read", "write"} {
+			if p.blockIO[i].Count > 0 {
+				set.histogram(semconv.MetricBlockIODuration, "Block I/O latency of requests the process issued", &p.blockIO[i]).PutStr(semconv.DiskIODirection, dir)
+			}
+		}
+	}
+	if pageAllocs != nil {
+		if n, ok := pageAllocs[p.info.PID]; ok {
+			set.sum(semconv.MetricProcessPageAllocs, "{page}", "Pages allocated by the process", n)
+		}
+	}
+}
+
+func emitThread(set *metricSet, t *threadSeries, role string, tid int64) {
+	put := func(attrs pcommon.Map) pcommon.Map {
+		attrs.PutStr(semconv.ThreadRole, role)
+		if tid >= 0 {
+			attrs.PutInt(semconv.ThreadID, tid)
+		}
+		return attrs
+	}
+	if t.offCPUPreempted.Count > 0 {
+		put(set.histogram(semconv.MetricThreadOffCPU, "Time threads spent off CPU", &t.offCPUPreempted)).PutStr(semconv.OffCPUReason, "preempted")
+	}
+	if t.offCPUVoluntary.Count > 0 {
+		put(set.histogram(semconv.MetricThreadOffCPU, "Time threads spent off CPU", &t.offCPUVoluntary)).PutStr(semconv.OffCPUReason, "voluntary")
+	}
+	if t.runQueue.Count > 0 {
+		put(set.histogram(semconv.MetricThreadRunQueue, "Time threads waited runnable for a CPU", &t.runQueue))
+	}
+}
+
+func (p *processSeries) resetSeries() {
+	for _, s := range p.apis {
+		if s != nil {
+			s.duration.Reset()
+			s.calls = [memcpyKinds + 1]uint64{}
+			s.bytes = [memcpyKinds + 1]uint64{}
+			s.errors = 0
+		}
+	}
+	for _, t := range p.threads {
+		*t = threadSeries{}
+	}
+	p.other = threadSeries{}
+	p.forks = 0
+	p.blockIO = [2]expohisto.Histogram{}
+}
+
+func isAlloc(id uint32) bool {
+	switch probes.APIName(id) {
+	case "cudaMalloc", "cudaMallocAsync", "cuMemAlloc_v2":
+		return true
+	}
+	return false
+}
+
+func emitHost(set *metricSet, host hostTotals, prev *hostTotals, delta bool) {
+	diff := func(now, before uint64) uint64 {
+		if delta && before <= now {
+			return now - before
+		}
+		return now
+	}
+	k, pk := host.kernel, prev.kernel
+	if host.haveKernel {
+		runq := k.RunQueueOther
+		blockRead, blockWrite := k.BlockRead, k.BlockWrite
+		if delta {
+			for i := range runq {
+				runq[i] = diff(runq[i], pk.RunQueueOther[i])
+				blockRead[i] = diff(blockRead[i], pk.BlockRead[i])
+				blockWrite[i] = diff(blockWrite[i], pk.BlockWrite[i])
+			}
+		}
+		set.log2Histogram(semconv.MetricHostRunQueue, "Run-queue latency of untraced threads", &runq)
+		set.log2Histogram(semconv.MetricBlockIODuration, "Block I/O latency on the node", &blockRead).PutStr(semconv.DiskIODirection, "read")
+		set.log2Histogram(semconv.MetricBlockIODuration, "Block I/O latency on the node", &blockWrite).PutStr(semconv.DiskIODirection, "write")
+		set.sum(semconv.MetricBlockIOBytes, "By", "Block I/O bytes on the node", diff(k.BlockBytesRead, pk.BlockBytesRead)).PutStr(semconv.DiskIODirection, "read")
+		set.sum(semconv.MetricBlockIOBytes, "By", "Block I/O bytes on the node", diff(k.BlockBytesWrite, pk.BlockBytesWrite)).PutStr(semconv.DiskIODirection, "write")
+		set.sum(semconv.MetricHostPageAllocsOther, "{page}", "Pages allocated by untraced processes", diff(k.PagesOther, pk.PagesOther))
+		set.sum(semconv.MetricTCPRetransmits, "{segment}", "TCP retransmits", diff(k.RetransmitsIPv4, pk.RetransmitsIPv4)).PutStr(semconv.NetworkType, "ipv4")
+		set.sum(semconv.MetricTCPRetransmits, "{segment}", "TCP retransmits", diff(k.RetransmitsIPv6, pk.RetransmitsIPv6)).PutStr(semconv.NetworkType, "ipv6")
+	}
+	for name, n := range host.events {
+		set.sum(semconv.MetricReceiverEvents, "{event}", "Events the receiver decoded", diff(n, prev.events[name])).PutStr(semconv.EventName, name)
+	}
+	for reason, n := range host.drops {
+		set.sum(semconv.MetricReceiverDrops, "{event}", "Events lost", diff(n, prev.drops[reason])).PutStr(semconv.ReceiverDropCause, reason)
+	}
+	g := set.metric(semconv.MetricReceiverProbes, "{probe}", "Attached probes", pmetric.MetricTypeGauge).Gauge().DataPoints().AppendEmpty()
+	g.SetTimestamp(set.ts)
+	g.SetIntValue(int64(host.probes))
+}
+
+// syntheticProcess is the identity of a made-up rank process.
+func syntheticProcess(pid uint32) procinfo.Process {
+	rank := int(pid % 1000)
+	return procinfo.Process{
+		PID: pid, Executable: "python3", CommandLine: "python3 train.py (synthetic)",
+		Job: "synthetic-job", Rank: rank, LocalRank: rank, WorldSize: -1,
+		CgroupPath: "/fathom/synthetic/rank" + strconv.Itoa(rank),
+	}
+}
