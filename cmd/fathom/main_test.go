@@ -146,7 +146,7 @@ func TestBadConfigIsRefusedWithAClearError(t *testing.T) {
 }
 
 type roleEnv struct {
-	env                        []string
+	env                       []string
 	health, zpages, telemetry string
 }
 

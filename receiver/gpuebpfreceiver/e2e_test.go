@@ -1,0 +1,315 @@
+//go:build linux
+
+package gpuebpfreceiver_test
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"go.opentelemetry.io/collector/pdata/pcommon"
+	"go.opentelemetry.io/collector/pdata/pmetric"
+
+	"github.com/fathom-gpu/fathom/internal/collectortest"
+	"github.com/fathom-gpu/fathom/internal/fakegpu"
+	"github.com/fathom-gpu/fathom/internal/privtest"
+	"github.com/fathom-gpu/fathom/internal/semconv"
+)
+
+const e2eConfig = `
+extensions:
+  health_check:
+    endpoint: ${env:HEALTH}
+receivers:
+  gpuebpf:
+    collection_interval: 300ms
+    cluster_name: e2e
+    logs:
+      policy: notable
+exporters:
+  otlp_grpc:
+    endpoint: ${env:SINK}
+    tls:
+      insecure: true
+service:
+  extensions: [health_check]
+  telemetry:
+    metrics:
+      level: none
+  pipelines:
+    metrics:
+      receivers: [gpuebpf]
+      exporters: [otlp_grpc]
+    logs:
+      receivers: [gpuebpf]
+      exporters: [otlp_grpc]
+`
+
+// point is the latest value of one series of one process, read back from OTLP.
+type point struct {
+	value      int64
+	count      uint64
+	sum        float64
+	start, now pcommon.Timestamp
+}
+
+type processView struct {
+	resource pcommon.Map
+	series   map[string]point // "metric{k=v,...}"
+}
+
+func seriesKey(name string, attrs pcommon.Map) string {
+	var kv []string
+	attrs.Range(func(k string, v pcommon.Value) bool {
+		kv = append(kv, k+"="+v.AsString())
+		return true
+	})
+	sort.Strings(kv)
+	return name + "{" + strings.Join(kv, ",") + "}"
+}
+
+// view folds every batch the sink received into the latest point of each series of
+// process pid (cumulative output: the latest point is the total).
+func view(sink *collectortest.Sink, pid int) processView {
+	v := processView{series: map[string]point{}}
+	for _, md := range sink.Metrics() {
+		for i := 0; i < md.ResourceMetrics().Len(); i++ {
+			rm := md.ResourceMetrics().At(i)
+			if p, ok := rm.Resource().Attributes().Get(semconv.ProcessPID); !ok || p.Int() != int64(pid) {
+				continue
+			}
+			v.resource = rm.Resource().Attributes()
+			ms := rm.ScopeMetrics().At(0).Metrics()
+			for j := 0; j < ms.Len(); j++ {
+				m := ms.At(j)
+				switch m.Type() {
+				case pmetric.MetricTypeSum:
+					for k := 0; k < m.Sum().DataPoints().Len(); k++ {
+						dp := m.Sum().DataPoints().At(k)
+						v.series[seriesKey(m.Name(), dp.Attributes())] = point{value: dp.IntValue(), start: dp.StartTimestamp(), now: dp.Timestamp()}
+					}
+				case pmetric.MetricTypeExponentialHistogram:
+					for k := 0; k < m.ExponentialHistogram().DataPoints().Len(); k++ {
+						dp := m.ExponentialHistogram().DataPoints().At(k)
+						v.series[seriesKey(m.Name(), dp.Attributes())] = point{count: dp.Count(), sum: dp.Sum(), start: dp.StartTimestamp(), now: dp.Timestamp()}
+					}
+				}
+			}
+		}
+	}
+	return v
+}
+
+func (v processView) value(t *testing.T, key string) int64 {
+	t.Helper()
+	p, ok := v.series[key]
+	if !ok {
+		t.Errorf("no series %s; have:\n%s", key, v.keys())
+	}
+	return p.value
+}
+
+func (v processView) keys() string {
+	var ks []string
+	for k := range v.series {
+		ks = append(ks, k)
+	}
+	sort.Strings(ks)
+	return strings.Join(ks, "\n")
+}
+
+// waitFor polls the sink until cond holds for pid's view.
+func waitFor(t *testing.T, sink *collectortest.Sink, pid int, what string, cond func(processView) bool) processView {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for time.Now().Before(deadline) {
+		if v := view(sink, pid); cond(v) {
+			return v
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	v := view(sink, pid)
+	t.Fatalf("pid %d: %s never showed up; series:\n%s", pid, what, v.keys())
+	return v
+}
+
+func startCollector(t *testing.T) (*collectortest.Sink, *collectortest.Process) {
+	sink := collectortest.StartSink(t)
+	cfg := filepath.Join(t.TempDir(), "node.yaml")
+	if err := os.WriteFile(cfg, []byte(e2eConfig), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	health := collectortest.Addr(t)
+	col := collectortest.Start(t, cfg, "SINK="+sink.Addr, "HEALTH="+health)
+	col.WaitHTTP(t, "http://"+health+"/", 60*time.Second)
+	return sink, col
+}
+
+func TestReceiverThroughTheRealCollector(t *testing.T) {
+	privtest.Require(t)
+	paths := fakegpu.Build(t)
+	// Started (and held at its gate) before the collector, so the collector's first
+	// scan of /proc is what finds the libraries.
+	mix := fakegpu.Options{
+		Gate: true, Steps: 10, Launches: 5000, H2D: 300, H2DBytes: 4 << 20, Syncs: 40,
+		GraphCaptures: 2, GraphKernels: 4, GraphReplays: 500,
+		Env: []string{"RANK=3", "LOCAL_RANK=3", "WORLD_SIZE=8"},
+	}
+	w := fakegpu.Start(t, paths, mix)
+	sink, col := startCollector(t)
+
+	t.Run("known mix: exact counts, bytes, directions, durations, attribution", func(t *testing.T) {
+		if err := w.Release(); err != nil {
+			t.Fatal(err)
+		}
+		report, err := w.Wait(time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		launches := seriesKey(semconv.MetricCUDAAPICalls, attrs("cuda.api.name", "cudaLaunchKernel", "cuda.library", "libcudart"))
+		v := waitFor(t, sink, w.Pid, "5000 launches", func(v processView) bool { return v.series[launches].value == 5000 })
+
+		if got := v.value(t, launches); got != report.Calls["cudaLaunchKernel"] || got != 5000 {
+			t.Errorf("launches %d, workload made %d", got, report.Calls["cudaLaunchKernel"])
+		}
+		h2d := attrs("cuda.api.name", "cudaMemcpy", "cuda.library", "libcudart", "cuda.memcpy.direction", "host_to_device")
+		if got := v.value(t, seriesKey(semconv.MetricCUDAAPICalls, h2d)); got != 300 {
+			t.Errorf("host-to-device copies %d, want 300", got)
+		}
+		h2dBytes := attrs("cuda.api.name", "cudaMemcpy", "cuda.memcpy.direction", "host_to_device")
+		if got := v.value(t, seriesKey(semconv.MetricCUDAMemcpyBytes, h2dBytes)); got != 300*4<<20 || got != report.Bytes.H2D {
+			t.Errorf("host-to-device bytes %d, want %d (workload: %d)", got, 300*4<<20, report.Bytes.H2D)
+		}
+		var syncs int64
+		for _, api := range []string{"cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize"} {
+			key := seriesKey(semconv.MetricCUDAAPICalls, attrs("cuda.api.name", api, "cuda.library", "libcudart"))
+			if n := v.series[key].value; n != report.Calls[api] {
+				t.Errorf("%s: %d calls, workload made %d", api, n, report.Calls[api])
+			}
+			syncs += v.series[key].value
+		}
+		if syncs != 40 {
+			t.Errorf("%d synchronizations, want 40", syncs)
+		}
+		for api, want := range map[string]int64{"cudaStreamBeginCapture": 2, "cudaStreamEndCapture": 2, "cudaGraphInstantiate": 2, "cudaGraphLaunch": 500} {
+			key := seriesKey(semconv.MetricCUDAAPICalls, attrs("cuda.api.name", api, "cuda.library", "libcudart"))
+			if got := v.value(t, key); got != want {
+				t.Errorf("%s: %d calls, want %d", api, got, want)
+			}
+		}
+		if got := v.value(t, seriesKey(semconv.MetricCUDAGraphLaunches, pcommon.NewMap())); got != 500 {
+			t.Errorf("graph launches %d, want 500", got)
+		}
+
+		// The kernel times each call from its first instruction to its return, the
+		// workload around the call: the same calls, so the sums agree closely.
+		for _, api := range []string{"cudaStreamSynchronize", "cudaMemcpy", "cudaLaunchKernel"} {
+			hist := v.series[seriesKey(semconv.MetricCUDAAPIDuration, attrs("cuda.api.name", api, "cuda.library", "libcudart"))]
+			own := float64(report.TotalNS[api]) / 1e9
+			if hist.count != uint64(report.Calls[api]) || hist.sum > own*1.02 || hist.sum < own*0.7 {
+				t.Errorf("%s: histogram count %d sum %.6fs; workload: %d calls, %.6fs", api, hist.count, hist.sum, report.Calls[api], own)
+			}
+			if hist.start == 0 || hist.start >= hist.now {
+				t.Errorf("%s: cumulative histogram start %v not before %v", api, hist.start, hist.now)
+			}
+		}
+
+		res := v.resource
+		for key, want := range map[string]any{
+			semconv.ProcessPID: int64(w.Pid), semconv.Rank: int64(3), semconv.LocalRank: int64(3),
+			semconv.WorldSize: int64(8), semconv.ClusterName: "e2e", semconv.ProcessExecutableName: "fakegpu-workloa",
+		} {
+			got, ok := res.Get(key)
+			if !ok || got.AsRaw() != want {
+				t.Errorf("resource %s = %v, want %v", key, got.AsRaw(), want)
+			}
+		}
+		// Graph capture is notable: its log records name the dispatcher thread.
+		records := logRecords(sink, w.Pid, "cudaStreamBeginCapture")
+		if len(records) != 2 {
+			t.Fatalf("%d capture log records, want 2", len(records))
+		}
+		for _, lr := range records {
+			if tid, _ := lr.Get(semconv.ThreadID); tid.Int() != int64(report.Tid) {
+				t.Errorf("capture logged on thread %d, dispatcher is %d", tid.Int(), report.Tid)
+			}
+		}
+	})
+
+	t.Run("a dispatcher starved by contention threads spends visibly longer off CPU", func(t *testing.T) {
+		run := func(contention int) float64 {
+			o := fakegpu.Options{Gate: true, Steps: 20, Launches: 4000, LaunchCost: 20 * time.Microsecond, Pin: true, PinCPU: 0, ContentionThreads: contention}
+			w := fakegpu.Start(t, paths, o)
+			if err := w.Release(); err != nil {
+				t.Fatal(err)
+			}
+			report, err := w.Wait(time.Minute)
+			if err != nil {
+				t.Fatal(err)
+			}
+			key := seriesKey(semconv.MetricThreadOffCPU, attrs(semconv.OffCPUReason, "preempted", semconv.ThreadRole, "cuda", semconv.ThreadID, fmt.Sprint(report.Tid)))
+			launches := seriesKey(semconv.MetricCUDAAPICalls, attrs("cuda.api.name", "cudaLaunchKernel", "cuda.library", "libcudart"))
+			v := waitFor(t, sink, w.Pid, "all launches", func(v processView) bool { return v.series[launches].value == 4000 })
+			return v.series[key].sum
+		}
+		calm := run(0)
+		starved := run(3)
+		t.Logf("dispatcher preempted off-CPU: %.1f ms alone, %.1f ms with 3 contention threads", calm*1e3, starved*1e3)
+		if starved < 0.02 || starved < 5*calm {
+			t.Errorf("starved dispatcher was preempted for %.1f ms, unstarved %.1f ms: want ≥ 20 ms and ≥ 5x", starved*1e3, calm*1e3)
+		}
+	})
+
+	t.Run("ten processes starting and stopping are all found and attributed", func(t *testing.T) {
+		var ws []*fakegpu.Workload
+		for rank := 0; rank < 10; rank++ {
+			ws = append(ws, fakegpu.Start(t, paths, fakegpu.Options{Steps: 2, Launches: 100 + rank, Env: []string{fmt.Sprintf("RANK=%d", rank), "WORLD_SIZE=10"}}))
+		}
+		for rank, w := range ws {
+			if _, err := w.Wait(time.Minute); err != nil {
+				t.Fatal(err)
+			}
+			launches := seriesKey(semconv.MetricCUDAAPICalls, attrs("cuda.api.name", "cudaLaunchKernel", "cuda.library", "libcudart"))
+			v := waitFor(t, sink, w.Pid, "its launches", func(v processView) bool { return v.series[launches].value == int64(100+rank) })
+			if r, _ := v.resource.Get(semconv.Rank); r.Int() != int64(rank) {
+				t.Errorf("pid %d: rank %d, want %d", w.Pid, r.Int(), rank)
+			}
+		}
+	})
+
+	if code := col.Terminate(t, 30*time.Second); code != 0 {
+		t.Fatalf("collector exit code %d", code)
+	}
+}
+
+func attrs(kv ...string) pcommon.Map {
+	m := pcommon.NewMap()
+	for i := 0; i+1 < len(kv); i += 2 {
+		m.PutStr(kv[i], kv[i+1])
+	}
+	return m
+}
+
+func logRecords(sink *collectortest.Sink, pid int, api string) []pcommon.Map {
+	var out []pcommon.Map
+	for _, ld := range sink.Logs() {
+		for i := 0; i < ld.ResourceLogs().Len(); i++ {
+			rl := ld.ResourceLogs().At(i)
+			if p, ok := rl.Resource().Attributes().Get(semconv.ProcessPID); !ok || p.Int() != int64(pid) {
+				continue
+			}
+			lrs := rl.ScopeLogs().At(0).LogRecords()
+			for j := 0; j < lrs.Len(); j++ {
+				a := lrs.At(j).Attributes()
+				if name, ok := a.Get(semconv.CUDAAPIName); ok && name.Str() == api {
+					out = append(out, a)
+				}
+			}
+		}
+	}
+	return out
+}
