@@ -14,7 +14,6 @@
 #include <pthread.h>
 #include <sched.h>
 #include <signal.h>
-#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,11 +24,11 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "cli.h"
 #include "fake_cuda.h"
 
 /* ---- options ---- */
 
-enum opt_type { OPT_LONG, OPT_DOUBLE, OPT_STRING, OPT_FLAG };
 
 struct options {
 	long steps, step_gap_us, grid_blocks, block_threads;
@@ -60,13 +59,6 @@ static struct options opt = {
 	.kernel_us = -1, .launch_us = -1, .gbps = -1,
 	.pin_cpu = -1, .fork_work_us = 2000, .io_every_ms = 100,
 	.wait_timeout_ms = 120000, .stall_in = "stream-sync",
-};
-
-struct flag {
-	const char *name;
-	enum opt_type type;
-	void *value;
-	const char *help;
 };
 
 #define L(field) OPT_LONG, &opt.field
@@ -138,6 +130,9 @@ static const struct flag flags[] = {
 	{"help", F(help), "print this help"},
 };
 
+#define NFLAGS (sizeof(flags) / sizeof(flags[0]))
+#define die(status, ...) cli_die("fakegpu-workload", status, __VA_ARGS__)
+
 static void usage(FILE *f)
 {
 	fprintf(f, "usage: fakegpu-workload [--flag value]...\n\n"
@@ -146,71 +141,11 @@ static void usage(FILE *f)
 	           "cudaDeviceGetAttribute, 3 cudaStreamCreate/Destroy, 2 cudaEventCreate/Destroy,\n"
 	           "4 cudaMalloc/cudaFree, one final cudaDeviceSynchronize and cudaGetLastError; when any\n"
 	           "driver flag is set also cuInit, 4 cuMemAlloc_v2/cuMemFree_v2, one cuCtxSynchronize.\n\n");
-	for (size_t i = 0; i < sizeof(flags) / sizeof(flags[0]); i++) {
-		const struct flag *fl = &flags[i];
-		char def[64] = "";
-		if (fl->type == OPT_LONG)
-			snprintf(def, sizeof(def), " (default %ld)", *(long *)fl->value);
-		else if (fl->type == OPT_STRING && *(const char **)fl->value)
-			snprintf(def, sizeof(def), " (default %s)", *(const char **)fl->value);
-		fprintf(f, "  --%-22s %s%s\n", fl->name, fl->help, def);
-	}
+	cli_usage(f, flags, NFLAGS);
 	fprintf(f, "\nEnvironment: FAKEGPU_KERNEL_US, FAKEGPU_LAUNCH_US, FAKEGPU_GBPS, FAKEGPU_D2D_GBPS,\n"
 	           "FAKEGPU_SMS, FAKEGPU_SYNC (block|spin|yield), FAKEGPU_MEM_MB configure the libraries;\n"
 	           "RANK, LOCAL_RANK, WORLD_SIZE are echoed (LOCAL_RANK picks the device).\n"
 	           "Exit status: 0 ok, 1 a CUDA call failed, 2 bad flags, 3 start gate timed out.\n");
-}
-
-static void die(int status, const char *fmt, ...)
-{
-	va_list ap;
-	va_start(ap, fmt);
-	fprintf(stderr, "fakegpu-workload: ");
-	vfprintf(stderr, fmt, ap);
-	fprintf(stderr, "\n");
-	va_end(ap);
-	exit(status);
-}
-
-static void parse_flags(int argc, char **argv)
-{
-	for (int i = 1; i < argc; i++) {
-		const char *arg = argv[i];
-		if (strncmp(arg, "--", 2) != 0)
-			die(2, "unexpected argument %s (see --help)", arg);
-		arg += 2;
-		const char *eq = strchr(arg, '=');
-		size_t name_len = eq ? (size_t)(eq - arg) : strlen(arg);
-		const struct flag *fl = NULL;
-		for (size_t k = 0; k < sizeof(flags) / sizeof(flags[0]); k++)
-			if (strlen(flags[k].name) == name_len && strncmp(flags[k].name, arg, name_len) == 0)
-				fl = &flags[k];
-		if (!fl)
-			die(2, "unknown flag --%.*s (see --help)", (int)name_len, arg);
-		if (fl->type == OPT_FLAG && !eq) {
-			*(long *)fl->value = 1;
-			continue;
-		}
-		const char *val = eq ? eq + 1 : (i + 1 < argc ? argv[++i] : NULL);
-		if (!val)
-			die(2, "--%s needs a value", fl->name);
-		char *end = NULL;
-		errno = 0;
-		switch (fl->type) {
-		case OPT_LONG:
-		case OPT_FLAG:
-			*(long *)fl->value = strtol(val, &end, 0);
-			break;
-		case OPT_DOUBLE:
-			*(double *)fl->value = strtod(val, &end);
-			break;
-		case OPT_STRING:
-			*(const char **)fl->value = val;
-			continue;
-		}
-		if (errno || !end || *end || end == val)
-			die(2, "--%s: bad number %s", fl->name, val);
-	}
 }
 
 static void validate_flags(void)
@@ -918,7 +853,7 @@ static void *dispatcher_main(void *arg)
 
 int main(int argc, char **argv)
 {
-	parse_flags(argc, argv);
+	cli_parse("fakegpu-workload", flags, NFLAGS, argc, argv);
 	if (opt.help) {
 		usage(stdout);
 		return 0;

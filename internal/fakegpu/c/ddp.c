@@ -1,0 +1,542 @@
+/*
+ * fakegpu-ddp: a data-parallel training loop across rank processes, like PyTorch DDP over
+ * NCCL. Each step computes (kernels + stream sync), all-reduces the gradient buckets,
+ * optionally exchanges a ring of send/recv, and runs the optimizer. One rank can be made
+ * slow from a given step, and the peers then wait for it inside ncclAllReduce.
+ *
+ * `--spawn N` is the launcher (like torchrun): it makes the NCCL unique id and runs N rank
+ * processes of this same program with RANK, LOCAL_RANK, WORLD_SIZE and FAKENCCL_UNIQUE_ID
+ * set, then prints their JSON report lines in rank order. Without --spawn the process is
+ * one rank and takes those variables from its environment.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <poll.h>
+#include <pthread.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "fake_cuda.h"
+#include "fake_ibverbs.h"
+#include "fake_nccl.h"
+
+#define PROG "fakegpu-ddp"
+#define die(status, ...) cli_die(PROG, status, __VA_ARGS__)
+#define MAX_SPAWN 256
+#define MAX_STEPS 100000
+
+static struct {
+	long spawn, steps, bucket_bytes, buckets, compute_kernels, optimizer_kernels;
+	double kernel_us;
+	long slow_rank, slow_ms, slow_from_step, slow_threads;
+	const char *slow_mode;
+	long ring_bytes, ib, wait_timeout_ms;
+	const char *wait_file, *ready_file;
+	long help;
+} opt = {
+	.steps = 200, .bucket_bytes = 1 << 20, .buckets = 1, .compute_kernels = 8, .optimizer_kernels = 2,
+	.kernel_us = 50, .slow_rank = -1, .slow_threads = 2, .slow_mode = "compute", .wait_timeout_ms = 120000,
+};
+
+static const struct flag flags[] = {
+	{"spawn", OPT_LONG, &opt.spawn, "launcher: run this many rank processes (0: be one rank)"},
+	{"steps", OPT_LONG, &opt.steps, "training steps"},
+	{"bucket-bytes", OPT_LONG, &opt.bucket_bytes, "bytes per gradient bucket (float32, multiple of 4)"},
+	{"buckets", OPT_LONG, &opt.buckets, "gradient buckets all-reduced per step"},
+	{"compute-kernels", OPT_LONG, &opt.compute_kernels, "forward+backward kernels per step"},
+	{"optimizer-kernels", OPT_LONG, &opt.optimizer_kernels, "optimizer kernels per step"},
+	{"kernel-us", OPT_DOUBLE, &opt.kernel_us, "device time per kernel (sets FAKEGPU_KERNEL_US)"},
+	{"slow-rank", OPT_LONG, &opt.slow_rank, "rank made slow (-1: none)"},
+	{"slow-ms", OPT_LONG, &opt.slow_ms, "delay the slow rank adds per step"},
+	{"slow-from-step", OPT_LONG, &opt.slow_from_step, "first slow step"},
+	{"slow-mode", OPT_STRING, &opt.slow_mode,
+	 "compute: one extra kernel of --slow-ms; contention: --slow-ms of host CPU work while "
+	 "--slow-threads busy threads share its CPU; barrier: sleep before entering the all-reduce"},
+	{"slow-threads", OPT_LONG, &opt.slow_threads, "busy threads for --slow-mode contention"},
+	{"ring-bytes", OPT_LONG, &opt.ring_bytes, "per step, send this many bytes to rank+1 and receive from rank-1"},
+	{"ib", OPT_FLAG, &opt.ib, "open the first verbs device and wait for its async events on a thread"},
+	{"wait-file", OPT_STRING, &opt.wait_file, "start gate: each rank waits for this path before any CUDA/NCCL call"},
+	{"ready-file", OPT_STRING, &opt.ready_file, "each rank writes PATH.RANK ({\"pid\":..,\"tid\":..}) at the gate"},
+	{"wait-timeout-ms", OPT_LONG, &opt.wait_timeout_ms, "give up on the gate after this long (exit status 3)"},
+	{"help", OPT_FLAG, &opt.help, "print this help"},
+};
+#define NFLAGS (sizeof(flags) / sizeof(flags[0]))
+
+static uint64_t now_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static long env_long(const char *name, long fallback)
+{
+	const char *v = getenv(name);
+	return v && *v ? atol(v) : fallback;
+}
+
+/* ---- launcher ---- */
+
+static int spawn_ranks(int argc, char **argv)
+{
+	int n = (int)opt.spawn;
+	if (n < 1 || n > MAX_SPAWN)
+		die(2, "--spawn must be 1..%d", MAX_SPAWN);
+	ncclUniqueId id;
+	if (ncclGetUniqueId(&id) != ncclSuccess)
+		die(1, "ncclGetUniqueId failed");
+	char hex[2 * NCCL_UNIQUE_ID_BYTES + 1];
+	for (int i = 0; i < NCCL_UNIQUE_ID_BYTES; i++)
+		sprintf(hex + 2 * i, "%02x", (unsigned char)id.internal[i]);
+
+	/* the ranks run this program again, minus --spawn */
+	char **child_argv = calloc((size_t)argc + 1, sizeof(char *));
+	int k = 0;
+	for (int i = 0; i < argc; i++) {
+		if (strcmp(argv[i], "--spawn") == 0) {
+			i++;
+			continue;
+		}
+		if (strncmp(argv[i], "--spawn=", 8) == 0)
+			continue;
+		child_argv[k++] = argv[i];
+	}
+
+	pid_t pids[MAX_SPAWN];
+	int fds[MAX_SPAWN];
+	char *out[MAX_SPAWN];
+	size_t out_len[MAX_SPAWN];
+	fflush(NULL);
+	for (int r = 0; r < n; r++) {
+		int p[2];
+		if (pipe2(p, O_CLOEXEC) != 0)
+			die(1, "pipe: %s", strerror(errno));
+		pid_t pid = fork();
+		if (pid < 0)
+			die(1, "fork: %s", strerror(errno));
+		if (pid == 0) {
+			char v[32];
+			dup2(p[1], STDOUT_FILENO);
+			snprintf(v, sizeof(v), "%d", r);
+			setenv("RANK", v, 1);
+			setenv("LOCAL_RANK", v, 1);
+			snprintf(v, sizeof(v), "%d", n);
+			setenv("WORLD_SIZE", v, 1);
+			setenv("FAKENCCL_UNIQUE_ID", hex, 1);
+			execv("/proc/self/exe", child_argv);
+			_exit(127);
+		}
+		close(p[1]);
+		pids[r] = pid;
+		fds[r] = p[0];
+		out[r] = NULL;
+		out_len[r] = 0;
+	}
+
+	/* Collect each rank's stdout separately, so report lines never interleave. */
+	int open_fds = n;
+	while (open_fds) {
+		struct pollfd pfd[MAX_SPAWN];
+		for (int r = 0; r < n; r++)
+			pfd[r] = (struct pollfd){.fd = fds[r], .events = POLLIN};
+		if (poll(pfd, (nfds_t)(unsigned int)n, -1) < 0 && errno != EINTR)
+			die(1, "poll: %s", strerror(errno));
+		for (int r = 0; r < n; r++) {
+			if (fds[r] < 0 || !(pfd[r].revents & (POLLIN | POLLHUP)))
+				continue;
+			char buf[65536];
+			ssize_t got = read(fds[r], buf, sizeof(buf));
+			if (got <= 0) {
+				close(fds[r]);
+				fds[r] = -1;
+				open_fds--;
+				continue;
+			}
+			if (out_len[r] + (size_t)got > (64u << 20))
+				die(1, "rank %d wrote more than 64 MiB", r);
+			out[r] = realloc(out[r], out_len[r] + (size_t)got);
+			memcpy(out[r] + out_len[r], buf, (size_t)got);
+			out_len[r] += (size_t)got;
+		}
+	}
+
+	/* A failed rank would leave its peers waiting in a collective: stop them, as torchrun
+	 * does. */
+	int failed = 0;
+	for (int done = 0; done < n; done++) {
+		int status;
+		pid_t pid = wait(&status);
+		if (pid < 0)
+			break;
+		if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+			for (int r = 0; r < n; r++)
+				if (pids[r] == pid)
+					fprintf(stderr, PROG ": rank %d failed (status %d)\n", r, status);
+			if (!failed++)
+				for (int r = 0; r < n; r++)
+					kill(pids[r], SIGTERM);
+		}
+	}
+	for (int r = 0; r < n; r++) {
+		if (out_len[r])
+			fwrite(out[r], 1, out_len[r], stdout);
+		free(out[r]);
+	}
+	fflush(stdout);
+	free(child_argv);
+	return failed ? 1 : 0;
+}
+
+/* ---- one rank ---- */
+
+#define APIS(X)                                                                                          \
+	X(cudaGetDeviceCount) X(cudaSetDevice) X(cudaStreamCreate) X(cudaStreamDestroy) X(cudaMalloc)     \
+	X(cudaFree) X(cudaMemcpy) X(cudaLaunchKernel) X(cudaStreamSynchronize) X(ncclCommInitRank)        \
+	X(ncclCommCount) X(ncclCommUserRank) X(ncclCommDestroy) X(ncclAllReduce) X(ncclGroupStart)        \
+	X(ncclGroupEnd) X(ncclSend) X(ncclRecv) X(ibv_get_device_list) X(ibv_open_device)                 \
+	X(ibv_free_device_list)
+#define AS_ENUM(name) API_##name,
+#define AS_NAME(name) #name,
+enum api { APIS(AS_ENUM) API_COUNT };
+static const char *const api_names[] = {APIS(AS_NAME)};
+static struct {
+	uint64_t calls, total_ns, max_ns;
+} stats[API_COUNT];
+
+static void record(enum api api, uint64_t t0)
+{
+	uint64_t dt = now_ns() - t0;
+	stats[api].calls++;
+	stats[api].total_ns += dt;
+	if (dt > stats[api].max_ns)
+		stats[api].max_ns = dt;
+}
+
+/* Times one call from the dispatcher thread, which makes all counted calls. */
+#define CALL(name, ...)                                                                   \
+	do {                                                                              \
+		uint64_t t0_ = now_ns();                                                  \
+		int rc_ = (int)name(__VA_ARGS__);                                          \
+		record(API_##name, t0_);                                                  \
+		if (rc_ != 0)                                                             \
+			die(1, "rank %d: " #name " failed with error %d", rank, rc_);      \
+	} while (0)
+
+static int rank, world, local_rank;
+static long tid;
+static atomic_int stop_busy;
+static atomic_long ib_events;
+static atomic_int ib_last_event = -1;
+
+static void write_ready_file(void)
+{
+	char path[PATH_MAX], tmp[PATH_MAX + 8];
+	snprintf(path, sizeof(path), "%s.%d", opt.ready_file, rank);
+	snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+	FILE *f = fopen(tmp, "w");
+	if (!f)
+		die(2, "ready file %s: %s", tmp, strerror(errno));
+	fprintf(f, "{\"pid\":%d,\"tid\":%ld}\n", (int)getpid(), tid);
+	if (fclose(f) || rename(tmp, path))
+		die(2, "ready file %s: %s", path, strerror(errno));
+}
+
+static void gate(void)
+{
+	if (opt.ready_file)
+		write_ready_file();
+	if (!opt.wait_file)
+		return;
+	uint64_t give_up = now_ns() + (uint64_t)opt.wait_timeout_ms * 1000000ull;
+	while (access(opt.wait_file, F_OK) != 0) {
+		if (now_ns() > give_up)
+			die(3, "rank %d: %s did not appear within %ld ms", rank, opt.wait_file, opt.wait_timeout_ms);
+		struct timespec ms = {0, 1000000L};
+		nanosleep(&ms, NULL);
+	}
+}
+
+static void *busy_main(void *arg)
+{
+	cpu_set_t *set = arg;
+	sched_setaffinity(0, sizeof(*set), set);
+	while (!atomic_load_explicit(&stop_busy, memory_order_relaxed))
+		__asm__ volatile("pause" ::: "memory");
+	return NULL;
+}
+
+static uint64_t thread_cpu_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* Like NCCL's IB transport: a thread parked in ibv_get_async_event for the whole run. */
+static void *ib_main(void *arg)
+{
+	struct ibv_context *ctx = arg;
+	struct ibv_async_event ev;
+	while (ibv_get_async_event(ctx, &ev) == 0) {
+		atomic_store(&ib_last_event, (int)ev.event_type);
+		atomic_fetch_add(&ib_events, 1);
+		fprintf(stderr, PROG ": rank %d: verbs async event %d\n", rank, (int)ev.event_type);
+		ibv_ack_async_event(&ev);
+	}
+	return NULL;
+}
+
+static void fake_kernel(void) {}
+
+static void launch(cudaStream_t stream, unsigned int blocks)
+{
+	dim3 grid = {blocks, 1, 1}, block = {256, 1, 1};
+	CALL(cudaLaunchKernel, (const void *)fake_kernel, grid, block, NULL, 0, stream);
+}
+
+static void print_array(const char *key, const uint64_t *v, long n)
+{
+	printf(",\"%s\":[", key);
+	for (long i = 0; i < n; i++)
+		printf("%s%llu", i ? "," : "", (unsigned long long)v[i]);
+	printf("]");
+}
+
+static int run_rank(void)
+{
+	rank = (int)env_long("RANK", 0);
+	world = (int)env_long("WORLD_SIZE", 1);
+	local_rank = (int)env_long("LOCAL_RANK", rank);
+	tid = (long)syscall(SYS_gettid);
+	if (world < 1 || rank < 0 || rank >= world)
+		die(2, "RANK=%d WORLD_SIZE=%d is not a rank", rank, world);
+
+	ncclUniqueId id;
+	const char *hex = getenv("FAKENCCL_UNIQUE_ID");
+	if (hex && strlen(hex) == 2 * NCCL_UNIQUE_ID_BYTES) {
+		for (int i = 0; i < NCCL_UNIQUE_ID_BYTES; i++) {
+			unsigned int byte;
+			sscanf(hex + 2 * i, "%2x", &byte);
+			id.internal[i] = (char)byte;
+		}
+	} else if (world == 1) {
+		if (ncclGetUniqueId(&id) != ncclSuccess)
+			die(1, "ncclGetUniqueId failed");
+	} else {
+		die(2, "rank %d: FAKENCCL_UNIQUE_ID must hold the launcher's unique id (use --spawn)", rank);
+	}
+
+	gate();
+	uint64_t start = now_ns();
+	int slow = rank == opt.slow_rank && opt.slow_ms > 0;
+	size_t count = (size_t)opt.bucket_bytes / sizeof(float), bucket = count * sizeof(float);
+	int count_devices = 0;
+	cudaStream_t stream;
+	float *grads, *reduced, *host;
+	char *ring_send = NULL, *ring_recv = NULL;
+	CALL(cudaGetDeviceCount, &count_devices);
+	CALL(cudaSetDevice, local_rank % count_devices);
+	CALL(cudaStreamCreate, &stream);
+	CALL(cudaMalloc, (void **)&grads, bucket * (size_t)opt.buckets);
+	CALL(cudaMalloc, (void **)&reduced, bucket * (size_t)opt.buckets);
+	if (opt.ring_bytes) {
+		CALL(cudaMalloc, (void **)&ring_send, (size_t)opt.ring_bytes);
+		CALL(cudaMalloc, (void **)&ring_recv, (size_t)opt.ring_bytes);
+	}
+	/* Gradients hold rank+1, so every element of the sum is world*(world+1)/2. */
+	host = malloc(bucket * (size_t)opt.buckets + (size_t)opt.ring_bytes + 1);
+	if (!host)
+		die(1, "out of memory");
+	for (size_t i = 0; i < count * (size_t)opt.buckets; i++)
+		host[i] = (float)(rank + 1);
+	CALL(cudaMemcpy, grads, host, bucket * (size_t)opt.buckets, cudaMemcpyHostToDevice);
+	if (opt.ring_bytes) {
+		memset(host, rank & 0xff, (size_t)opt.ring_bytes);
+		CALL(cudaMemcpy, ring_send, host, (size_t)opt.ring_bytes, cudaMemcpyHostToDevice);
+	}
+
+	if (opt.ib) {
+		int ndev = 0;
+		uint64_t t0 = now_ns();
+		struct ibv_device **list = ibv_get_device_list(&ndev);
+		record(API_ibv_get_device_list, t0);
+		if (!list || ndev < 1)
+			die(1, "rank %d: no verbs device", rank);
+		t0 = now_ns();
+		struct ibv_context *ib_ctx = ibv_open_device(list[0]);
+		record(API_ibv_open_device, t0);
+		if (!ib_ctx)
+			die(1, "rank %d: ibv_open_device: %s", rank, strerror(errno));
+		t0 = now_ns();
+		ibv_free_device_list(list);
+		record(API_ibv_free_device_list, t0);
+		/* parked in ibv_get_async_event until the process exits, as NCCL's thread is */
+		pthread_t ib_thread;
+		if (pthread_create(&ib_thread, NULL, ib_main, ib_ctx))
+			die(1, "cannot start the verbs event thread");
+		pthread_detach(ib_thread);
+	}
+
+	ncclComm_t comm;
+	int comm_size = 0, comm_rank = -1;
+	CALL(ncclCommInitRank, &comm, world, id, rank);
+	CALL(ncclCommCount, comm, &comm_size);
+	CALL(ncclCommUserRank, comm, &comm_rank);
+	if (comm_size != world || comm_rank != rank)
+		die(1, "rank %d: communicator says rank %d of %d", rank, comm_rank, comm_size);
+
+	long steps = opt.steps;
+	uint64_t *times = calloc((size_t)steps * 4, sizeof(uint64_t));
+	if (!times)
+		die(1, "out of memory");
+	uint64_t *step_start = times, *ar_entry = times + steps, *ar_exit = times + 2 * steps,
+	         *step_end = times + 3 * steps;
+	uint64_t verify_errors = 0, allreduce_bytes = 0, send_bytes = 0, recv_bytes = 0;
+	const float want = (float)world * (float)(world + 1) / 2;
+	const char *mode = opt.slow_mode;
+	pthread_t busy[64];
+	int busy_started = 0;
+	cpu_set_t cpu;
+
+	for (long s = 0; s < steps; s++) {
+		int slow_now = slow && s >= opt.slow_from_step;
+		step_start[s] = now_ns();
+		for (long k = 0; k < opt.compute_kernels; k++)
+			launch(stream, 128);
+		if (slow_now && !strcmp(mode, "compute")) {
+			/* kernels are billed by waves of one block per SM (132 by default) */
+			uint64_t waves = (uint64_t)((double)opt.slow_ms * 1000.0 / opt.kernel_us + 0.5);
+			launch(stream, (unsigned int)(waves ? waves : 1) * 132);
+		}
+		if (slow_now && !strcmp(mode, "contention")) {
+			if (!busy_started) {
+				CPU_ZERO(&cpu);
+				CPU_SET(sched_getcpu(), &cpu);
+				sched_setaffinity(0, sizeof(cpu), &cpu);
+				for (; busy_started < opt.slow_threads; busy_started++)
+					pthread_create(&busy[busy_started], NULL, busy_main, &cpu);
+			}
+			uint64_t until = thread_cpu_ns() + (uint64_t)opt.slow_ms * 1000000ull;
+			while (thread_cpu_ns() < until)
+				;
+		}
+		CALL(cudaStreamSynchronize, stream);
+		if (slow_now && !strcmp(mode, "barrier")) {
+			struct timespec d = {opt.slow_ms / 1000, (opt.slow_ms % 1000) * 1000000L};
+			nanosleep(&d, NULL);
+		}
+
+		ar_entry[s] = now_ns();
+		for (long b = 0; b < opt.buckets; b++) {
+			CALL(ncclAllReduce, grads + (size_t)b * count, reduced + (size_t)b * count, count, ncclFloat32,
+			     ncclSum, comm, stream);
+			allreduce_bytes += bucket;
+		}
+		ar_exit[s] = now_ns();
+		/* spot-check the reduced gradients: a stride through each bucket plus its end */
+		for (long b = 0; b < opt.buckets; b++)
+			for (size_t i = 0; i < count; i += (i + 1021 < count || i + 1 == count) ? 1021 : count - 1 - i)
+				verify_errors += reduced[(size_t)b * count + i] != want;
+
+		if (opt.ring_bytes && world > 1) {
+			int next = (rank + 1) % world, prev = (rank + world - 1) % world;
+			CALL(ncclGroupStart);
+			CALL(ncclSend, ring_send, (size_t)opt.ring_bytes, ncclUint8, next, comm, stream);
+			CALL(ncclRecv, ring_recv, (size_t)opt.ring_bytes, ncclUint8, prev, comm, stream);
+			CALL(ncclGroupEnd);
+			send_bytes += (uint64_t)opt.ring_bytes;
+			recv_bytes += (uint64_t)opt.ring_bytes;
+			verify_errors += (unsigned char)ring_recv[0] != (prev & 0xff) ||
+			                 (unsigned char)ring_recv[opt.ring_bytes - 1] != (prev & 0xff);
+		}
+
+		for (long k = 0; k < opt.optimizer_kernels; k++)
+			launch(stream, 128);
+		CALL(cudaStreamSynchronize, stream);
+		step_end[s] = now_ns();
+	}
+
+	atomic_store(&stop_busy, 1);
+	for (int i = 0; i < busy_started; i++)
+		pthread_join(busy[i], NULL);
+	CALL(ncclCommDestroy, comm);
+	CALL(cudaFree, grads);
+	CALL(cudaFree, reduced);
+	if (opt.ring_bytes) {
+		CALL(cudaFree, ring_send);
+		CALL(cudaFree, ring_recv);
+	}
+	CALL(cudaStreamDestroy, stream);
+	uint64_t end = now_ns();
+
+	printf("{\"rank\":%d,\"local_rank\":%d,\"world_size\":%d,\"pid\":%d,\"tid\":%ld,\"unique_id\":\"", rank,
+	       local_rank, world, (int)getpid(), tid);
+	for (int i = 0; i < NCCL_UNIQUE_ID_BYTES; i++)
+		printf("%02x", (unsigned char)id.internal[i]);
+	printf("\",\"slow\":%s,\"steps\":%ld,\"bucket_bytes\":%zu,\"buckets\":%ld,\"start_ns\":%llu,\"end_ns\":%llu",
+	       slow ? "true" : "false", steps, bucket, opt.buckets, (unsigned long long)start,
+	       (unsigned long long)end);
+	const char *fields[] = {"calls", "total_ns", "max_ns"};
+	for (int f = 0; f < 3; f++) {
+		printf(",\"%s\":{", fields[f]);
+		for (int a = 0; a < API_COUNT; a++) {
+			uint64_t v = f == 0 ? stats[a].calls : f == 1 ? stats[a].total_ns : stats[a].max_ns;
+			printf("%s\"%s\":%llu", a ? "," : "", api_names[a], (unsigned long long)v);
+		}
+		printf("}");
+	}
+	printf(",\"bytes\":{\"allreduce\":%llu,\"send\":%llu,\"recv\":%llu}", (unsigned long long)allreduce_bytes,
+	       (unsigned long long)send_bytes, (unsigned long long)recv_bytes);
+	printf(",\"verify_errors\":%llu,\"ib_events\":%ld,\"ib_last_event\":%d", (unsigned long long)verify_errors,
+	       atomic_load(&ib_events), atomic_load(&ib_last_event));
+	print_array("step_start_ns", step_start, steps);
+	print_array("allreduce_entry_ns", ar_entry, steps);
+	print_array("allreduce_exit_ns", ar_exit, steps);
+	print_array("step_end_ns", step_end, steps);
+	printf("}\n");
+	fflush(stdout);
+	free(times);
+	free(host);
+	return verify_errors ? 1 : 0;
+}
+
+int main(int argc, char **argv)
+{
+	cli_parse(PROG, flags, NFLAGS, argc, argv);
+	if (opt.help) {
+		printf("usage: " PROG " [--spawn N] [--flag value]...\n\n"
+		       "A DDP-style training loop over the fake libcudart and libnccl. Each rank prints one JSON\n"
+		       "line; --spawn N runs N ranks and prints their lines in rank order.\n\n");
+		cli_usage(stdout, flags, NFLAGS);
+		printf("\nEnvironment: RANK, LOCAL_RANK, WORLD_SIZE, FAKENCCL_UNIQUE_ID (set by --spawn),\n"
+		       "FAKENCCL_GBPS, FAKENCCL_TIMEOUT_MS, FAKEIBV_EVENT_FIFO, and the FAKEGPU_* knobs.\n"
+		       "Exit status: 0 ok, 1 a call failed or results were wrong, 2 bad flags, 3 gate timeout.\n");
+		return 0;
+	}
+	if (opt.spawn < 0 || opt.spawn > MAX_SPAWN || opt.steps < 1 || opt.steps > MAX_STEPS || opt.buckets < 1 ||
+	    opt.buckets > 1024 || opt.bucket_bytes < 4 || opt.bucket_bytes % 4 || opt.compute_kernels < 0 ||
+	    opt.optimizer_kernels < 0 || opt.kernel_us <= 0 || opt.slow_ms < 0 || opt.ring_bytes < 0 ||
+	    opt.slow_threads < 0 || opt.slow_threads > 64)
+		die(2, "bad flags: --spawn 0..%d, --steps 1..%d, --buckets 1..1024, --bucket-bytes a positive "
+		       "multiple of 4, --slow-threads 0..64, no negative values",
+		    MAX_SPAWN, MAX_STEPS);
+	if (strcmp(opt.slow_mode, "compute") && strcmp(opt.slow_mode, "contention") && strcmp(opt.slow_mode, "barrier"))
+		die(2, "--slow-mode must be compute, contention or barrier");
+	char kus[32];
+	snprintf(kus, sizeof(kus), "%g", opt.kernel_us);
+	setenv("FAKEGPU_KERNEL_US", kus, 1);
+	if (opt.spawn)
+		return spawn_ranks(argc, argv);
+	return run_rank();
+}

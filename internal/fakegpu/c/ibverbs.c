@@ -1,0 +1,176 @@
+/*
+ * libibverbs.so.1: enough of the verbs API for an RDMA-using process (NCCL's IB transport)
+ * to find a device and wait for its asynchronous events, which tests inject by hand.
+ *
+ * FAKEIBV_DEVICES (default 1) devices are listed as mlx5_0, mlx5_1, ... When
+ * FAKEIBV_EVENT_FIFO names a path, ibv_open_device creates that FIFO if needed and
+ * ibv_get_async_event blocks reading lines from it: "EVENT_TYPE [PORT]", the numeric
+ * enum ibv_event_type value, e.g. `echo 10 1 > fifo` for IBV_EVENT_PORT_ERR on port 1.
+ * Without it, ibv_get_async_event blocks forever, as on a healthy fabric. The FIFO is
+ * also the context's async_fd, so poll() on it works as with the real library.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "fake_ibverbs.h"
+
+#define MAX_DEVICES 16
+
+static __attribute__((noinline)) void enter(void) { __asm__ volatile("" ::: "memory"); }
+
+static pthread_once_t devices_once = PTHREAD_ONCE_INIT;
+static struct ibv_device devices[MAX_DEVICES];
+static int device_count;
+
+static void make_devices(void)
+{
+	const char *v = getenv("FAKEIBV_DEVICES");
+	device_count = v && *v ? atoi(v) : 1;
+	if (device_count < 0)
+		device_count = 0;
+	if (device_count > MAX_DEVICES)
+		device_count = MAX_DEVICES;
+	for (int i = 0; i < device_count; i++) {
+		struct ibv_device *d = &devices[i];
+		d->node_type = IBV_NODE_CA;
+		d->transport_type = IBV_TRANSPORT_IB;
+		snprintf(d->name, sizeof(d->name), "mlx5_%d", i);
+		snprintf(d->dev_name, sizeof(d->dev_name), "uverbs%d", i);
+		snprintf(d->dev_path, sizeof(d->dev_path), "/sys/class/infiniband_verbs/uverbs%d", i);
+		snprintf(d->ibdev_path, sizeof(d->ibdev_path), "/sys/class/infiniband/mlx5_%d", i);
+	}
+}
+
+FAKEGPU_API struct ibv_device **ibv_get_device_list(int *num_devices)
+{
+	enter();
+	pthread_once(&devices_once, make_devices);
+	struct ibv_device **list = calloc((size_t)device_count + 1, sizeof(*list));
+	if (!list) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	for (int i = 0; i < device_count; i++)
+		list[i] = &devices[i];
+	if (num_devices)
+		*num_devices = device_count;
+	return list;
+}
+
+FAKEGPU_API void ibv_free_device_list(struct ibv_device **list)
+{
+	enter();
+	free(list);
+}
+
+FAKEGPU_API const char *ibv_get_device_name(struct ibv_device *device)
+{
+	enter();
+	return device ? device->name : NULL;
+}
+
+/* The event source is opened read-write: a FIFO opened that way never blocks in open and
+ * never reads EOF when the writer goes away, so each injected line is one event. */
+FAKEGPU_API struct ibv_context *ibv_open_device(struct ibv_device *device)
+{
+	enter();
+	if (!device) {
+		errno = EINVAL;
+		return NULL;
+	}
+	struct ibv_context *ctx = calloc(1, sizeof(*ctx));
+	if (!ctx) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	ctx->device = device;
+	ctx->cmd_fd = -1;
+	ctx->num_comp_vectors = 1;
+	pthread_mutex_init(&ctx->mutex, NULL);
+	const char *fifo = getenv("FAKEIBV_EVENT_FIFO");
+	if (fifo && *fifo) {
+		if (mkfifo(fifo, 0600) != 0 && errno != EEXIST)
+			goto fail;
+		ctx->async_fd = open(fifo, O_RDWR | O_CLOEXEC);
+	} else {
+		int quiet[2];
+		if (pipe2(quiet, O_CLOEXEC) != 0)
+			goto fail;
+		ctx->async_fd = quiet[0];
+		ctx->cmd_fd = quiet[1]; /* the never-written end keeps reads blocking */
+	}
+	if (ctx->async_fd < 0)
+		goto fail;
+	return ctx;
+fail:
+	free(ctx);
+	return NULL;
+}
+
+FAKEGPU_API int ibv_close_device(struct ibv_context *context)
+{
+	enter();
+	if (!context)
+		return EINVAL;
+	close(context->async_fd);
+	if (context->cmd_fd >= 0)
+		close(context->cmd_fd);
+	pthread_mutex_destroy(&context->mutex);
+	free(context);
+	return 0;
+}
+
+static int port_event(enum ibv_event_type t)
+{
+	return t == IBV_EVENT_PORT_ACTIVE || t == IBV_EVENT_PORT_ERR || t == IBV_EVENT_LID_CHANGE ||
+	       t == IBV_EVENT_PKEY_CHANGE || t == IBV_EVENT_SM_CHANGE || t == IBV_EVENT_CLIENT_REREGISTER ||
+	       t == IBV_EVENT_GID_CHANGE;
+}
+
+/* Reads one line byte by byte: the FIFO may hold several injected lines, and bytes past
+ * this event's newline belong to the next call. */
+FAKEGPU_API int ibv_get_async_event(struct ibv_context *context, struct ibv_async_event *event)
+{
+	enter();
+	if (!context || !event) {
+		errno = EINVAL;
+		return -1;
+	}
+	char line[64];
+	for (;;) {
+		size_t len = 0;
+		for (;;) {
+			char ch;
+			ssize_t n = read(context->async_fd, &ch, 1);
+			if (n < 0 && errno == EINTR)
+				continue;
+			if (n <= 0)
+				return -1;
+			if (ch == '\n')
+				break;
+			if (len < sizeof(line) - 1)
+				line[len++] = ch;
+		}
+		line[len] = 0;
+		int type, port = 1;
+		if (sscanf(line, "%d %d", &type, &port) < 1 || type < IBV_EVENT_CQ_ERR || type > IBV_EVENT_WQ_FATAL)
+			continue; /* not an event: skip the line */
+		memset(event, 0, sizeof(*event));
+		event->event_type = (enum ibv_event_type)type;
+		if (port_event(event->event_type))
+			event->element.port_num = port;
+		return 0;
+	}
+}
+
+FAKEGPU_API void ibv_ack_async_event(struct ibv_async_event *event)
+{
+	enter();
+	(void)event;
+}
