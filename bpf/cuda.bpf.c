@@ -262,3 +262,17 @@ int BPF_KRETPROBE(leave_call)
 	bpf_map_delete_elem(&call_entries, &key);
 	return 0;
 }
+
+/* Baseline for benchmarks: the cost of a uprobe and a uretprobe that do nothing, on
+ * the same attach points as the real programs. Probe overhead is reported against it. */
+SEC("uprobe")
+int empty_entry(struct pt_regs *ctx)
+{
+	return 0;
+}
+
+SEC("uretprobe")
+int empty_return(struct pt_regs *ctx)
+{
+	return 0;
+}

@@ -136,6 +136,8 @@ const (
 	cudaMapEvents                    = "events"
 	cudaMapTracedCgroups             = "traced_cgroups"
 	cudaMapTracedPids                = "traced_pids"
+	cudaProgEmptyEntry               = "empty_entry"
+	cudaProgEmptyReturn              = "empty_return"
 	cudaProgEnterAlloc               = "enter_alloc"
 	cudaProgEnterCuLaunchKernel      = "enter_cu_launch_kernel"
 	cudaProgEnterCuLaunchKernelEx    = "enter_cu_launch_kernel_ex"
@@ -197,6 +199,8 @@ type cudaSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type cudaProgramSpecs struct {
+	EmptyEntry               *ebpf.ProgramSpec `ebpf:"empty_entry"`
+	EmptyReturn              *ebpf.ProgramSpec `ebpf:"empty_return"`
 	EnterAlloc               *ebpf.ProgramSpec `ebpf:"enter_alloc"`
 	EnterCuLaunchKernel      *ebpf.ProgramSpec `ebpf:"enter_cu_launch_kernel"`
 	EnterCuLaunchKernelEx    *ebpf.ProgramSpec `ebpf:"enter_cu_launch_kernel_ex"`
@@ -286,6 +290,8 @@ type cudaVariables struct {
 //
 // It can be passed to loadCudaObjects or ebpf.CollectionSpec.LoadAndAssign.
 type cudaPrograms struct {
+	EmptyEntry               *ebpf.Program `ebpf:"empty_entry"`
+	EmptyReturn              *ebpf.Program `ebpf:"empty_return"`
 	EnterAlloc               *ebpf.Program `ebpf:"enter_alloc"`
 	EnterCuLaunchKernel      *ebpf.Program `ebpf:"enter_cu_launch_kernel"`
 	EnterCuLaunchKernelEx    *ebpf.Program `ebpf:"enter_cu_launch_kernel_ex"`
@@ -301,6 +307,8 @@ type cudaPrograms struct {
 
 func (p *cudaPrograms) Close() error {
 	return _CudaClose(
+		p.EmptyEntry,
+		p.EmptyReturn,
 		p.EnterAlloc,
 		p.EnterCuLaunchKernel,
 		p.EnterCuLaunchKernelEx,

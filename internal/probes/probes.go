@@ -25,6 +25,9 @@ type Options struct {
 	RingBufferBytes uint32
 	// InFlightCalls bounds the LRU map of calls that have entered and not yet returned.
 	InFlightCalls uint32
+	// Baseline attaches programs that do nothing in place of the real ones, on the same
+	// attach points: what a probe costs by merely existing, for overhead benchmarks.
+	Baseline bool
 }
 
 // Probes is the loaded BPF programs and their links. One Probes serves a whole host.
@@ -38,6 +41,7 @@ type Probes struct {
 	hostLinks   int
 	reader      *ringbuf.Reader
 	pollTimeout time.Duration
+	baseline    bool
 }
 
 // LibraryAttachment says what was attached to one library file.
@@ -56,6 +60,10 @@ var ErrPrivileges = errors.New("loading BPF programs needs root, or CAP_BPF + CA
 // Load loads both program families with shared maps. Nothing is attached yet.
 func Load(opts Options) (*Probes, error) {
 	if err := rlimit.RemoveMemlock(); err != nil {
+		// Unprivileged processes fail here first, before any BPF syscall.
+		if errors.Is(err, syscall.EPERM) {
+			return nil, fmt.Errorf("raise RLIMIT_MEMLOCK: %w", ErrPrivileges)
+		}
 		return nil, fmt.Errorf("raise RLIMIT_MEMLOCK: %w", err)
 	}
 	cudaSpec, err := loadCuda()
@@ -71,7 +79,7 @@ func Load(opts Options) (*Probes, error) {
 	if err := cudaSpec.Variables["trace_all_cuda"].Set(opts.TraceAllCUDA); err != nil {
 		return nil, fmt.Errorf("configure trace_all_cuda: %w", err)
 	}
-	p := &Probes{attached: map[fileID]LibraryAttachment{}, pollTimeout: 10 * time.Millisecond}
+	p := &Probes{attached: map[fileID]LibraryAttachment{}, pollTimeout: 10 * time.Millisecond, baseline: opts.Baseline}
 	if err := cudaSpec.LoadAndAssign(&p.cuda, nil); err != nil {
 		return nil, explainLoadError("cuda probes", err)
 	}
@@ -169,14 +177,18 @@ func (p *Probes) AttachLibrary(path string, lib Library) (att LibraryAttachment,
 			att.Missing = append(att.Missing, a.Symbol)
 			continue
 		}
-		entry, err := ex.Uprobe(a.Symbol, a.entry(&p.cuda.cudaPrograms), &link.UprobeOptions{Offset: offset, Cookie: uint64(a.ID)})
+		entryProg, returnProg := a.entry(&p.cuda.cudaPrograms), p.cuda.LeaveCall
+		if p.baseline {
+			entryProg, returnProg = p.cuda.EmptyEntry, p.cuda.EmptyReturn
+		}
+		entry, err := ex.Uprobe(a.Symbol, entryProg, &link.UprobeOptions{Offset: offset, Cookie: uint64(a.ID)})
 		if err != nil {
 			closeAll(added)
 			return att, false, fmt.Errorf("uprobe %s in %s: %w", a.Symbol, path, err)
 		}
 		// The return probe goes on the symbol itself: it only replaces the return
 		// address, which is the same wherever in the prologue it is taken.
-		ret, err := ex.Uretprobe(a.Symbol, p.cuda.LeaveCall, &link.UprobeOptions{Offset: offset, Cookie: uint64(a.ID)})
+		ret, err := ex.Uretprobe(a.Symbol, returnProg, &link.UprobeOptions{Offset: offset, Cookie: uint64(a.ID)})
 		if err != nil {
 			closeAll(append(added, entry))
 			return att, false, fmt.Errorf("uretprobe %s in %s: %w", a.Symbol, path, err)

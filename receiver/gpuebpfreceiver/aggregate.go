@@ -57,8 +57,29 @@ type aggregator struct {
 	logs      *logSink
 	synthetic bool
 
-	events, drops       counterSet
+	events              eventCounters
+	drops               counterSet
 	processStartDefault pcommon.Timestamp
+}
+
+// eventCounters counts decoded events by kind without a lock: they are bumped once per
+// event on the hot path.
+type eventCounters [probes.KindTCPRetransmit + 1]atomic.Uint64
+
+var eventCounterNames = map[probes.EventKind]string{
+	probes.KindCUDACall: "cuda.api.call", probes.KindSched: "host.sched", probes.KindFork: "process.fork",
+	probes.KindExec: "process.exec", probes.KindExit: "process.exit", probes.KindBlockIO: "host.block.io",
+	probes.KindTCPRetransmit: "host.tcp.retransmit",
+}
+
+func (e *eventCounters) add(kind probes.EventKind) { e[kind].Add(1) }
+
+func (e *eventCounters) snapshot() map[string]uint64 {
+	out := make(map[string]uint64, len(eventCounterNames))
+	for kind, name := range eventCounterNames {
+		out[name] = e[kind].Load()
+	}
+	return out
 }
 
 // counterSet is a small set of named counters read by telemetry callbacks.
@@ -131,7 +152,7 @@ func (a *aggregator) process(pid uint32) *processSeries {
 }
 
 func (a *aggregator) CUDACall(ev *probes.CUDACall) {
-	a.events.add("cuda.api.call", 1)
+	a.events.add(probes.KindCUDACall)
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	p := a.process(ev.Hdr.Pid)
@@ -148,8 +169,12 @@ func (a *aggregator) CUDACall(ev *probes.CUDACall) {
 		p.apis[ev.Api] = s
 	}
 	seconds := float64(ev.DurationNs) / 1e9
-	median := s.duration.Quantile(0.5)
-	warm := s.duration.Count >= 20
+	// The running median is only worth its bucket walk for a call long enough to be
+	// an outlier, in a series with enough calls to have a median.
+	median := 0.0
+	if s.duration.Count >= 20 && seconds >= a.logs.minDuration {
+		median = s.duration.Quantile(0.5)
+	}
 	s.duration.Record(seconds)
 	dir := int(ev.MemcpyKind)
 	if dir >= memcpyKinds {
@@ -163,11 +188,11 @@ func (a *aggregator) CUDACall(ev *probes.CUDACall) {
 	if len(p.cudaTIDs) < a.cfg.Limits.MaxThreadsPerProcess {
 		p.cudaTIDs[ev.Hdr.Tid] = true
 	}
-	a.logs.cudaCall(p, ev, seconds, median, warm)
+	a.logs.cudaCall(p, ev, seconds, median)
 }
 
 func (a *aggregator) Sched(ev *probes.SchedSwitchIn) {
-	a.events.add("host.sched", 1)
+	a.events.add(probes.KindSched)
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	p := a.process(ev.Hdr.Pid)
@@ -198,13 +223,13 @@ func (a *aggregator) Process(kind probes.EventKind, ev *probes.ProcessEvent) {
 	defer a.mu.Unlock()
 	switch kind {
 	case probes.KindFork:
-		a.events.add("process.fork", 1)
+		a.events.add(probes.KindFork)
 		if parent := a.process(ev.ParentPid); parent != nil {
 			parent.forks++
 			a.logs.lifecycle(parent, kind, ev)
 		}
 	case probes.KindExec:
-		a.events.add("process.exec", 1)
+		a.events.add(probes.KindExec)
 		// Exec events come for every process on the host (discovery needs them); only
 		// those of processes already traced are news for the pipeline.
 		if p, ok := a.processes[ev.Hdr.Pid]; ok {
@@ -214,7 +239,7 @@ func (a *aggregator) Process(kind probes.EventKind, ev *probes.ProcessEvent) {
 			a.logs.lifecycle(p, kind, ev)
 		}
 	case probes.KindExit:
-		a.events.add("process.exit", 1)
+		a.events.add(probes.KindExit)
 		if p, ok := a.processes[ev.Hdr.Pid]; ok {
 			p.exited = true
 			a.logs.lifecycle(p, kind, ev)
@@ -223,7 +248,7 @@ func (a *aggregator) Process(kind probes.EventKind, ev *probes.ProcessEvent) {
 }
 
 func (a *aggregator) BlockIO(ev *probes.BlockIO) {
-	a.events.add("host.block.io", 1)
+	a.events.add(probes.KindBlockIO)
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	p := a.process(ev.Hdr.Pid)
@@ -237,7 +262,7 @@ func (a *aggregator) BlockIO(ev *probes.BlockIO) {
 }
 
 func (a *aggregator) TCPRetransmit(ev *probes.TCPRetransmit) {
-	a.events.add("host.tcp.retransmit", 1)
+	a.events.add(probes.KindTCPRetransmit)
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.logs.retransmit(ev)

@@ -111,14 +111,16 @@ func (s *logSink) record(p *processSeries, monoNS uint64) (plog.LogRecord, bool)
 	return lr, true
 }
 
-func (s *logSink) cudaCall(p *processSeries, ev *probes.CUDACall, seconds, median float64, warm bool) {
+// cudaCall logs a call under the policy; median is 0 when the call cannot be an
+// outlier (too short, or too few calls of its kind yet).
+func (s *logSink) cudaCall(p *processSeries, ev *probes.CUDACall, seconds, median float64) {
 	reason := ""
 	switch {
 	case ev.Ret != 0:
 		reason = "error"
 	case ev.Api == apiBeginCapture || ev.Api == apiEndCapture || ev.Api == apiGraphInstantiate:
 		reason = "graph"
-	case warm && seconds >= s.minDuration && seconds > s.factor*median:
+	case median > 0 && seconds > s.factor*median:
 		reason = "outlier"
 	}
 	if !s.admit(reason != "") {

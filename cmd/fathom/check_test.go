@@ -1,0 +1,118 @@
+//go:build linux
+
+package main
+
+import (
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/fathom-gpu/fathom/internal/collectortest"
+	"github.com/fathom-gpu/fathom/internal/fakegpu"
+	"github.com/fathom-gpu/fathom/internal/nodecheck"
+	"github.com/fathom-gpu/fathom/internal/privtest"
+)
+
+func TestCheckReportsAReadyNodeAndItsGPULibraries(t *testing.T) {
+	privtest.Require(t)
+	paths := fakegpu.Build(t)
+	w := fakegpu.Start(t, paths, fakegpu.Options{Gate: true, Launches: 1})
+	out, err := exec.Command(collectortest.Binary(t), "check", "--json").Output()
+	if err != nil {
+		t.Fatalf("fathom check: %v\n%s", err, out)
+	}
+	var r nodecheck.Report
+	if err := json.Unmarshal(out, &r); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	if !r.Ready {
+		t.Fatalf("node not ready: %+v", r.Checks)
+	}
+	for _, c := range r.Checks {
+		if !c.OK {
+			t.Errorf("check %s failed: %s", c.Name, c.Detail)
+		}
+	}
+	want := filepath.Join(paths.LibDir, "libcudart.so.12")
+	found := false
+	for _, l := range r.Libraries {
+		for _, pid := range l.PIDs {
+			found = found || (l.Path == want && int(pid) == w.Pid && l.Library == "libcudart")
+		}
+	}
+	if !found {
+		t.Fatalf("%s mapped by pid %d not reported: %+v", want, w.Pid, r.Libraries)
+	}
+}
+
+// Without privileges the check says what is missing and how to grant it, and the
+// receiver refuses to start with one line that says the same, not a stack trace.
+func TestWithoutPrivilegesTheAnswerIsOneClearLine(t *testing.T) {
+	privtest.Require(t) // needs root to drop to nobody
+	bin := unprivilegedCopy(t)
+	nobody := &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+
+	check := exec.Command(bin, "check")
+	check.SysProcAttr = nobody
+	out, err := check.CombinedOutput()
+	if err == nil {
+		t.Fatalf("check passed as nobody:\n%s", out)
+	}
+	for _, want := range []string{"[FAIL] privileges", "fix: run as root, or grant CAP_BPF, CAP_PERFMON", "not ready"} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("check output lacks %q:\n%s", want, out)
+		}
+	}
+
+	cfg := filepath.Join(filepath.Dir(bin), "node.yaml")
+	yaml := "receivers:\n  gpuebpf:\nexporters:\n  debug:\nservice:\n  telemetry:\n    metrics:\n      level: none\n  pipelines:\n    metrics:\n      receivers: [gpuebpf]\n      exporters: [debug]\n"
+	if err := os.WriteFile(cfg, []byte(yaml), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	run := exec.Command(bin, "--config", cfg)
+	run.SysProcAttr = nobody
+	done := make(chan struct{})
+	var runOut []byte
+	go func() { runOut, err = run.CombinedOutput(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		_ = run.Process.Kill()
+		t.Fatal("collector kept running without privileges")
+	}
+	if err == nil {
+		t.Fatalf("collector started without privileges:\n%s", runOut)
+	}
+	if !strings.Contains(string(runOut), "gpuebpf: cannot load BPF programs without privileges: run the collector as root, or grant it with `setcap cap_bpf,cap_perfmon") {
+		t.Fatalf("no clear privileges line:\n%s", runOut)
+	}
+	if strings.Contains(string(runOut), "goroutine ") {
+		t.Fatalf("a stack trace instead of one line:\n%s", runOut)
+	}
+}
+
+// unprivilegedCopy puts the binary where nobody can execute it.
+func unprivilegedCopy(t *testing.T) string {
+	dir, err := os.MkdirTemp("", "fathom-nobody-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	src, err := os.ReadFile(collectortest.Binary(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(dir, "fathom")
+	if err := os.WriteFile(bin, src, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return bin
+}
