@@ -19,6 +19,8 @@ func TestLibrariesExportExactlyTheAPI(t *testing.T) {
 	}{
 		{p.Cudart, "libcudart.so.12", RuntimeAPIs},
 		{p.Cuda, "libcuda.so.1", DriverAPIs},
+		{p.NCCL, "libnccl.so.2", NCCLAPIs},
+		{p.IBVerbs, "libibverbs.so.1", IBVerbsAPIs},
 	} {
 		t.Run(lib.soname, func(t *testing.T) {
 			f, err := elf.Open(lib.path)

@@ -125,3 +125,19 @@ var DriverAPIs = []string{
 	"cuMemcpyHtoDAsync_v2", "cuMemcpyDtoHAsync_v2", "cuMemcpyDtoDAsync_v2",
 	"cuCtxSynchronize", "cuStreamSynchronize", "cuGraphLaunch",
 }
+
+// NCCLAPIs are the NCCL entry points libnccl.so.2 exports.
+var NCCLAPIs = []string{
+	"ncclGetVersion", "ncclGetErrorString", "ncclGetUniqueId",
+	"ncclCommInitRank", "ncclCommInitRankConfig", "ncclCommInitAll", "ncclCommSplit",
+	"ncclCommDestroy", "ncclCommAbort", "ncclCommCount", "ncclCommUserRank", "ncclCommCuDevice",
+	"ncclCommGetAsyncError",
+	"ncclAllReduce", "ncclAllGather", "ncclReduceScatter", "ncclBroadcast", "ncclBcast", "ncclReduce",
+	"ncclSend", "ncclRecv", "ncclGroupStart", "ncclGroupEnd",
+}
+
+// IBVerbsAPIs are the verbs entry points libibverbs.so.1 exports.
+var IBVerbsAPIs = []string{
+	"ibv_get_device_list", "ibv_free_device_list", "ibv_get_device_name",
+	"ibv_open_device", "ibv_close_device", "ibv_get_async_event", "ibv_ack_async_event",
+}

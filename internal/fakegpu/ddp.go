@@ -1,0 +1,267 @@
+package fakegpu
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// Slowness makes one rank of fakegpu-ddp slow from a given step.
+type Slowness struct {
+	Rank     int
+	Delay    time.Duration // --slow-ms
+	FromStep int
+	// Mode is "compute" (one extra kernel of Delay; the default), "contention" (Delay of
+	// host CPU work while Threads busy threads share its CPU) or "barrier" (sleep Delay
+	// before entering the all-reduce).
+	Mode    string
+	Threads int
+}
+
+// DDPOptions mirrors the flags of fakegpu-ddp; a zero field keeps the program's default.
+type DDPOptions struct {
+	Ranks            int // --spawn (required)
+	Steps            int // default 200
+	BucketBytes      int64
+	Buckets          int
+	ComputeKernels   int
+	OptimizerKernels int
+	KernelTime       time.Duration // default 50us
+	Slow             *Slowness
+	RingBytes        int64 // per-step send/recv ring exchange
+	IB               bool  // a verbs async-event thread per rank
+	// Gate makes StartDDP return once every rank waits at its gate, before any CUDA or
+	// NCCL call; Release starts them all.
+	Gate bool
+	Env  []string
+}
+
+// Args returns the launcher's command-line flags (gate flags excluded).
+func (o DDPOptions) Args() []string {
+	args := []string{"--spawn", strconv.Itoa(o.Ranks)}
+	num := func(flag string, v int64) {
+		if v != 0 {
+			args = append(args, "--"+flag, strconv.FormatInt(v, 10))
+		}
+	}
+	num("steps", int64(o.Steps))
+	num("bucket-bytes", o.BucketBytes)
+	num("buckets", int64(o.Buckets))
+	num("compute-kernels", int64(o.ComputeKernels))
+	num("optimizer-kernels", int64(o.OptimizerKernels))
+	if o.KernelTime != 0 {
+		args = append(args, "--kernel-us", strconv.FormatFloat(float64(o.KernelTime)/float64(time.Microsecond), 'f', -1, 64))
+	}
+	if s := o.Slow; s != nil {
+		args = append(args, "--slow-rank", strconv.Itoa(s.Rank))
+		num("slow-ms", s.Delay.Milliseconds())
+		num("slow-from-step", int64(s.FromStep))
+		if s.Mode != "" {
+			args = append(args, "--slow-mode", s.Mode)
+		}
+		num("slow-threads", int64(s.Threads))
+	}
+	num("ring-bytes", o.RingBytes)
+	if o.IB {
+		args = append(args, "--ib")
+	}
+	return args
+}
+
+// DDPBytes counts one rank's collective traffic.
+type DDPBytes struct {
+	AllReduce int64 `json:"allreduce"`
+	Send      int64 `json:"send"`
+	Recv      int64 `json:"recv"`
+}
+
+// DDPRank is one rank's JSON report. Per-step times are CLOCK_MONOTONIC nanoseconds:
+// AllReduceEntryNS/ExitNS bracket the step's ncclAllReduce calls.
+type DDPRank struct {
+	Rank             int              `json:"rank"`
+	LocalRank        int              `json:"local_rank"`
+	WorldSize        int              `json:"world_size"`
+	Pid              int              `json:"pid"`
+	Tid              int              `json:"tid"`
+	UniqueID         string           `json:"unique_id"` // hex of the 128-byte ncclUniqueId
+	Slow             bool             `json:"slow"`
+	Steps            int              `json:"steps"`
+	BucketBytes      int64            `json:"bucket_bytes"`
+	Buckets          int              `json:"buckets"`
+	StartNS          int64            `json:"start_ns"`
+	EndNS            int64            `json:"end_ns"`
+	Calls            map[string]int64 `json:"calls"`
+	TotalNS          map[string]int64 `json:"total_ns"`
+	MaxNS            map[string]int64 `json:"max_ns"`
+	Bytes            DDPBytes         `json:"bytes"`
+	VerifyErrors     int64            `json:"verify_errors"` // wrong all-reduce or ring results
+	IBEvents         int64            `json:"ib_events"`
+	IBLastEvent      int              `json:"ib_last_event"` // enum ibv_event_type, -1 if none
+	StepStartNS      []int64          `json:"step_start_ns"`
+	AllReduceEntryNS []int64          `json:"allreduce_entry_ns"`
+	AllReduceExitNS  []int64          `json:"allreduce_exit_ns"`
+	StepEndNS        []int64          `json:"step_end_ns"`
+}
+
+// AllReduceTimes returns the per-step time spent in ncclAllReduce.
+func (r DDPRank) AllReduceTimes() []time.Duration {
+	out := make([]time.Duration, len(r.AllReduceEntryNS))
+	for i := range out {
+		out[i] = time.Duration(r.AllReduceExitNS[i] - r.AllReduceEntryNS[i])
+	}
+	return out
+}
+
+// RankProcess identifies a rank process that reached its gate.
+type RankProcess struct{ Pid, Tid int }
+
+// DDPRun is a started fakegpu-ddp launcher and its ranks.
+type DDPRun struct {
+	Cmd *exec.Cmd
+	// Ranks holds each rank's pid and dispatcher tid, indexed by rank (gated runs only).
+	Ranks []RankProcess
+
+	waitFile       string
+	stdout, stderr bytes.Buffer
+	done           chan struct{}
+	waitErr        error
+}
+
+// StartDDP launches fakegpu-ddp --spawn o.Ranks. With o.Gate it returns once every rank
+// waits at its gate. Everything is killed at test cleanup if still running.
+func StartDDP(t testing.TB, p Paths, o DDPOptions) *DDPRun {
+	t.Helper()
+	if o.Ranks < 1 {
+		t.Fatal("DDPOptions.Ranks must be at least 1")
+	}
+	args := o.Args()
+	run := &DDPRun{done: make(chan struct{})}
+	var readyPrefix string
+	if o.Gate {
+		dir := t.TempDir()
+		run.waitFile = filepath.Join(dir, "go")
+		readyPrefix = filepath.Join(dir, "ready")
+		args = append(args, "--wait-file", run.waitFile, "--ready-file", readyPrefix,
+			"--wait-timeout-ms", strconv.FormatInt(gateTimeout.Milliseconds(), 10))
+	}
+	run.Cmd = exec.Command(p.DDP, args...)
+	run.Cmd.Env = append(os.Environ(), o.Env...)
+	run.Cmd.Stdout = &run.stdout
+	run.Cmd.Stderr = &run.stderr
+	run.Cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := run.Cmd.Start(); err != nil {
+		t.Fatalf("starting %s: %v", p.DDP, err)
+	}
+	go func() {
+		run.waitErr = run.Cmd.Wait()
+		close(run.done)
+	}()
+	t.Cleanup(func() {
+		run.kill()
+		<-run.done
+	})
+	if o.Gate {
+		deadline := time.Now().Add(gateTimeout)
+		for r := 0; r < o.Ranks; r++ {
+			data, err := waitForFile(readyPrefix+"."+strconv.Itoa(r), run.done, time.Until(deadline))
+			if err != nil {
+				run.kill()
+				<-run.done
+				t.Fatalf("rank %d never reached its gate: %v\nstderr:\n%s", r, err, run.stderr.String())
+			}
+			var rp RankProcess
+			if err := json.Unmarshal(data, &rp); err != nil {
+				t.Fatalf("bad ready file of rank %d: %q", r, data)
+			}
+			run.Ranks = append(run.Ranks, rp)
+		}
+	}
+	return run
+}
+
+// kill stops the launcher and its ranks. The launcher leads its own process group, which
+// its rank processes inherit, so one signal reaches them all and no rank is orphaned.
+func (d *DDPRun) kill() {
+	select {
+	case <-d.done:
+		return
+	default:
+	}
+	_ = syscall.Kill(-d.Cmd.Process.Pid, syscall.SIGKILL)
+}
+
+// Release opens the gate of every rank of a gated run.
+func (d *DDPRun) Release() error {
+	if d.waitFile == "" {
+		return errors.New("run was not started with a gate")
+	}
+	return os.WriteFile(d.waitFile, nil, 0o644)
+}
+
+// Wait waits for the launcher, at most timeout, and returns the ranks' reports in rank
+// order.
+func (d *DDPRun) Wait(timeout time.Duration) ([]DDPRank, error) {
+	select {
+	case <-d.done:
+	case <-time.After(timeout):
+		d.kill()
+		<-d.done
+		return nil, fmt.Errorf("fakegpu-ddp still running after %s, killed; stderr:\n%s", timeout, d.stderr.String())
+	}
+	if d.waitErr != nil {
+		return nil, fmt.Errorf("fakegpu-ddp %v: %w; stderr:\n%s", d.Cmd.Args, d.waitErr, d.stderr.String())
+	}
+	var ranks []DDPRank
+	sc := bufio.NewScanner(bytes.NewReader(d.stdout.Bytes()))
+	sc.Buffer(nil, 64<<20)
+	for sc.Scan() {
+		var r DDPRank
+		dec := json.NewDecoder(bytes.NewReader(sc.Bytes()))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&r); err != nil {
+			return nil, fmt.Errorf("parsing rank report %.200q: %w", sc.Bytes(), err)
+		}
+		ranks = append(ranks, r)
+	}
+	if err := sc.Err(); err != nil {
+		return nil, err
+	}
+	slices.SortFunc(ranks, func(a, b DDPRank) int { return a.Rank - b.Rank })
+	return ranks, nil
+}
+
+// Stderr returns what the launcher and ranks wrote to stderr; complete once they exited.
+func (d *DDPRun) Stderr() string {
+	<-d.done
+	return d.stderr.String()
+}
+
+// RunDDP runs fakegpu-ddp to completion and returns one report per rank, in rank order,
+// failing the test unless every rank reported.
+func RunDDP(t testing.TB, p Paths, o DDPOptions) []DDPRank {
+	t.Helper()
+	run := StartDDP(t, p, o)
+	if o.Gate {
+		if err := run.Release(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ranks, err := run.Wait(5 * time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ranks) != o.Ranks {
+		t.Fatalf("%d rank reports, want %d; stderr:\n%s", len(ranks), o.Ranks, run.Stderr())
+	}
+	return ranks
+}
