@@ -21,6 +21,7 @@ enum event_kind {
 	EVENT_PROC_EXIT = 5,
 	EVENT_BLOCK_IO = 6,
 	EVENT_TCP_RETRANSMIT = 7,
+	EVENT_PROC_IDENTITY = 8,  /* a process's first traced call: its environment and comm */
 };
 
 /* Why an event or a kernel-side sample was lost. Counted per CPU, read by userspace. */
@@ -144,6 +145,17 @@ struct tcp_retransmit_event {
 	__u16 family;  /* AF_INET or AF_INET6 */
 	__u8 state;
 	__u8 _pad[1];
+};
+
+/* Rank, world size and job live in the environment; a short-lived process may be gone
+ * from /proc before userspace reads it, so its first traced call copies them here. */
+#define IDENTITY_ENV_MAX 4096
+
+struct process_identity_event {
+	struct event_header hdr;
+	__u32 env_len;        /* bytes of env used; the block may be truncated */
+	char comm[16];
+	char env[IDENTITY_ENV_MAX];  /* NUL-separated KEY=VALUE, as in /proc/PID/environ */
 };
 
 /* ---- shared maps ---- */

@@ -19,6 +19,26 @@ const enum memcpy_kind *unused_memcpy_kind __attribute__((unused));
 const enum event_kind *unused_event_kind __attribute__((unused));
 const enum drop_reason *unused_drop_reason __attribute__((unused));
 
+const struct process_identity_event *unused_process_identity_event __attribute__((unused));
+
+static __always_inline void emit_identity(void)
+{
+	struct process_identity_event *ev = reserve_event(sizeof(*ev));
+	if (!ev)
+		return;
+	fill_header(&ev->hdr, EVENT_PROC_IDENTITY, bpf_ktime_get_ns());
+	bpf_get_current_comm(ev->comm, sizeof(ev->comm));
+	struct task_struct *task = bpf_get_current_task_btf();
+	__u64 start = BPF_CORE_READ(task, mm, env_start), end = BPF_CORE_READ(task, mm, env_end);
+	__u64 len = end > start ? end - start : 0;
+	if (len > IDENTITY_ENV_MAX)
+		len = IDENTITY_ENV_MAX;
+	ev->env_len = 0;
+	if (len > 0 && bpf_probe_read_user(ev->env, len, (void *)start) == 0)
+		ev->env_len = len;
+	submit_event(ev);
+}
+
 static __always_inline bool should_trace(__u32 tgid)
 {
 	if (pid_traced(tgid))
@@ -31,7 +51,9 @@ static __always_inline bool should_trace(__u32 tgid)
 		source = TRACED_BY_CONFIG;
 	}
 	/* First call of a new process: from now on its threads' host events are traced too. */
-	if (bpf_map_update_elem(&traced_pids, &tgid, &source, BPF_NOEXIST) && !pid_traced(tgid))
+	if (bpf_map_update_elem(&traced_pids, &tgid, &source, BPF_NOEXIST) == 0)
+		emit_identity();
+	else if (!pid_traced(tgid))
 		count_drop(DROP_TRACED_SET_FULL);
 	return true;
 }

@@ -85,4 +85,5 @@ func (discard) CUDACall(*probes.CUDACall)                      {}
 func (discard) Sched(*probes.SchedSwitchIn)                    {}
 func (discard) Process(probes.EventKind, *probes.ProcessEvent) {}
 func (discard) BlockIO(*probes.BlockIO)                        {}
+func (discard) Identity(*probes.ProcessIdentity)               {}
 func (discard) TCPRetransmit(*probes.TCPRetransmit)            {}

@@ -114,6 +114,7 @@ const (
 	cudaEventKindEVENT_PROC_EXIT      cudaEventKind = 5
 	cudaEventKindEVENT_BLOCK_IO       cudaEventKind = 6
 	cudaEventKindEVENT_TCP_RETRANSMIT cudaEventKind = 7
+	cudaEventKindEVENT_PROC_IDENTITY  cudaEventKind = 8
 )
 
 type cudaMemcpyKind uint32
@@ -127,34 +128,44 @@ const (
 	cudaMemcpyKindMEMCPY_NONE             cudaMemcpyKind = 255
 )
 
+type cudaProcessIdentityEvent struct {
+	_      structs.HostLayout
+	Hdr    cudaEventHeader
+	EnvLen uint32
+	Comm   [16]int8
+	Env    [4096]int8
+	_      [4]byte
+}
+
 // Names of all BPF objects in the ELF.
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	cudaMapCallEntries               = "call_entries"
-	cudaMapDrops                     = "drops"
-	cudaMapEvents                    = "events"
-	cudaMapTracedCgroups             = "traced_cgroups"
-	cudaMapTracedPids                = "traced_pids"
-	cudaProgEmptyEntry               = "empty_entry"
-	cudaProgEmptyReturn              = "empty_return"
-	cudaProgEnterAlloc               = "enter_alloc"
-	cudaProgEnterCuLaunchKernel      = "enter_cu_launch_kernel"
-	cudaProgEnterCuLaunchKernelEx    = "enter_cu_launch_kernel_ex"
-	cudaProgEnterCuMemcpy            = "enter_cu_memcpy"
-	cudaProgEnterCudaLaunchKernel    = "enter_cuda_launch_kernel"
-	cudaProgEnterCudaLaunchKernelExc = "enter_cuda_launch_kernel_exc"
-	cudaProgEnterCudaMemcpy          = "enter_cuda_memcpy"
-	cudaProgEnterHandleStream        = "enter_handle_stream"
-	cudaProgEnterNoArgs              = "enter_no_args"
-	cudaProgEnterStreamHandle        = "enter_stream_handle"
-	cudaProgLeaveCall                = "leave_call"
-	cudaVarTraceAllCuda              = "trace_all_cuda"
-	cudaVarUnusedCudaApi             = "unused_cuda_api"
-	cudaVarUnusedCudaCallEvent       = "unused_cuda_call_event"
-	cudaVarUnusedDropReason          = "unused_drop_reason"
-	cudaVarUnusedEventKind           = "unused_event_kind"
-	cudaVarUnusedMemcpyKind          = "unused_memcpy_kind"
+	cudaMapCallEntries                = "call_entries"
+	cudaMapDrops                      = "drops"
+	cudaMapEvents                     = "events"
+	cudaMapTracedCgroups              = "traced_cgroups"
+	cudaMapTracedPids                 = "traced_pids"
+	cudaProgEmptyEntry                = "empty_entry"
+	cudaProgEmptyReturn               = "empty_return"
+	cudaProgEnterAlloc                = "enter_alloc"
+	cudaProgEnterCuLaunchKernel       = "enter_cu_launch_kernel"
+	cudaProgEnterCuLaunchKernelEx     = "enter_cu_launch_kernel_ex"
+	cudaProgEnterCuMemcpy             = "enter_cu_memcpy"
+	cudaProgEnterCudaLaunchKernel     = "enter_cuda_launch_kernel"
+	cudaProgEnterCudaLaunchKernelExc  = "enter_cuda_launch_kernel_exc"
+	cudaProgEnterCudaMemcpy           = "enter_cuda_memcpy"
+	cudaProgEnterHandleStream         = "enter_handle_stream"
+	cudaProgEnterNoArgs               = "enter_no_args"
+	cudaProgEnterStreamHandle         = "enter_stream_handle"
+	cudaProgLeaveCall                 = "leave_call"
+	cudaVarTraceAllCuda               = "trace_all_cuda"
+	cudaVarUnusedCudaApi              = "unused_cuda_api"
+	cudaVarUnusedCudaCallEvent        = "unused_cuda_call_event"
+	cudaVarUnusedDropReason           = "unused_drop_reason"
+	cudaVarUnusedEventKind            = "unused_event_kind"
+	cudaVarUnusedMemcpyKind           = "unused_memcpy_kind"
+	cudaVarUnusedProcessIdentityEvent = "unused_process_identity_event"
 )
 
 // loadCuda returns the embedded CollectionSpec for cuda.
@@ -229,12 +240,13 @@ type cudaMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type cudaVariableSpecs struct {
-	TraceAllCuda        *ebpf.VariableSpec `ebpf:"trace_all_cuda"`
-	UnusedCudaApi       *ebpf.VariableSpec `ebpf:"unused_cuda_api"`
-	UnusedCudaCallEvent *ebpf.VariableSpec `ebpf:"unused_cuda_call_event"`
-	UnusedDropReason    *ebpf.VariableSpec `ebpf:"unused_drop_reason"`
-	UnusedEventKind     *ebpf.VariableSpec `ebpf:"unused_event_kind"`
-	UnusedMemcpyKind    *ebpf.VariableSpec `ebpf:"unused_memcpy_kind"`
+	TraceAllCuda               *ebpf.VariableSpec `ebpf:"trace_all_cuda"`
+	UnusedCudaApi              *ebpf.VariableSpec `ebpf:"unused_cuda_api"`
+	UnusedCudaCallEvent        *ebpf.VariableSpec `ebpf:"unused_cuda_call_event"`
+	UnusedDropReason           *ebpf.VariableSpec `ebpf:"unused_drop_reason"`
+	UnusedEventKind            *ebpf.VariableSpec `ebpf:"unused_event_kind"`
+	UnusedMemcpyKind           *ebpf.VariableSpec `ebpf:"unused_memcpy_kind"`
+	UnusedProcessIdentityEvent *ebpf.VariableSpec `ebpf:"unused_process_identity_event"`
 }
 
 // cudaObjects contains all objects after they have been loaded into the kernel.
@@ -278,12 +290,13 @@ func (m *cudaMaps) Close() error {
 //
 // It can be passed to loadCudaObjects or ebpf.CollectionSpec.LoadAndAssign.
 type cudaVariables struct {
-	TraceAllCuda        *ebpf.Variable `ebpf:"trace_all_cuda"`
-	UnusedCudaApi       *ebpf.Variable `ebpf:"unused_cuda_api"`
-	UnusedCudaCallEvent *ebpf.Variable `ebpf:"unused_cuda_call_event"`
-	UnusedDropReason    *ebpf.Variable `ebpf:"unused_drop_reason"`
-	UnusedEventKind     *ebpf.Variable `ebpf:"unused_event_kind"`
-	UnusedMemcpyKind    *ebpf.Variable `ebpf:"unused_memcpy_kind"`
+	TraceAllCuda               *ebpf.Variable `ebpf:"trace_all_cuda"`
+	UnusedCudaApi              *ebpf.Variable `ebpf:"unused_cuda_api"`
+	UnusedCudaCallEvent        *ebpf.Variable `ebpf:"unused_cuda_call_event"`
+	UnusedDropReason           *ebpf.Variable `ebpf:"unused_drop_reason"`
+	UnusedEventKind            *ebpf.Variable `ebpf:"unused_event_kind"`
+	UnusedMemcpyKind           *ebpf.Variable `ebpf:"unused_memcpy_kind"`
+	UnusedProcessIdentityEvent *ebpf.Variable `ebpf:"unused_process_identity_event"`
 }
 
 // cudaPrograms contains all programs after they have been loaded into the kernel.

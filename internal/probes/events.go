@@ -13,6 +13,9 @@ type (
 	ProcessEvent  = hostProcessEvent
 	BlockIO       = hostBlockIoEvent
 	TCPRetransmit = hostTcpRetransmitEvent
+	// ProcessIdentity is a process's environment and comm, copied by the kernel at its
+	// first traced call (Env[:EnvLen] is NUL-separated KEY=VALUE).
+	ProcessIdentity = cudaProcessIdentityEvent
 )
 
 // EventKind is enum event_kind.
@@ -26,6 +29,7 @@ const (
 	KindExit          = EventKind(cudaEventKindEVENT_PROC_EXIT)
 	KindBlockIO       = EventKind(cudaEventKindEVENT_BLOCK_IO)
 	KindTCPRetransmit = EventKind(cudaEventKindEVENT_TCP_RETRANSMIT)
+	KindIdentity      = EventKind(cudaEventKindEVENT_PROC_IDENTITY)
 )
 
 // Handler receives decoded events. Pointers are valid only during the call: the
@@ -36,6 +40,7 @@ type Handler interface {
 	Process(EventKind, *ProcessEvent)
 	BlockIO(*BlockIO)
 	TCPRetransmit(*TCPRetransmit)
+	Identity(*ProcessIdentity)
 }
 
 var kindOffset = unsafe.Offsetof(EventHeader{}.Kind)
@@ -73,6 +78,11 @@ func Decode(raw []byte, h Handler) error {
 			h.TCPRetransmit(ev)
 			return nil
 		}
+	case KindIdentity:
+		if ev, ok := cast[ProcessIdentity](raw); ok {
+			h.Identity(ev)
+			return nil
+		}
 	default:
 		return fmt.Errorf("unknown event kind %d", kind)
 	}
@@ -85,6 +95,12 @@ func cast[T any](raw []byte) (*T, bool) {
 		return nil, false
 	}
 	return (*T)(unsafe.Pointer(&raw[0])), true
+}
+
+// EnvBytes returns the environment block the kernel copied.
+func (ev *ProcessIdentity) EnvBytes() []byte {
+	n := min(int(ev.EnvLen), len(ev.Env))
+	return unsafe.Slice((*byte)(unsafe.Pointer(&ev.Env[0])), n)
 }
 
 // Comm returns a NUL-terminated kernel comm as a string.

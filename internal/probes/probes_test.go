@@ -39,6 +39,7 @@ func (r *recorder) Process(kind probes.EventKind, ev *probes.ProcessEvent) {
 }
 func (r *recorder) BlockIO(*probes.BlockIO)             {}
 func (r *recorder) TCPRetransmit(*probes.TCPRetransmit) {}
+func (r *recorder) Identity(*probes.ProcessIdentity)    {}
 
 func loadAndAttach(t *testing.T, paths fakegpu.Paths) *probes.Probes {
 	t.Helper()

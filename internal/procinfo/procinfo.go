@@ -59,18 +59,30 @@ func Read(procRoot string, pid uint32) (Process, error) {
 		p.PodUID, p.ContainerID = ParseKubernetesCgroup(p.CgroupPath)
 	}
 	if env, err := os.ReadFile(filepath.Join(dir, "environ")); err == nil {
-		vars := parseEnviron(env)
-		p.Rank = firstInt(vars, rankVars)
-		p.LocalRank = firstInt(vars, localRankVars)
-		p.WorldSize = firstInt(vars, worldSizeVars)
-		for _, k := range jobVars {
-			if v, ok := vars[k]; ok && v != "" {
-				p.Job = v
-				break
-			}
-		}
+		p.fillFromEnviron(env)
 	}
 	return p, nil
+}
+
+// FromEnviron builds a process identity from what the kernel copied at the process's
+// first traced call (comm and environment block), for processes gone from /proc.
+func FromEnviron(pid uint32, comm string, env []byte) Process {
+	p := Process{PID: pid, Executable: comm, Rank: -1, LocalRank: -1, WorldSize: -1}
+	p.fillFromEnviron(env)
+	return p
+}
+
+func (p *Process) fillFromEnviron(env []byte) {
+	vars := parseEnviron(env)
+	p.Rank = firstInt(vars, rankVars)
+	p.LocalRank = firstInt(vars, localRankVars)
+	p.WorldSize = firstInt(vars, worldSizeVars)
+	for _, k := range jobVars {
+		if v, ok := vars[k]; ok && v != "" {
+			p.Job = v
+			break
+		}
+	}
 }
 
 // unifiedCgroup picks the cgroup v2 line ("0::/path"); on hybrid hosts the v1 lines

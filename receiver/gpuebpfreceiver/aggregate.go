@@ -64,12 +64,12 @@ type aggregator struct {
 
 // eventCounters counts decoded events by kind without a lock: they are bumped once per
 // event on the hot path.
-type eventCounters [probes.KindTCPRetransmit + 1]atomic.Uint64
+type eventCounters [probes.KindIdentity + 1]atomic.Uint64
 
 var eventCounterNames = map[probes.EventKind]string{
 	probes.KindCUDACall: "cuda.api.call", probes.KindSched: "host.sched", probes.KindFork: "process.fork",
 	probes.KindExec: "process.exec", probes.KindExit: "process.exit", probes.KindBlockIO: "host.block.io",
-	probes.KindTCPRetransmit: "host.tcp.retransmit",
+	probes.KindTCPRetransmit: "host.tcp.retransmit", probes.KindIdentity: "process.identity",
 }
 
 func (e *eventCounters) add(kind probes.EventKind) { e[kind].Add(1) }
@@ -259,6 +259,31 @@ func (a *aggregator) BlockIO(ev *probes.BlockIO) {
 	seconds := float64(ev.DurationNs) / 1e9
 	p.blockIO[ev.Write&1].Record(seconds)
 	a.logs.blockIO(p, ev, seconds)
+}
+
+// Identity arrives before the first call of a process the kernel started tracing. Read
+// /proc now, while the process surely exists; if it is already gone (a short-lived
+// process), the kernel's copy of its environment tells rank and job.
+func (a *aggregator) Identity(ev *probes.ProcessIdentity) {
+	a.events.add(probes.KindIdentity)
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	p := a.process(ev.Hdr.Pid)
+	if p == nil || a.synthetic {
+		return
+	}
+	if p.info.Executable == "" || p.info.Rank < 0 {
+		fromKernel := procinfo.FromEnviron(ev.Hdr.Pid, probes.Comm(ev.Comm), ev.EnvBytes())
+		if p.info.Executable == "" {
+			p.info.Executable = fromKernel.Executable
+		}
+		if p.info.Rank < 0 {
+			p.info.Rank, p.info.LocalRank, p.info.WorldSize = fromKernel.Rank, fromKernel.LocalRank, fromKernel.WorldSize
+		}
+		if p.info.Job == "" {
+			p.info.Job = fromKernel.Job
+		}
+	}
 }
 
 func (a *aggregator) TCPRetransmit(ev *probes.TCPRetransmit) {

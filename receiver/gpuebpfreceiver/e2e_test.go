@@ -133,7 +133,7 @@ func waitFor(t *testing.T, sink *collectortest.Sink, pid int, what string, cond 
 		time.Sleep(100 * time.Millisecond)
 	}
 	v := view(sink, pid)
-	t.Fatalf("pid %d: %s never showed up; series:\n%s", pid, what, v.keys())
+	t.Fatalf("pid %d: %s never showed up (processes exported: %v); series:\n%s", pid, what, exportedPIDs(sink), v.keys())
 	return v
 }
 
@@ -171,10 +171,11 @@ func TestReceiverThroughTheRealCollector(t *testing.T) {
 			t.Fatal(err)
 		}
 		launches := seriesKey(semconv.MetricCUDAAPICalls, attrs("cuda.api.name", "cudaLaunchKernel", "cuda.library", "libcudart"))
-		v := waitFor(t, sink, w.Pid, "5000 launches", func(v processView) bool { return v.series[launches].value == 5000 })
-
-		if got := v.value(t, launches); got != report.Calls["cudaLaunchKernel"] || got != 5000 {
-			t.Errorf("launches %d, workload made %d", got, report.Calls["cudaLaunchKernel"])
+		// Kernels launched while a stream is captured are cudaLaunchKernel calls too.
+		wantLaunches := int64(5000 + 2*4)
+		v := waitFor(t, sink, w.Pid, "every launch", func(v processView) bool { return v.series[launches].value == report.Calls["cudaLaunchKernel"] })
+		if got := v.value(t, launches); got != report.Calls["cudaLaunchKernel"] || got != wantLaunches {
+			t.Errorf("launches %d, workload made %d, want %d", got, report.Calls["cudaLaunchKernel"], wantLaunches)
 		}
 		h2d := attrs("cuda.api.name", "cudaMemcpy", "cuda.library", "libcudart", "cuda.memcpy.direction", "host_to_device")
 		if got := v.value(t, seriesKey(semconv.MetricCUDAAPICalls, h2d)); got != 300 {
@@ -184,16 +185,18 @@ func TestReceiverThroughTheRealCollector(t *testing.T) {
 		if got := v.value(t, seriesKey(semconv.MetricCUDAMemcpyBytes, h2dBytes)); got != 300*4<<20 || got != report.Bytes.H2D {
 			t.Errorf("host-to-device bytes %d, want %d (workload: %d)", got, 300*4<<20, report.Bytes.H2D)
 		}
-		var syncs int64
+		var syncs, reportedSyncs int64
 		for _, api := range []string{"cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize"} {
 			key := seriesKey(semconv.MetricCUDAAPICalls, attrs("cuda.api.name", api, "cuda.library", "libcudart"))
 			if n := v.series[key].value; n != report.Calls[api] {
 				t.Errorf("%s: %d calls, workload made %d", api, n, report.Calls[api])
 			}
 			syncs += v.series[key].value
+			reportedSyncs += report.Calls[api]
 		}
-		if syncs != 40 {
-			t.Errorf("%d synchronizations, want 40", syncs)
+		// 40 in the loop, and the workload's one device sync at teardown.
+		if syncs != 41 || syncs != reportedSyncs {
+			t.Errorf("%d synchronizations, want 40 + 1 at teardown (workload: %d)", syncs, reportedSyncs)
 		}
 		for api, want := range map[string]int64{"cudaStreamBeginCapture": 2, "cudaStreamEndCapture": 2, "cudaGraphInstantiate": 2, "cudaGraphLaunch": 500} {
 			key := seriesKey(semconv.MetricCUDAAPICalls, attrs("cuda.api.name", api, "cuda.library", "libcudart"))
@@ -205,12 +208,14 @@ func TestReceiverThroughTheRealCollector(t *testing.T) {
 			t.Errorf("graph launches %d, want 500", got)
 		}
 
-		// The kernel times each call from its first instruction to its return, the
-		// workload around the call: the same calls, so the sums agree closely.
-		for _, api := range []string{"cudaStreamSynchronize", "cudaMemcpy", "cudaLaunchKernel"} {
+		// The kernel times each call from its first instruction to its return; the
+		// workload times it from outside, probe overhead included. For the long calls
+		// (4 MiB copies, waits for the device) the two agree within a few percent; for
+		// microsecond launches the kernel's sum is the smaller one.
+		for api, tolerance := range map[string]float64{"cudaStreamSynchronize": 0.1, "cudaMemcpy": 0.1, "cudaLaunchKernel": 1} {
 			hist := v.series[seriesKey(semconv.MetricCUDAAPIDuration, attrs("cuda.api.name", api, "cuda.library", "libcudart"))]
 			own := float64(report.TotalNS[api]) / 1e9
-			if hist.count != uint64(report.Calls[api]) || hist.sum > own*1.02 || hist.sum < own*0.7 {
+			if hist.count != uint64(report.Calls[api]) || hist.sum > own || hist.sum < own*(1-tolerance) {
 				t.Errorf("%s: histogram count %d sum %.6fs; workload: %d calls, %.6fs", api, hist.count, hist.sum, report.Calls[api], own)
 			}
 			if hist.start == 0 || hist.start >= hist.now {
@@ -228,8 +233,12 @@ func TestReceiverThroughTheRealCollector(t *testing.T) {
 				t.Errorf("resource %s = %v, want %v", key, got.AsRaw(), want)
 			}
 		}
-		// Graph capture is notable: its log records name the dispatcher thread.
-		records := logRecords(sink, w.Pid, "cudaStreamBeginCapture")
+		// Graph capture is notable: its log records name the dispatcher thread. Logs
+		// leave once a second.
+		var records []pcommon.Map
+		for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline) && len(records) < 2; time.Sleep(100 * time.Millisecond) {
+			records = logRecords(sink, w.Pid, "cudaStreamBeginCapture")
+		}
 		if len(records) != 2 {
 			t.Fatalf("%d capture log records, want 2", len(records))
 		}
@@ -284,6 +293,20 @@ func TestReceiverThroughTheRealCollector(t *testing.T) {
 	if code := col.Terminate(t, 30*time.Second); code != 0 {
 		t.Fatalf("collector exit code %d", code)
 	}
+}
+
+func exportedPIDs(sink *collectortest.Sink) []int64 {
+	seen := map[int64]bool{}
+	var pids []int64
+	for _, md := range sink.Metrics() {
+		for i := 0; i < md.ResourceMetrics().Len(); i++ {
+			if p, ok := md.ResourceMetrics().At(i).Resource().Attributes().Get(semconv.ProcessPID); ok && !seen[p.Int()] {
+				seen[p.Int()] = true
+				pids = append(pids, p.Int())
+			}
+		}
+	}
+	return pids
 }
 
 func attrs(kv ...string) pcommon.Map {
