@@ -93,7 +93,7 @@ struct event_header {
 	__u64 ts_ns;     /* CLOCK_MONOTONIC (bpf_ktime_get_ns); userspace adds the wall offset */
 	__u32 pid;       /* tgid */
 	__u32 tid;
-	__u64 cgroup_id;
+	__u64 cgroup_id; /* on identity and lifecycle events; 0 on per-call events */
 	__u8 kind;       /* enum event_kind */
 	__u8 _pad[7];
 };
@@ -184,13 +184,8 @@ struct {
 	__type(value, __u8);
 } traced_cgroups SEC(".maps");
 
-struct call_key {
-	__u32 tid;
-	__u32 api;
-};
-
 struct call_entry {
-	__u64 ts;
+	__u64 ts;          /* entry time; 0 = no call of this API in flight */
 	__u64 bytes;
 	__u64 stream;
 	__u64 handle;
@@ -200,14 +195,22 @@ struct call_entry {
 	__u8 _pad[7];
 };
 
-/* In-flight CUDA calls (shared). LRU: a thread killed mid-call never returns, and its
- * entry must not stay forever; the host family also deletes a dying thread's entries. */
+/* The calls a thread has in flight, one slot per API (nested calls of different APIs,
+ * e.g. a runtime call entering the driver, each keep their own). Task storage, not a
+ * hash map: no hashing on the hot path, and the kernel frees it with the thread, so a
+ * thread killed mid-call leaves nothing behind. */
+#define API_SLOTS 64 /* ≥ API_COUNT, a power of two: a masked index is provably in bounds */
+
+struct thread_calls {
+	struct call_entry calls[API_SLOTS];
+};
+
 struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__uint(max_entries, 16384);
-	__type(key, struct call_key);
-	__type(value, struct call_entry);
-} call_entries SEC(".maps");
+	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
+	__type(value, struct thread_calls);
+} thread_calls SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
@@ -234,7 +237,8 @@ static __always_inline void fill_header(struct event_header *h, __u8 kind, __u64
 	h->ts_ns = ts;
 	h->pid = id >> 32;
 	h->tid = (__u32)id;
-	h->cgroup_id = bpf_get_current_cgroup_id();
+	/* Per-call events skip the cgroup lookup: a process's cgroup comes with its identity. */
+	h->cgroup_id = kind == EVENT_CUDA_CALL ? 0 : bpf_get_current_cgroup_id();
 	h->kind = kind;
 }
 

@@ -58,15 +58,32 @@ static __always_inline bool should_trace(__u32 tgid)
 	return true;
 }
 
-static __always_inline int enter(struct pt_regs *ctx, struct call_entry *e)
+/* begin claims this thread's slot for the API being entered and stamps the entry
+ * time, or returns NULL when the process is not traced. */
+static __always_inline struct call_entry *begin(struct pt_regs *ctx)
 {
-	__u64 id = bpf_get_current_pid_tgid();
-	if (!should_trace(id >> 32))
-		return 0;
-	struct call_key key = {.tid = (__u32)id, .api = (__u32)bpf_get_attach_cookie(ctx)};
+	struct task_struct *task = bpf_get_current_task_btf();
+	struct thread_calls *tc = bpf_task_storage_get(&thread_calls, task, 0, 0);
+	if (!tc) {
+		/* A thread's first call: decide once whether its process is traced. */
+		if (!should_trace(bpf_get_current_pid_tgid() >> 32))
+			return NULL;
+		tc = bpf_task_storage_get(&thread_calls, task, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
+		if (!tc) {
+			count_drop(DROP_TRACED_SET_FULL);
+			return NULL;
+		}
+	}
+	__u64 api = bpf_get_attach_cookie(ctx);
+	if (api >= API_COUNT)
+		return NULL;
+	struct call_entry *e = &tc->calls[api & (API_SLOTS - 1)];
 	e->ts = bpf_ktime_get_ns();
-	bpf_map_update_elem(&call_entries, &key, e, BPF_ANY);
-	return 0;
+	e->bytes = 0;
+	e->stream = 0;
+	e->handle = 0;
+	e->kind = MEMCPY_NONE;
+	return e;
 }
 
 static __always_inline __u64 stack_arg(struct pt_regs *ctx, int n)
@@ -81,16 +98,18 @@ static __always_inline __u64 stack_arg(struct pt_regs *ctx, int n)
 SEC("uprobe")
 int BPF_KPROBE(enter_cuda_launch_kernel)
 {
-	struct call_entry e = {.kind = MEMCPY_NONE};
+	struct call_entry *e = begin(ctx);
+	if (!e)
+		return 0;
 	__u64 gxy = PT_REGS_PARM2(ctx), bxy = PT_REGS_PARM4(ctx);
-	e.grid[0] = (__u32)gxy;
-	e.grid[1] = gxy >> 32;
-	e.grid[2] = (__u32)PT_REGS_PARM3(ctx);
-	e.block[0] = (__u32)bxy;
-	e.block[1] = bxy >> 32;
-	e.block[2] = (__u32)PT_REGS_PARM5(ctx);
-	e.stream = stack_arg(ctx, 2);
-	return enter(ctx, &e);
+	e->grid[0] = (__u32)gxy;
+	e->grid[1] = gxy >> 32;
+	e->grid[2] = (__u32)PT_REGS_PARM3(ctx);
+	e->block[0] = (__u32)bxy;
+	e->block[1] = bxy >> 32;
+	e->block[2] = (__u32)PT_REGS_PARM5(ctx);
+	e->stream = stack_arg(ctx, 2);
+	return 0;
 }
 
 /* cudaLaunchKernelExC(const cudaLaunchConfig_t *config, func, args): the config starts
@@ -105,13 +124,15 @@ struct cuda_launch_config {
 SEC("uprobe")
 int BPF_KPROBE(enter_cuda_launch_kernel_exc)
 {
-	struct call_entry e = {.kind = MEMCPY_NONE};
+	struct call_entry *e = begin(ctx);
+	if (!e)
+		return 0;
 	struct cuda_launch_config cfg = {};
 	bpf_probe_read_user(&cfg, sizeof(cfg), (void *)PT_REGS_PARM1(ctx));
-	__builtin_memcpy(e.grid, cfg.grid, sizeof(e.grid));
-	__builtin_memcpy(e.block, cfg.block, sizeof(e.block));
-	e.stream = cfg.stream;
-	return enter(ctx, &e);
+	__builtin_memcpy(e->grid, cfg.grid, sizeof(e->grid));
+	__builtin_memcpy(e->block, cfg.block, sizeof(e->block));
+	e->stream = cfg.stream;
+	return 0;
 }
 
 /* cuLaunchKernel(f, gx, gy, gz, bx, by, bz, sharedMem, hStream, params, extra) and
@@ -119,15 +140,20 @@ int BPF_KPROBE(enter_cuda_launch_kernel_exc)
 SEC("uprobe")
 int BPF_KPROBE(enter_cu_launch_kernel)
 {
-	struct call_entry e = {.kind = MEMCPY_NONE};
-	e.grid[0] = (__u32)PT_REGS_PARM2(ctx);
-	e.grid[1] = (__u32)PT_REGS_PARM3(ctx);
-	e.grid[2] = (__u32)PT_REGS_PARM4(ctx);
-	e.block[0] = (__u32)PT_REGS_PARM5(ctx);
-	e.block[1] = (__u32)ctx->r9; /* the sixth argument; libbpf 1.1 has no PT_REGS_PARM6 */
-	e.block[2] = (__u32)stack_arg(ctx, 1);
-	e.stream = stack_arg(ctx, 3);
-	return enter(ctx, &e);
+	struct call_entry *e = begin(ctx);
+	if (!e)
+		return 0;
+	e->grid[0] = (__u32)PT_REGS_PARM2(ctx);
+	e->grid[1] = (__u32)PT_REGS_PARM3(ctx);
+	e->grid[2] = (__u32)PT_REGS_PARM4(ctx);
+	e->block[0] = (__u32)PT_REGS_PARM5(ctx);
+	e->block[1] = (__u32)ctx->r9; /* the sixth argument; libbpf 1.1 has no PT_REGS_PARM6 */
+	/* One read for blockDimZ, sharedMemBytes and hStream: helper calls dominate the cost. */
+	__u64 stack[3] = {};
+	bpf_probe_read_user(stack, sizeof(stack), (void *)(PT_REGS_SP(ctx) + 8));
+	e->block[2] = (__u32)stack[0];
+	e->stream = stack[2];
+	return 0;
 }
 
 /* cuLaunchKernelEx(const CUlaunchConfig *config, f, params, extra): seven unsigned ints
@@ -143,25 +169,29 @@ struct cu_launch_config {
 SEC("uprobe")
 int BPF_KPROBE(enter_cu_launch_kernel_ex)
 {
-	struct call_entry e = {.kind = MEMCPY_NONE};
+	struct call_entry *e = begin(ctx);
+	if (!e)
+		return 0;
 	struct cu_launch_config cfg = {};
 	bpf_probe_read_user(&cfg, sizeof(cfg), (void *)PT_REGS_PARM1(ctx));
-	__builtin_memcpy(e.grid, cfg.grid, sizeof(e.grid));
-	__builtin_memcpy(e.block, cfg.block, sizeof(e.block));
-	e.stream = cfg.stream;
-	return enter(ctx, &e);
+	__builtin_memcpy(e->grid, cfg.grid, sizeof(e->grid));
+	__builtin_memcpy(e->block, cfg.block, sizeof(e->block));
+	e->stream = cfg.stream;
+	return 0;
 }
 
 /* cudaMemcpy(dst, src, count, kind) and cudaMemcpyAsync(dst, src, count, kind, stream). */
 SEC("uprobe")
 int BPF_KPROBE(enter_cuda_memcpy)
 {
-	struct call_entry e = {};
-	e.bytes = PT_REGS_PARM3(ctx);
-	e.kind = (__u8)PT_REGS_PARM4(ctx);
+	struct call_entry *e = begin(ctx);
+	if (!e)
+		return 0;
+	e->bytes = PT_REGS_PARM3(ctx);
+	e->kind = (__u8)PT_REGS_PARM4(ctx);
 	if (bpf_get_attach_cookie(ctx) == API_CUDA_MEMCPY_ASYNC)
-		e.stream = PT_REGS_PARM5(ctx);
-	return enter(ctx, &e);
+		e->stream = PT_REGS_PARM5(ctx);
+	return 0;
 }
 
 /* The driver's copies carry their direction in the symbol name: cuMemcpyHtoD_v2(dst,
@@ -170,29 +200,31 @@ int BPF_KPROBE(enter_cuda_memcpy)
 SEC("uprobe")
 int BPF_KPROBE(enter_cu_memcpy)
 {
-	struct call_entry e = {};
+	struct call_entry *e = begin(ctx);
+	if (!e)
+		return 0;
 	__u64 api = bpf_get_attach_cookie(ctx);
-	e.bytes = PT_REGS_PARM3(ctx);
+	e->bytes = PT_REGS_PARM3(ctx);
 	switch (api) {
 	case API_CU_MEMCPY_HTOD:
 	case API_CU_MEMCPY_HTOD_ASYNC:
-		e.kind = MEMCPY_HOST_TO_DEVICE;
+		e->kind = MEMCPY_HOST_TO_DEVICE;
 		break;
 	case API_CU_MEMCPY_DTOH:
 	case API_CU_MEMCPY_DTOH_ASYNC:
-		e.kind = MEMCPY_DEVICE_TO_HOST;
+		e->kind = MEMCPY_DEVICE_TO_HOST;
 		break;
 	case API_CU_MEMCPY_DTOD:
 	case API_CU_MEMCPY_DTOD_ASYNC:
-		e.kind = MEMCPY_DEVICE_TO_DEVICE;
+		e->kind = MEMCPY_DEVICE_TO_DEVICE;
 		break;
 	default:
-		e.kind = MEMCPY_DEFAULT;
+		e->kind = MEMCPY_DEFAULT;
 	}
 	if (api == API_CU_MEMCPY_ASYNC || api == API_CU_MEMCPY_HTOD_ASYNC ||
 	    api == API_CU_MEMCPY_DTOH_ASYNC || api == API_CU_MEMCPY_DTOD_ASYNC)
-		e.stream = PT_REGS_PARM4(ctx);
-	return enter(ctx, &e);
+		e->stream = PT_REGS_PARM4(ctx);
+	return 0;
 }
 
 /* cudaMalloc(void **devPtr, size), cudaMallocAsync(devPtr, size, stream),
@@ -200,12 +232,14 @@ int BPF_KPROBE(enter_cu_memcpy)
 SEC("uprobe")
 int BPF_KPROBE(enter_alloc)
 {
-	struct call_entry e = {.kind = MEMCPY_NONE};
-	e.handle = PT_REGS_PARM1(ctx);
-	e.bytes = PT_REGS_PARM2(ctx);
+	struct call_entry *e = begin(ctx);
+	if (!e)
+		return 0;
+	e->handle = PT_REGS_PARM1(ctx);
+	e->bytes = PT_REGS_PARM2(ctx);
 	if (bpf_get_attach_cookie(ctx) == API_CUDA_MALLOC_ASYNC)
-		e.stream = PT_REGS_PARM3(ctx);
-	return enter(ctx, &e);
+		e->stream = PT_REGS_PARM3(ctx);
+	return 0;
 }
 
 /* One handle, then optionally a stream: cudaFree(ptr), cudaFreeAsync(ptr, stream),
@@ -214,12 +248,14 @@ int BPF_KPROBE(enter_alloc)
 SEC("uprobe")
 int BPF_KPROBE(enter_handle_stream)
 {
-	struct call_entry e = {.kind = MEMCPY_NONE};
+	struct call_entry *e = begin(ctx);
+	if (!e)
+		return 0;
 	__u64 api = bpf_get_attach_cookie(ctx);
-	e.handle = PT_REGS_PARM1(ctx);
+	e->handle = PT_REGS_PARM1(ctx);
 	if (api == API_CUDA_FREE_ASYNC || api == API_CUDA_GRAPH_LAUNCH || api == API_CU_GRAPH_LAUNCH)
-		e.stream = PT_REGS_PARM2(ctx);
-	return enter(ctx, &e);
+		e->stream = PT_REGS_PARM2(ctx);
+	return 0;
 }
 
 /* A stream first, then optionally a handle: cudaStreamSynchronize(stream),
@@ -228,20 +264,24 @@ int BPF_KPROBE(enter_handle_stream)
 SEC("uprobe")
 int BPF_KPROBE(enter_stream_handle)
 {
-	struct call_entry e = {.kind = MEMCPY_NONE};
+	struct call_entry *e = begin(ctx);
+	if (!e)
+		return 0;
 	__u64 api = bpf_get_attach_cookie(ctx);
-	e.stream = PT_REGS_PARM1(ctx);
+	e->stream = PT_REGS_PARM1(ctx);
 	if (api == API_CUDA_STREAM_WAIT_EVENT || api == API_CUDA_STREAM_END_CAPTURE)
-		e.handle = PT_REGS_PARM2(ctx);
-	return enter(ctx, &e);
+		e->handle = PT_REGS_PARM2(ctx);
+	return 0;
 }
 
 /* cudaDeviceSynchronize(void), cuCtxSynchronize(void). */
 SEC("uprobe")
 int BPF_KPROBE(enter_no_args)
 {
-	struct call_entry e = {.kind = MEMCPY_NONE};
-	return enter(ctx, &e);
+	struct call_entry *e = begin(ctx);
+	if (!e)
+		return 0;
+	return 0;
 }
 
 static __always_inline bool returns_handle_through_pointer(__u32 api)
@@ -253,12 +293,15 @@ static __always_inline bool returns_handle_through_pointer(__u32 api)
 SEC("uretprobe")
 int BPF_KRETPROBE(leave_call)
 {
-	__u64 id = bpf_get_current_pid_tgid();
-	struct call_key key = {.tid = (__u32)id, .api = (__u32)bpf_get_attach_cookie(ctx)};
-	struct call_entry *e = bpf_map_lookup_elem(&call_entries, &key);
-	if (!e) {
-		if (pid_traced(id >> 32))
-			count_drop(DROP_ENTRY_MISSING);
+	struct thread_calls *tc = bpf_task_storage_get(&thread_calls, bpf_get_current_task_btf(), 0, 0);
+	if (!tc)
+		return 0; /* not a traced thread */
+	__u32 api = (__u32)bpf_get_attach_cookie(ctx);
+	if (api >= API_COUNT)
+		return 0;
+	struct call_entry *e = &tc->calls[api & (API_SLOTS - 1)];
+	if (!e->ts) {
+		count_drop(DROP_ENTRY_MISSING); /* attached while the call was in flight */
 		return 0;
 	}
 	__u64 now = bpf_ktime_get_ns();
@@ -271,17 +314,17 @@ int BPF_KRETPROBE(leave_call)
 		ev->handle = e->handle;
 		__builtin_memcpy(ev->grid, e->grid, sizeof(ev->grid));
 		__builtin_memcpy(ev->block, e->block, sizeof(ev->block));
-		ev->api = key.api;
+		ev->api = api;
 		ev->ret = (__s32)PT_REGS_RC(ctx);
 		ev->memcpy_kind = e->kind;
-		if (returns_handle_through_pointer(key.api) && e->handle) {
+		if (returns_handle_through_pointer(api) && e->handle) {
 			__u64 out = 0;
 			bpf_probe_read_user(&out, sizeof(out), (void *)e->handle);
 			ev->handle = out;
 		}
 		submit_event(ev);
 	}
-	bpf_map_delete_elem(&call_entries, &key);
+	e->ts = 0;
 	return 0;
 }
 

@@ -238,14 +238,10 @@ int BPF_PROG(on_sched_process_exit, struct task_struct *p, bool group_dead)
 	__u32 tgid = p->tgid, tid = p->pid;
 	if (!pid_traced(tgid))
 		return 0;
-	/* A thread that dies mid-call never returns: drop its in-flight state now rather
-	 * than wait for LRU eviction. */
+	/* Its scheduling state goes with it now rather than at LRU eviction; its in-flight
+	 * calls live in task storage, which the kernel frees with the task. */
 	bpf_map_delete_elem(&off_cpu_starts, &tid);
 	bpf_map_delete_elem(&runnable_since, &tid);
-	for (__u32 api = 1; api < API_COUNT; api++) {
-		struct call_key key = {.tid = tid, .api = api};
-		bpf_map_delete_elem(&call_entries, &key);
-	}
 	if (group_dead) {
 		emit_process_event(EVENT_PROC_EXIT, p, 0, (__u32)p->exit_code);
 		bpf_map_delete_elem(&traced_pids, &tgid);

@@ -13,24 +13,6 @@ import (
 	"github.com/cilium/ebpf"
 )
 
-type cudaCallEntry struct {
-	_      structs.HostLayout
-	Ts     uint64
-	Bytes  uint64
-	Stream uint64
-	Handle uint64
-	Grid   [3]uint32
-	Block  [3]uint32
-	Kind   uint8
-	Pad    [7]uint8
-}
-
-type cudaCallKey struct {
-	_   structs.HostLayout
-	Tid uint32
-	Api uint32
-}
-
 type cudaCudaApi uint32
 
 const (
@@ -137,13 +119,28 @@ type cudaProcessIdentityEvent struct {
 	_      [4]byte
 }
 
+type cudaThreadCalls struct {
+	_     structs.HostLayout
+	Calls [64]struct {
+		_      structs.HostLayout
+		Ts     uint64
+		Bytes  uint64
+		Stream uint64
+		Handle uint64
+		Grid   [3]uint32
+		Block  [3]uint32
+		Kind   uint8
+		Pad    [7]uint8
+	}
+}
+
 // Names of all BPF objects in the ELF.
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	cudaMapCallEntries                = "call_entries"
 	cudaMapDrops                      = "drops"
 	cudaMapEvents                     = "events"
+	cudaMapThreadCalls                = "thread_calls"
 	cudaMapTracedCgroups              = "traced_cgroups"
 	cudaMapTracedPids                 = "traced_pids"
 	cudaProgEmptyEntry                = "empty_entry"
@@ -229,9 +226,9 @@ type cudaProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type cudaMapSpecs struct {
-	CallEntries   *ebpf.MapSpec `ebpf:"call_entries"`
 	Drops         *ebpf.MapSpec `ebpf:"drops"`
 	Events        *ebpf.MapSpec `ebpf:"events"`
+	ThreadCalls   *ebpf.MapSpec `ebpf:"thread_calls"`
 	TracedCgroups *ebpf.MapSpec `ebpf:"traced_cgroups"`
 	TracedPids    *ebpf.MapSpec `ebpf:"traced_pids"`
 }
@@ -269,18 +266,18 @@ func (o *cudaObjects) Close() error {
 //
 // It can be passed to loadCudaObjects or ebpf.CollectionSpec.LoadAndAssign.
 type cudaMaps struct {
-	CallEntries   *ebpf.Map `ebpf:"call_entries"`
 	Drops         *ebpf.Map `ebpf:"drops"`
 	Events        *ebpf.Map `ebpf:"events"`
+	ThreadCalls   *ebpf.Map `ebpf:"thread_calls"`
 	TracedCgroups *ebpf.Map `ebpf:"traced_cgroups"`
 	TracedPids    *ebpf.Map `ebpf:"traced_pids"`
 }
 
 func (m *cudaMaps) Close() error {
 	return _CudaClose(
-		m.CallEntries,
 		m.Drops,
 		m.Events,
+		m.ThreadCalls,
 		m.TracedCgroups,
 		m.TracedPids,
 	)

@@ -42,24 +42,6 @@ type hostBlockStart struct {
 	Pad   [3]uint8
 }
 
-type hostCallEntry struct {
-	_      structs.HostLayout
-	Ts     uint64
-	Bytes  uint64
-	Stream uint64
-	Handle uint64
-	Grid   [3]uint32
-	Block  [3]uint32
-	Kind   uint8
-	Pad    [7]uint8
-}
-
-type hostCallKey struct {
-	_   structs.HostLayout
-	Tid uint32
-	Api uint32
-}
-
 type hostHostCounter uint32
 
 const (
@@ -140,12 +122,26 @@ type hostTcpRetransmitEvent struct {
 	Pad    [1]uint8
 }
 
+type hostThreadCalls struct {
+	_     structs.HostLayout
+	Calls [64]struct {
+		_      structs.HostLayout
+		Ts     uint64
+		Bytes  uint64
+		Stream uint64
+		Handle uint64
+		Grid   [3]uint32
+		Block  [3]uint32
+		Kind   uint8
+		Pad    [7]uint8
+	}
+}
+
 // Names of all BPF objects in the ELF.
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
 	hostMapBlockStarts              = "block_starts"
-	hostMapCallEntries              = "call_entries"
 	hostMapDrops                    = "drops"
 	hostMapEvents                   = "events"
 	hostMapHostCounters             = "host_counters"
@@ -153,6 +149,7 @@ const (
 	hostMapOffCpuStarts             = "off_cpu_starts"
 	hostMapPageAllocs               = "page_allocs"
 	hostMapRunnableSince            = "runnable_since"
+	hostMapThreadCalls              = "thread_calls"
 	hostMapTracedCgroups            = "traced_cgroups"
 	hostMapTracedPids               = "traced_pids"
 	hostProgOnBlockRqComplete       = "on_block_rq_complete"
@@ -232,7 +229,6 @@ type hostProgramSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type hostMapSpecs struct {
 	BlockStarts   *ebpf.MapSpec `ebpf:"block_starts"`
-	CallEntries   *ebpf.MapSpec `ebpf:"call_entries"`
 	Drops         *ebpf.MapSpec `ebpf:"drops"`
 	Events        *ebpf.MapSpec `ebpf:"events"`
 	HostCounters  *ebpf.MapSpec `ebpf:"host_counters"`
@@ -240,6 +236,7 @@ type hostMapSpecs struct {
 	OffCpuStarts  *ebpf.MapSpec `ebpf:"off_cpu_starts"`
 	PageAllocs    *ebpf.MapSpec `ebpf:"page_allocs"`
 	RunnableSince *ebpf.MapSpec `ebpf:"runnable_since"`
+	ThreadCalls   *ebpf.MapSpec `ebpf:"thread_calls"`
 	TracedCgroups *ebpf.MapSpec `ebpf:"traced_cgroups"`
 	TracedPids    *ebpf.MapSpec `ebpf:"traced_pids"`
 }
@@ -277,7 +274,6 @@ func (o *hostObjects) Close() error {
 // It can be passed to loadHostObjects or ebpf.CollectionSpec.LoadAndAssign.
 type hostMaps struct {
 	BlockStarts   *ebpf.Map `ebpf:"block_starts"`
-	CallEntries   *ebpf.Map `ebpf:"call_entries"`
 	Drops         *ebpf.Map `ebpf:"drops"`
 	Events        *ebpf.Map `ebpf:"events"`
 	HostCounters  *ebpf.Map `ebpf:"host_counters"`
@@ -285,6 +281,7 @@ type hostMaps struct {
 	OffCpuStarts  *ebpf.Map `ebpf:"off_cpu_starts"`
 	PageAllocs    *ebpf.Map `ebpf:"page_allocs"`
 	RunnableSince *ebpf.Map `ebpf:"runnable_since"`
+	ThreadCalls   *ebpf.Map `ebpf:"thread_calls"`
 	TracedCgroups *ebpf.Map `ebpf:"traced_cgroups"`
 	TracedPids    *ebpf.Map `ebpf:"traced_pids"`
 }
@@ -292,7 +289,6 @@ type hostMaps struct {
 func (m *hostMaps) Close() error {
 	return _HostClose(
 		m.BlockStarts,
-		m.CallEntries,
 		m.Drops,
 		m.Events,
 		m.HostCounters,
@@ -300,6 +296,7 @@ func (m *hostMaps) Close() error {
 		m.OffCpuStarts,
 		m.PageAllocs,
 		m.RunnableSince,
+		m.ThreadCalls,
 		m.TracedCgroups,
 		m.TracedPids,
 	)

@@ -14,6 +14,7 @@ import (
 	"github.com/cilium/ebpf/link"
 	"github.com/cilium/ebpf/ringbuf"
 	"github.com/cilium/ebpf/rlimit"
+	"golang.org/x/sys/unix"
 )
 
 // Options configure the programs before they are loaded.
@@ -23,8 +24,6 @@ type Options struct {
 	TraceAllCUDA bool
 	// RingBufferBytes sizes the event ring (a power of two, multiple of the page size).
 	RingBufferBytes uint32
-	// InFlightCalls bounds the LRU map of calls that have entered and not yet returned.
-	InFlightCalls uint32
 	// Baseline attaches programs that do nothing in place of the real ones, on the same
 	// attach points: what a probe costs by merely existing, for overhead benchmarks.
 	Baseline bool
@@ -73,9 +72,6 @@ func Load(opts Options) (*Probes, error) {
 	if opts.RingBufferBytes != 0 {
 		cudaSpec.Maps["events"].MaxEntries = opts.RingBufferBytes
 	}
-	if opts.InFlightCalls != 0 {
-		cudaSpec.Maps["call_entries"].MaxEntries = opts.InFlightCalls
-	}
 	if err := cudaSpec.Variables["trace_all_cuda"].Set(opts.TraceAllCUDA); err != nil {
 		return nil, fmt.Errorf("configure trace_all_cuda: %w", err)
 	}
@@ -93,7 +89,7 @@ func Load(opts Options) (*Probes, error) {
 		"traced_pids":    p.cuda.TracedPids,
 		"traced_cgroups": p.cuda.TracedCgroups,
 		"drops":          p.cuda.Drops,
-		"call_entries":   p.cuda.CallEntries,
+		"thread_calls":   p.cuda.ThreadCalls,
 	}
 	if err := hostSpec.LoadAndAssign(&p.host, &ebpf.CollectionOptions{MapReplacements: shared}); err != nil {
 		p.cuda.Close()
@@ -107,12 +103,13 @@ func Load(opts Options) (*Probes, error) {
 }
 
 func explainLoadError(what string, err error) error {
-	if errors.Is(err, syscall.EPERM) || errors.Is(err, os.ErrPermission) {
-		return fmt.Errorf("load %s: %w", what, ErrPrivileges)
-	}
+	// The verifier also answers EACCES; a refused program is not a privileges problem.
 	var ve *ebpf.VerifierError
 	if errors.As(err, &ve) {
 		return fmt.Errorf("load %s: the kernel's verifier refused a program: %+v", what, ve)
+	}
+	if errors.Is(err, syscall.EPERM) || errors.Is(err, os.ErrPermission) {
+		return fmt.Errorf("load %s: %w", what, ErrPrivileges)
 	}
 	return fmt.Errorf("load %s: %w", what, err)
 }
@@ -243,17 +240,22 @@ func (p *Probes) IsTraced(pid uint32) bool {
 	return p.cuda.TracedPids.Lookup(pid, &v) == nil
 }
 
-// InFlightCalls counts the entries of the in-flight call map, optionally only those
-// of one thread (tid != 0).
+// InFlightCalls counts the calls thread tid has entered and not returned from. The
+// slots live in the thread's task storage, reached through a pidfd of the thread; a
+// thread that no longer exists has none.
 func (p *Probes) InFlightCalls(tid uint32) int {
-	var (
-		key   cudaCallKey
-		value cudaCallEntry
-		n     int
-	)
-	it := p.cuda.CallEntries.Iterate()
-	for it.Next(&key, &value) {
-		if tid == 0 || key.Tid == tid {
+	fd, err := unix.PidfdOpen(int(tid), unix.PIDFD_THREAD)
+	if err != nil {
+		return 0
+	}
+	defer unix.Close(fd)
+	var calls cudaThreadCalls
+	if err := p.cuda.ThreadCalls.Lookup(uint32(fd), &calls); err != nil {
+		return 0
+	}
+	n := 0
+	for _, c := range calls.Calls {
+		if c.Ts != 0 {
 			n++
 		}
 	}
@@ -271,4 +273,41 @@ func (p *Probes) Close() error {
 	}
 	p.host.Close()
 	return p.cuda.Close()
+}
+
+// ProgramRun is a program's accumulated run time in the kernel (needs BPF statistics
+// enabled: kernel.bpf_stats_enabled=1 or ebpf.EnableStats).
+type ProgramRun struct {
+	Runtime time.Duration
+	Runs    uint64
+}
+
+// RunStats returns the run time so far of the entry program that serves symbol and of
+// the return program (the empty ones when loaded as Baseline).
+func (p *Probes) RunStats(symbol string) (entry, ret ProgramRun, err error) {
+	var entryProg *ebpf.Program
+	for _, a := range APIs {
+		if a.Symbol == symbol {
+			entryProg = a.entry(&p.cuda.cudaPrograms)
+		}
+	}
+	if entryProg == nil {
+		return entry, ret, fmt.Errorf("%s is not a probed function", symbol)
+	}
+	retProg := p.cuda.LeaveCall
+	if p.baseline {
+		entryProg, retProg = p.cuda.EmptyEntry, p.cuda.EmptyReturn
+	}
+	read := func(prog *ebpf.Program) (ProgramRun, error) {
+		st, err := prog.Stats()
+		if err != nil {
+			return ProgramRun{}, err
+		}
+		return ProgramRun{Runtime: st.Runtime, Runs: st.RunCount}, nil
+	}
+	if entry, err = read(entryProg); err != nil {
+		return entry, ret, err
+	}
+	ret, err = read(retProg)
+	return entry, ret, err
 }

@@ -92,8 +92,6 @@ type LogsConfig struct {
 type LimitsConfig struct {
 	// RingBufferBytes sizes the kernel-to-userspace event ring (power of two, ≥ 4 KiB).
 	RingBufferBytes uint32 `mapstructure:"ring_buffer_bytes"`
-	// InFlightCalls bounds the kernel's LRU table of calls that have not returned yet.
-	InFlightCalls uint32 `mapstructure:"in_flight_calls"`
 	// MaxProcesses bounds the processes with metric series; events of further
 	// processes are counted as dropped (cardinality).
 	MaxProcesses int `mapstructure:"max_processes"`
@@ -132,7 +130,6 @@ func createDefaultConfig() *Config {
 		},
 		Limits: LimitsConfig{
 			RingBufferBytes:      8 << 20,
-			InFlightCalls:        16384,
 			MaxProcesses:         512,
 			MaxThreadsPerProcess: 16,
 		},
@@ -183,9 +180,6 @@ func (c *Config) Validate() error {
 	}
 	if rb := c.Limits.RingBufferBytes; rb < 4096 || rb&(rb-1) != 0 {
 		errs = append(errs, fmt.Errorf("limits.ring_buffer_bytes must be a power of two of at least 4096, got %d", rb))
-	}
-	if c.Limits.InFlightCalls < 64 {
-		errs = append(errs, fmt.Errorf("limits.in_flight_calls must be at least 64, got %d", c.Limits.InFlightCalls))
 	}
 	if c.Limits.MaxProcesses < 1 || c.Limits.MaxThreadsPerProcess < 1 {
 		errs = append(errs, errors.New("limits.max_processes and limits.max_threads_per_process must be at least 1"))

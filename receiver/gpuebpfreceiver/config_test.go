@@ -46,7 +46,7 @@ func TestLoadConfig(t *testing.T) {
 	if custom.Temporality != TemporalityDelta || custom.ClusterName != "train-a" || custom.Targets.All ||
 		len(custom.Targets.PIDs) != 1 || custom.Targets.PIDs[0] != 4242 || custom.Discovery.ProcRoot != "/host/proc" ||
 		custom.Logs.MaxPerSecond != 50 || custom.Logs.OutlierMinDuration != 5*time.Millisecond ||
-		custom.Limits.RingBufferBytes != 16<<20 || custom.Limits.MaxProcesses != 64 || custom.Limits.InFlightCalls != 16384 {
+		custom.Limits.RingBufferBytes != 16<<20 || custom.Limits.MaxProcesses != 64 {
 		t.Errorf("custom: %+v", custom)
 	}
 

@@ -43,7 +43,6 @@ func newEBPFSource(cfg *Config, logger *zap.Logger) (eventSource, error) {
 	p, err := probes.Load(probes.Options{
 		TraceAllCUDA:    cfg.Targets.All,
 		RingBufferBytes: cfg.Limits.RingBufferBytes,
-		InFlightCalls:   cfg.Limits.InFlightCalls,
 	})
 	if errors.Is(err, probes.ErrPrivileges) {
 		return nil, fmt.Errorf("gpuebpf: cannot load BPF programs without privileges: run the collector as root, or grant it with `setcap cap_bpf,cap_perfmon,cap_sys_resource,cap_sys_ptrace,cap_dac_read_search+ep %s` (or securityContext.capabilities in Kubernetes); or use mode: synthetic", executable())
