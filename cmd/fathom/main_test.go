@@ -22,6 +22,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/fathom-gpu/fathom/internal/collectortest"
+	"github.com/fathom-gpu/fathom/internal/privtest"
 )
 
 type manifestModule struct {
@@ -173,6 +174,9 @@ func (r roleEnv) metricsURL() string {
 func TestExampleConfigsStartHealthyAndStopOnSIGTERM(t *testing.T) {
 	for _, name := range []string{"node.yaml", "gateway.yaml"} {
 		t.Run(name, func(t *testing.T) {
+			if name == "node.yaml" {
+				privtest.Require(t) // the node loads BPF programs
+			}
 			r := newRoleEnv(t,
 				"FATHOM_NODE_OTLP="+collectortest.Addr(t),
 				"FATHOM_GATEWAY_OTLP_GRPC="+collectortest.Addr(t),
@@ -206,8 +210,11 @@ func TestNodeForwardsToGateway(t *testing.T) {
 	gateway := collectortest.Start(t, configPath(t, "gateway.yaml"), gw.env...)
 	gateway.WaitHTTP(t, "http://"+gw.health+"/", 30*time.Second)
 
+	privtest.Require(t) // the node loads BPF programs
 	nodeOTLP := collectortest.Addr(t)
-	nd := newRoleEnv(t, "FATHOM_NODE_OTLP="+nodeOTLP, "FATHOM_GATEWAY="+gatewayOTLP)
+	// The node's own receiver stays quiet for the test, so the gateway counts only the
+	// points sent here.
+	nd := newRoleEnv(t, "FATHOM_NODE_OTLP="+nodeOTLP, "FATHOM_GATEWAY="+gatewayOTLP, "FATHOM_COLLECTION_INTERVAL=1h")
 	node := collectortest.Start(t, configPath(t, "node.yaml"), nd.env...)
 	node.WaitHTTP(t, "http://"+nd.health+"/", 30*time.Second)
 
