@@ -40,7 +40,7 @@ generate-ocb:
 	gofmt < $(BUILD_DIR)/ocb/components.go > cmd/fathom/components.go
 
 check-generated: generate
-	@git diff --exit-code --stat -- cmd bpf receiver processor exporter extension internal || \
+	@git diff --exit-code --stat -- cmd bpf receiver processor exporter extension internal docs || \
 	  (echo "generated files are out of date: run 'make generate' and commit the result"; exit 1)
 
 # Runs every test. Under CI (FATHOM_REQUIRE_PRIVILEGED=1) tests that need BPF fail
