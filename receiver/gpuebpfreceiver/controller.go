@@ -2,7 +2,6 @@ package gpuebpfreceiver
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -238,5 +237,3 @@ func (c *controller) shutdown() error {
 	}
 	return nil
 }
-
-var errNotLinux = errors.New("the gpuebpf receiver's ebpf mode needs Linux; use mode: synthetic elsewhere")

@@ -2,7 +2,13 @@
 
 package gpuebpfreceiver
 
-import "go.uber.org/zap"
+import (
+	"errors"
+
+	"go.uber.org/zap"
+)
+
+var errNotLinux = errors.New("the gpuebpf receiver's ebpf mode needs Linux; use mode: synthetic elsewhere")
 
 func newEBPFSource(*Config, *zap.Logger) (eventSource, error) { return nil, errNotLinux }
 
