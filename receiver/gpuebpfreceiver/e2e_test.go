@@ -290,9 +290,53 @@ func TestReceiverThroughTheRealCollector(t *testing.T) {
 		}
 	})
 
+	t.Run("one controller serves both pipelines and nothing was lost", func(t *testing.T) {
+		host := hostView(sink)
+		if n := strings.Count(col.Output(), "gpuebpf receiver started"); n != 1 {
+			t.Errorf("the receiver started %d times for two pipelines, want once", n)
+		}
+		// 10 tracepoints, and an entry and a return probe for each of the 16 functions of
+		// every libcudart and libcuda file in use on the host (at least the fake pair).
+		if got := host[semconv.MetricReceiverProbes]; got < 74 || (got-10)%32 != 0 {
+			t.Errorf("%s = %d, want 10 + 32 per library file, at least 74", semconv.MetricReceiverProbes, got)
+		}
+		for key, n := range host {
+			if strings.HasPrefix(key, semconv.MetricReceiverDrops) && n != 0 {
+				t.Errorf("%s = %d", key, n)
+			}
+		}
+	})
+
 	if code := col.Terminate(t, 30*time.Second); code != 0 {
 		t.Fatalf("collector exit code %d", code)
 	}
+}
+
+// hostView is the latest value of each series of the host resource (no process.pid).
+func hostView(sink *collectortest.Sink) map[string]int64 {
+	out := map[string]int64{}
+	for _, md := range sink.Metrics() {
+		for i := 0; i < md.ResourceMetrics().Len(); i++ {
+			rm := md.ResourceMetrics().At(i)
+			if _, ok := rm.Resource().Attributes().Get(semconv.ProcessPID); ok {
+				continue
+			}
+			ms := rm.ScopeMetrics().At(0).Metrics()
+			for j := 0; j < ms.Len(); j++ {
+				m := ms.At(j)
+				switch m.Type() {
+				case pmetric.MetricTypeSum:
+					for k := 0; k < m.Sum().DataPoints().Len(); k++ {
+						dp := m.Sum().DataPoints().At(k)
+						out[seriesKey(m.Name(), dp.Attributes())] = dp.IntValue()
+					}
+				case pmetric.MetricTypeGauge:
+					out[m.Name()] = m.Gauge().DataPoints().At(0).IntValue()
+				}
+			}
+		}
+	}
+	return out
 }
 
 func exportedPIDs(sink *collectortest.Sink) []int64 {
