@@ -62,6 +62,9 @@ type TokenConfig struct {
 	// Scopes: "tools" (every tool but run_analysis) and "sql" (run_analysis and
 	// POST /api/v1/sql).
 	Scopes []string `mapstructure:"scopes"`
+	// RateLimit overrides server.rate_limit for this caller (e.g. a CI job that
+	// queries in bursts, or an agent held to less).
+	RateLimit *RateLimitConfig `mapstructure:"rate_limit"`
 }
 
 // RateLimitConfig is a token bucket per caller.
@@ -135,6 +138,9 @@ func (s *ServerConfig) validate() []error {
 		}
 		if len(t.Scopes) == 0 {
 			errs = append(errs, fmt.Errorf("echo: token %q needs `scopes` (tools, sql)", t.Name))
+		}
+		if t.RateLimit != nil && (t.RateLimit.RequestsPerSecond <= 0 || t.RateLimit.Burst <= 0) {
+			errs = append(errs, fmt.Errorf("echo: token %q: `rate_limit.requests_per_second` and `burst` must be positive", t.Name))
 		}
 		for _, sc := range t.Scopes {
 			if !validScopes[sc] {

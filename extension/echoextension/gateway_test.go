@@ -35,11 +35,13 @@ extensions:
       # Loopback listener in a test: plain HTTP on purpose.
       insecure_allow_plaintext: true
       audit_log: ${env:ECHO_AUDIT}
-      rate_limit: {requests_per_second: 20, burst: 60}
+      rate_limit: {requests_per_second: 1000, burst: 1000}
       tokens:
         - {name: agent, file: "${env:TOKEN_DIR}/agent", scopes: [tools, sql]}
         - {name: grafana, file: "${env:TOKEN_DIR}/grafana", scopes: [tools]}
-        - {name: limited, env: LIMITED_TOKEN, scopes: [tools]}
+        # Held to 20 burst and a trickle, so the test sees 429s whatever the machine's speed.
+        - {name: limited, env: LIMITED_TOKEN, scopes: [tools], rate_limit: {requests_per_second: 0.1, burst: 20}}
+    sql: {timeout: 2s, max_bytes: 1048576}
 receivers:
   otlp:
     protocols:
@@ -315,8 +317,46 @@ func TestGatewayStoresServesAndGuards(t *testing.T) {
 			got429++
 		}
 	}
-	if got429 < 30 {
-		t.Errorf("100 rapid requests against burst 60 at 20/s: %d answered 429", got429)
+	if got429 < 79 {
+		t.Errorf("100 rapid requests against burst 20 at 0.1/s: %d answered 429, want at least 79", got429)
+	}
+
+	// The hostile suite over HTTP: each is refused with its class, and nothing changes.
+	for sql, code := range map[string]string{
+		"SELECT * FROM read_csv('/etc/passwd')":                             "query_failed",
+		"SELECT * FROM '/etc/hostname'":                                     "query_failed",
+		"COPY events TO '/tmp/fathom-stolen.csv'":                           "query_failed",
+		"EXPORT DATABASE '/tmp/fathom-stolen'":                              "query_failed",
+		"ATTACH '/tmp/fathom-other.duckdb' AS o":                            "not_read_only",
+		"INSTALL httpfs":                                                    "not_read_only",
+		"LOAD httpfs":                                                       "not_read_only",
+		"SET enable_external_access = true":                                 "not_read_only",
+		"RESET lock_configuration":                                          "not_read_only",
+		"PRAGMA enable_profiling":                                           "not_read_only",
+		"SELECT 1; DELETE FROM events":                                      "not_read_only",
+		"DELETE FROM events; SELECT 1":                                      "not_read_only",
+		"WITH d AS (DELETE FROM events RETURNING *) SELECT count(*) FROM d": "query_failed",
+		"DROP TABLE events":                                                 "not_read_only",
+		"CREATE TEMP TABLE t AS SELECT 1":                                   "not_read_only",
+		"CREATE MACRO m(a) AS a + 1":                                        "not_read_only",
+		"CHECKPOINT":                                                        "not_read_only",
+		"SELECT repeat('x', 100000) FROM range(100)":                        "result_too_large",
+		"SELECT count(*) FROM range(100000) a, range(100000) b WHERE a.range * b.range = -1": "query_timeout",
+	} {
+		body, _ := json.Marshal(map[string]string{"sql": sql})
+		status, res := g.call(t, "POST", "/api/v1/sql", agentToken, string(body))
+		if status == 200 || res["error"].(map[string]any)["code"] != code {
+			t.Errorf("hostile %q: %d %v, want code %s", sql, status, res, code)
+		}
+	}
+	status, res = g.call(t, "POST", "/api/v1/sql", agentToken, `{"sql":"SELECT count(*) FROM events"}`)
+	if status != 200 || fmt.Sprint(res["rows"]) != fmt.Sprintf("[[%d]]", nodes*eventsPerNode) {
+		t.Errorf("after the hostile suite: %d %v", status, res)
+	}
+	for _, p := range []string{"/tmp/fathom-stolen.csv", "/tmp/fathom-stolen", "/tmp/fathom-other.duckdb"} {
+		if _, err := os.Stat(p); err == nil {
+			t.Errorf("hostile SQL wrote %s", p)
+		}
 	}
 
 	// Public endpoints.

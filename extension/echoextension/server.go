@@ -60,7 +60,11 @@ func readTokens(cfg []TokenConfig) ([]api.TokenSpec, error) {
 				return nil, fmt.Errorf("token %q: environment variable %s is empty or unset", t.Name, t.Env)
 			}
 		}
-		specs = append(specs, api.TokenSpec{Name: t.Name, Secret: secret, Scopes: t.Scopes})
+		spec := api.TokenSpec{Name: t.Name, Secret: secret, Scopes: t.Scopes}
+		if t.RateLimit != nil {
+			spec.RatePerSecond, spec.Burst = t.RateLimit.RequestsPerSecond, t.RateLimit.Burst
+		}
+		specs = append(specs, spec)
 	}
 	return specs, nil
 }

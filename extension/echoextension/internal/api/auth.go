@@ -12,6 +12,9 @@ type TokenSpec struct {
 	Name   string
 	Secret string
 	Scopes []string
+	// RatePerSecond and Burst override the server's rate limit when positive.
+	RatePerSecond float64
+	Burst         int
 }
 
 // Principal is who a request is from.
@@ -23,6 +26,8 @@ type Principal struct {
 type token struct {
 	digest    [sha256.Size]byte
 	principal Principal
+	rate      float64
+	burst     int
 }
 
 // Authenticator checks bearer tokens.
@@ -42,7 +47,7 @@ func NewAuthenticator(specs []TokenSpec) (*Authenticator, error) {
 		for _, sc := range s.Scopes {
 			p.Scopes[sc] = true
 		}
-		a.tokens = append(a.tokens, token{digest: sha256.Sum256([]byte(s.Secret)), principal: p})
+		a.tokens = append(a.tokens, token{digest: sha256.Sum256([]byte(s.Secret)), principal: p, rate: s.RatePerSecond, burst: s.Burst})
 	}
 	return a, nil
 }

@@ -53,7 +53,11 @@ const (
 func NewHandler(opts Options) *Handler {
 	h := &Handler{opts: opts, limiters: map[string]*rate.Limiter{}, mux: http.NewServeMux(), mcpTools: MCPTools(opts.Registry)}
 	for _, t := range opts.Auth.tokens {
-		h.limiters[t.principal.Name] = rate.NewLimiter(rate.Limit(opts.RatePerSecond), opts.Burst)
+		perSecond, burst := opts.RatePerSecond, opts.Burst
+		if t.rate > 0 && t.burst > 0 {
+			perSecond, burst = t.rate, t.burst
+		}
+		h.limiters[t.principal.Name] = rate.NewLimiter(rate.Limit(perSecond), burst)
 	}
 	mcpServer := NewMCPServer(opts.Registry, opts.Version, h.authorizeMCP, opts.Audit)
 	mcpHandler := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return mcpServer },
@@ -168,7 +172,7 @@ func (h *Handler) rateLimit(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if p, ok := r.Context().Value(principalKey).(*Principal); ok {
 			if l := h.limiters[p.Name]; l != nil && !l.Allow() {
-				fail(w, errorf(ErrRateLimited, "%s may make %g requests per second (burst %d)", p.Name, h.opts.RatePerSecond, h.opts.Burst))
+				fail(w, errorf(ErrRateLimited, "%s may make %g requests per second (burst %d)", p.Name, float64(l.Limit()), l.Burst()))
 				return
 			}
 		}
