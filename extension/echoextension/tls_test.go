@@ -2,15 +2,7 @@ package echoextension
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
-	"math/big"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -52,36 +44,11 @@ service:
       exporters: [duckdb]
 `
 
-// selfSigned writes a certificate for 127.0.0.1 and returns a pool trusting it.
-func selfSigned(t *testing.T, dir string) (string, string, *x509.CertPool) {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	must(t, err)
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "fathom-test"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")},
-		KeyUsage:    x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	must(t, err)
-	keyDER, err := x509.MarshalECPrivateKey(key)
-	must(t, err)
-	certPath, keyPath := filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")
-	must(t, os.WriteFile(certPath, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600))
-	must(t, os.WriteFile(keyPath, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}), 0o600))
-	cert, err := x509.ParseCertificate(der)
-	must(t, err)
-	pool := x509.NewCertPool()
-	pool.AddCert(cert)
-	return certPath, keyPath, pool
-}
-
 // The listener speaks TLS only, and a second gateway on the same file fails at start,
 // saying why.
 func TestGatewayTLSAndSecondWriter(t *testing.T) {
 	dir := t.TempDir()
-	certPath, keyPath, pool := selfSigned(t, dir)
+	certPath, keyPath, pool := collectortest.SelfSignedCert(t, dir)
 	cfg := filepath.Join(dir, "gateway.yaml")
 	must(t, os.WriteFile(cfg, []byte(tlsGatewayYAML), 0o600))
 	db := filepath.Join(dir, "echo.duckdb")
