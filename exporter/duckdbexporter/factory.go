@@ -33,13 +33,14 @@ func createDefaultConfig() component.Config {
 	queue.WaitForResult = true
 	queue.Sizer = exporterhelper.NewDefaultBatchConfig().Sizer // items
 	queue.QueueSize = 200_000
-	// Writes are serialised on one Appender; two consumers overlap the OTLP-to-row
-	// conversion of one batch with the write of another.
-	queue.NumConsumers = 2
+	// The store writes with two Appenders in parallel; four consumers keep both busy
+	// while the next batches are converted. max_size splits a burst into several
+	// batches so that the consumers share it.
+	queue.NumConsumers = 4
 	batch := exporterhelper.NewDefaultBatchConfig()
-	batch.FlushTimeout = 100 * time.Millisecond
-	batch.MinSize = 8192
-	batch.MaxSize = 50_000
+	batch.FlushTimeout = 50 * time.Millisecond
+	batch.MinSize = 4096
+	batch.MaxSize = 16_384
 	queue.Batch = configoptional.Some(batch)
 	return &Config{
 		TimeoutConfig: exporterhelper.NewDefaultTimeoutConfig(),

@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"database/sql"
 	"database/sql/driver"
 	"errors"
 	"fmt"
@@ -12,40 +13,66 @@ import (
 	"github.com/fathom-gpu/fathom/internal/echoschema"
 )
 
-// Append writes rows with the Appender and flushes before returning: when it returns nil
+// appenderConn is one Appender on its own connection. Several of them write in
+// parallel: DuckDB appends into per-connection local storage and serialises only the
+// commit, so two writers use two cores for the per-value work of filling chunks.
+type appenderConn struct {
+	conn     *sql.Conn
+	appender *duckdb.Appender
+}
+
+func (a *appenderConn) close() error {
+	var errs []error
+	if a.appender != nil {
+		errs = append(errs, a.appender.Close())
+		a.appender = nil
+	}
+	if a.conn != nil {
+		errs = append(errs, a.conn.Close())
+		a.conn = nil
+	}
+	return errors.Join(errs...)
+}
+
+// Append writes rows with an Appender and flushes before returning: when it returns nil
 // the rows are committed to the WAL, so they survive a kill -9 of the process. Callers
 // acknowledge their senders only after that.
 func (s *Store) Append(ctx context.Context, rows []echoschema.Row) error {
 	if len(rows) == 0 {
 		return nil
 	}
-	s.appendMu.Lock()
-	defer s.appendMu.Unlock()
-	if s.db == nil {
+	var a *appenderConn
+	select {
+	case a = <-s.appenders:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	defer func() { s.appenders <- a }()
+	if s.closed.Load() {
 		return errors.New("echo store is closed")
 	}
-	if err := s.ensureAppender(ctx); err != nil {
+	if err := s.ensureAppender(ctx, a); err != nil {
 		return err
 	}
 	values := make([]driver.Value, len(Columns))
 	for i := range rows {
 		rowValues(&rows[i], values)
-		if err := s.appender.AppendRow(values...); err != nil {
-			s.resetAppender()
+		if err := a.appender.AppendRow(values...); err != nil {
+			_ = a.close()
 			return fmt.Errorf("append row: %w", err)
 		}
 	}
-	if err := s.appender.FlushWithCancel(ctx); err != nil {
+	if err := a.appender.FlushWithCancel(ctx); err != nil {
 		// A failed flush leaves the Appender unusable; the whole batch is reported
 		// failed so the exporter's retry sends it again on a fresh one.
-		s.resetAppender()
+		_ = a.close()
 		return fmt.Errorf("flush rows: %w", err)
 	}
 	return nil
 }
 
-func (s *Store) ensureAppender(ctx context.Context) error {
-	if s.appender != nil {
+func (s *Store) ensureAppender(ctx context.Context, a *appenderConn) error {
+	if a.appender != nil {
 		return nil
 	}
 	conn, err := s.db.Conn(ctx)
@@ -62,19 +89,8 @@ func (s *Store) ensureAppender(ctx context.Context) error {
 		conn.Close()
 		return fmt.Errorf("create appender: %w", err)
 	}
-	s.appendConn, s.appender = conn, app
+	a.conn, a.appender = conn, app
 	return nil
-}
-
-func (s *Store) resetAppender() {
-	if s.appender != nil {
-		_ = s.appender.Close()
-		s.appender = nil
-	}
-	if s.appendConn != nil {
-		_ = s.appendConn.Close()
-		s.appendConn = nil
-	}
 }
 
 func rowValues(r *echoschema.Row, v []driver.Value) {
