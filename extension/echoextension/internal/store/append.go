@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"time"
 
 	"github.com/duckdb/duckdb-go/v2"
 
@@ -18,7 +19,9 @@ import (
 // commit, so two writers use two cores for the per-value work of filling chunks.
 type appenderConn struct {
 	conn     *sql.Conn
+	raw      driver.Conn
 	appender *duckdb.Appender
+	rollup   *duckdb.Appender
 }
 
 func (a *appenderConn) close() error {
@@ -26,6 +29,10 @@ func (a *appenderConn) close() error {
 	if a.appender != nil {
 		errs = append(errs, a.appender.Close())
 		a.appender = nil
+	}
+	if a.rollup != nil {
+		errs = append(errs, a.rollup.Close())
+		a.rollup = nil
 	}
 	if a.conn != nil {
 		errs = append(errs, a.conn.Close())
@@ -54,21 +61,87 @@ func (s *Store) Append(ctx context.Context, rows []echoschema.Row) error {
 	if err := s.ensureAppender(ctx, a); err != nil {
 		return err
 	}
+	if err := a.write(ctx, rows); err != nil {
+		// A failed append or flush leaves the Appenders unusable; the whole batch is
+		// reported failed (and rolled back) so the exporter's retry sends it again on
+		// fresh ones.
+		_ = a.close()
+		return err
+	}
+	return nil
+}
+
+// write appends the rows and their rollup in one transaction: either both are
+// committed or neither.
+func (a *appenderConn) write(ctx context.Context, rows []echoschema.Row) error {
+	exec := a.raw.(driver.ExecerContext)
+	if _, err := exec.ExecContext(ctx, "BEGIN TRANSACTION", nil); err != nil {
+		return fmt.Errorf("begin: %w", err)
+	}
+	committed := false
+	defer func() {
+		if !committed {
+			_, _ = exec.ExecContext(context.Background(), "ROLLBACK", nil)
+		}
+	}()
 	values := make([]driver.Value, len(Columns))
 	for i := range rows {
 		rowValues(&rows[i], values)
 		if err := a.appender.AppendRow(values...); err != nil {
-			_ = a.close()
 			return fmt.Errorf("append row: %w", err)
 		}
 	}
 	if err := a.appender.FlushWithCancel(ctx); err != nil {
-		// A failed flush leaves the Appender unusable; the whole batch is reported
-		// failed so the exporter's retry sends it again on a fresh one.
-		_ = a.close()
 		return fmt.Errorf("flush rows: %w", err)
 	}
+	for key, n := range rollupOf(rows) {
+		if err := a.rollup.AppendRow(time.UnixMicro(key.minute).UTC(), str(key.cluster), key.node, key.api, key.name, str(key.unit), key.bucket, n); err != nil {
+			return fmt.Errorf("append rollup: %w", err)
+		}
+	}
+	if err := a.rollup.FlushWithCancel(ctx); err != nil {
+		return fmt.Errorf("flush rollup: %w", err)
+	}
+	if _, err := exec.ExecContext(ctx, "COMMIT", nil); err != nil {
+		return fmt.Errorf("commit: %w", err)
+	}
+	committed = true
 	return nil
+}
+
+type rollupKey struct {
+	minute                         int64
+	cluster, node, api, name, unit string
+	bucket                         int32
+}
+
+// rollupOf counts the per-call latency events of a batch (log records naming a CUDA
+// API or NCCL op, with a positive value) by minute, node, API and log bucket.
+func rollupOf(rows []echoschema.Row) map[rollupKey]int64 {
+	out := map[rollupKey]int64{}
+	for i := range rows {
+		r := &rows[i]
+		if r.Kind != echoschema.KindLog || r.API == "" || r.Node == "" || !(r.Value > 0) || math.IsInf(r.Value, 0) {
+			continue
+		}
+		out[rollupKey{
+			minute:  r.Time.UTC().Truncate(time.Minute).UnixMicro(),
+			cluster: r.Cluster, node: r.Node, api: r.API, name: r.Name, unit: r.Unit,
+			bucket: Bucket(r.Value),
+		}]++
+	}
+	return out
+}
+
+// Bucket is the rollup bucket of a positive value (see BucketsPerOctave).
+func Bucket(v float64) int32 {
+	b := math.Floor(math.Log2(v) * BucketsPerOctave)
+	return int32(max(min(b, 32000), -32000))
+}
+
+// BucketBounds is the value range [lower, upper) of a rollup bucket.
+func BucketBounds(b int32) (float64, float64) {
+	return math.Exp2(float64(b) / BucketsPerOctave), math.Exp2(float64(b+1) / BucketsPerOctave)
 }
 
 func (s *Store) ensureAppender(ctx context.Context, a *appenderConn) error {
@@ -79,17 +152,22 @@ func (s *Store) ensureAppender(ctx context.Context, a *appenderConn) error {
 	if err != nil {
 		return fmt.Errorf("appender connection: %w", err)
 	}
-	var app *duckdb.Appender
+	// The driver connection outlives Raw's callback on purpose: the Appenders and the
+	// transaction statements use it while a.conn holds it out of the pool.
 	err = conn.Raw(func(dc any) error {
+		a.raw = dc.(driver.Conn)
 		var err error
-		app, err = duckdb.NewAppenderFromConn(dc.(driver.Conn), "", "events")
+		if a.appender, err = duckdb.NewAppenderFromConn(a.raw, "", "events"); err != nil {
+			return err
+		}
+		a.rollup, err = duckdb.NewAppenderFromConn(a.raw, "", "trace_rollup")
 		return err
 	})
+	a.conn = conn
 	if err != nil {
-		conn.Close()
+		_ = a.close()
 		return fmt.Errorf("create appender: %w", err)
 	}
-	a.conn, a.appender = conn, app
 	return nil
 }
 

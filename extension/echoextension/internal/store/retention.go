@@ -21,11 +21,15 @@ type RetentionResult struct {
 func (s *Store) ApplyRetention(ctx context.Context, now time.Time, maxAge time.Duration, maxBytes int64) (RetentionResult, error) {
 	var res RetentionResult
 	if maxAge > 0 {
-		r, err := s.db.ExecContext(ctx, `DELETE FROM events WHERE ts < ?`, now.Add(-maxAge).UTC())
+		cutoff := now.Add(-maxAge).UTC()
+		r, err := s.db.ExecContext(ctx, `DELETE FROM events WHERE ts < ?`, cutoff)
 		if err != nil {
 			return res, fmt.Errorf("retention by age: %w", err)
 		}
 		res.DeletedByAge, _ = r.RowsAffected()
+		if _, err := s.db.ExecContext(ctx, `DELETE FROM trace_rollup WHERE minute < date_trunc('minute', ?::TIMESTAMP)`, cutoff); err != nil {
+			return res, fmt.Errorf("retention by age (rollup): %w", err)
+		}
 	}
 	used, err := s.UsedBytes(ctx)
 	if err != nil {
@@ -38,12 +42,18 @@ func (s *Store) ApplyRetention(ctx context.Context, now time.Time, maxAge time.D
 		if fraction > 1 {
 			fraction = 1
 		}
-		r, err := s.db.ExecContext(ctx,
-			`DELETE FROM events WHERE ts <= (SELECT quantile_disc(ts, ?) FROM events)`, fraction)
+		var cutoff time.Time
+		if err := s.db.QueryRowContext(ctx, `SELECT quantile_disc(ts, ?) FROM events`, fraction).Scan(&cutoff); err != nil {
+			return res, fmt.Errorf("retention by size: %w", err)
+		}
+		r, err := s.db.ExecContext(ctx, `DELETE FROM events WHERE ts <= ?`, cutoff)
 		if err != nil {
 			return res, fmt.Errorf("retention by size: %w", err)
 		}
 		res.DeletedBySize, _ = r.RowsAffected()
+		if _, err := s.db.ExecContext(ctx, `DELETE FROM trace_rollup WHERE minute < date_trunc('minute', ?::TIMESTAMP)`, cutoff); err != nil {
+			return res, fmt.Errorf("retention by size (rollup): %w", err)
+		}
 	}
 	if res.DeletedByAge+res.DeletedBySize > 0 {
 		// A checkpoint returns the deleted rows' blocks to the free list.

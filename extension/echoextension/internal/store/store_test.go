@@ -74,8 +74,8 @@ func TestAppendReopenAndLock(t *testing.T) {
 		t.Fatalf("after reopen: %d rows, want 1000", got)
 	}
 	var versions int
-	if err := s.DB().QueryRow(`SELECT count(*) FROM echo_schema_version`).Scan(&versions); err != nil || versions != 1 {
-		t.Fatalf("ledger has %d rows (%v), want 1: migrations must be idempotent", versions, err)
+	if err := s.DB().QueryRow(`SELECT count(*) FROM echo_schema_version`).Scan(&versions); err != nil || versions != SchemaVersion {
+		t.Fatalf("ledger has %d rows (%v), want %d: migrations must be idempotent", versions, err, SchemaVersion)
 	}
 }
 
@@ -225,8 +225,8 @@ func TestQueryReadOnlyHostileSuite(t *testing.T) {
 		t.Fatalf("hostile suite changed the store: %d rows, want 100", n)
 	}
 	var tables int
-	if err := s.DB().QueryRow(`SELECT count(*) FROM duckdb_tables() WHERE NOT internal`).Scan(&tables); err != nil || tables != 2 {
-		t.Fatalf("tables after hostile suite: %d (%v), want 2 (events, ledger)", tables, err)
+	if err := s.DB().QueryRow(`SELECT count(*) FROM duckdb_tables() WHERE NOT internal`).Scan(&tables); err != nil || tables != 3 {
+		t.Fatalf("tables after hostile suite: %d (%v), want 3 (events, trace_rollup, ledger)", tables, err)
 	}
 	var external string
 	if err := s.DB().QueryRow(`SELECT current_setting('enable_external_access')::VARCHAR`).Scan(&external); err != nil || external != "false" {

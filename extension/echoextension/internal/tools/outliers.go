@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"sort"
+	"time"
 
 	"github.com/google/jsonschema-go/jsonschema"
 )
@@ -39,6 +40,10 @@ type Outlier struct {
 	Lag    float64 `json:"lag"`
 	Score  float64 `json:"score"`
 	Points int64   `json:"points"`
+
+	// For get_cost; not part of the answer.
+	worldSize          int64
+	provider, gpuModel string
 }
 
 // OutlierOutput ranks outliers by lag, worst first.
@@ -54,11 +59,10 @@ type OutlierOutput struct {
 }
 
 type groupStat struct {
-	node, cluster string
-	rank          sql.NullInt64
-	value         float64
-	points        int64
-	worldSize     sql.NullInt64
+	node   string
+	rank   sql.NullInt64
+	value  float64
+	points int64
 }
 
 func outlierSchema(s *jsonschema.Schema) {
@@ -72,18 +76,17 @@ func findOutlierNodesTool(env *Env) (*Tool, error) {
 		"Nodes (or ranks) whose mean value of a signal in a window lies beyond median + k*1.4826*MAD across their peers, ranked by lag behind the median.",
 		ScopeTools,
 		func(ctx context.Context, in OutlierInput) (OutlierOutput, error) {
-			out, _, err := findOutliers(ctx, env, in)
-			return out, err
+			return findOutliers(ctx, env, in)
 		}, outlierSchema)
 }
 
-func findOutliers(ctx context.Context, env *Env, in OutlierInput) (OutlierOutput, []groupStat, error) {
+func findOutliers(ctx context.Context, env *Env, in OutlierInput) (OutlierOutput, error) {
 	if in.Signal == "" {
-		return OutlierOutput{}, nil, invalid("signal must name a metric or event")
+		return OutlierOutput{}, invalid("signal must name a metric or event")
 	}
 	since, until, err := window(env, in.Since, in.Until)
 	if err != nil {
-		return OutlierOutput{}, nil, err
+		return OutlierOutput{}, err
 	}
 	by := in.By
 	if by == "" {
@@ -96,43 +99,38 @@ func findOutliers(ctx context.Context, env *Env, in OutlierInput) (OutlierOutput
 	var f filter
 	f.add("name = ?", in.Signal)
 	f.add("ts >= ? AND ts < ?", since, until)
-	f.add("node IS NOT NULL")
+	f.add("node IS NOT NULL AND value IS NOT NULL")
 	f.addIf(in.Cluster != "", "cluster = ?", in.Cluster)
-	rankExpr := "NULL::INTEGER"
+	// The scan over every point of the signal groups on as few keys as it can (each
+	// extra key costs more than the scan); cluster, world size and unit are looked up
+	// afterwards for the few outliers only.
+	groupBy, rankExpr := "node", "NULL::INTEGER"
 	if by == "rank" {
-		rankExpr = "rank"
+		groupBy, rankExpr = "node, rank", "rank"
 		f.add("rank IS NOT NULL")
 	}
-	// The signal's value per row: a point's value or, for summaries without a sum, its
-	// median.
-	q := fmt.Sprintf(`SELECT node, %s AS rk, any_value(cluster), avg(coalesce(value, p50)) AS v, count(*), max(world_size), any_value(unit)
-		FROM events WHERE %s AND coalesce(value, p50) IS NOT NULL
-		GROUP BY node, rk LIMIT %d`, rankExpr, f.sql(), maxGroups)
+	q := fmt.Sprintf(`SELECT node, %s, avg(value), count(*) FROM events WHERE %s GROUP BY %s LIMIT %d`,
+		rankExpr, f.sql(), groupBy, maxGroups)
 	rows, err := env.Store.DB().QueryContext(ctx, q, f.args...)
 	if err != nil {
-		return OutlierOutput{}, nil, fmt.Errorf("find_outlier_nodes: %w", err)
+		return OutlierOutput{}, fmt.Errorf("find_outlier_nodes: %w", err)
 	}
 	defer rows.Close()
 	var groups []groupStat
 	out := OutlierOutput{Signal: in.Signal, By: by, Outliers: []Outlier{}}
 	for rows.Next() {
 		var g groupStat
-		var cluster, unit sql.NullString
-		if err := rows.Scan(&g.node, &g.rank, &cluster, &g.value, &g.points, &g.worldSize, &unit); err != nil {
-			return out, nil, fmt.Errorf("find_outlier_nodes: %w", err)
-		}
-		g.cluster = cluster.String
-		if unit.Valid {
-			out.Unit = unit.String
+		if err := rows.Scan(&g.node, &g.rank, &g.value, &g.points); err != nil {
+			return out, fmt.Errorf("find_outlier_nodes: %w", err)
 		}
 		groups = append(groups, g)
 	}
 	if err := rows.Err(); err != nil {
-		return out, nil, err
+		return out, err
 	}
 	out.Groups = len(groups)
 	if len(groups) == 0 {
-		return out, groups, nil
+		return out, nil
 	}
 	values := make([]float64, len(groups))
 	for i, g := range groups {
@@ -159,7 +157,7 @@ func findOutliers(ctx context.Context, env *Env, in OutlierInput) (OutlierOutput
 		if out.MAD > 0 {
 			score = lag / (madScale * out.MAD)
 		}
-		o := Outlier{Node: g.node, Cluster: g.cluster, Value: g.value, Lag: lag, Points: g.points, Score: finite(score)}
+		o := Outlier{Node: g.node, Value: g.value, Lag: lag, Points: g.points, Score: finite(score)}
 		if g.rank.Valid {
 			r := g.rank.Int64
 			o.Rank = &r
@@ -167,7 +165,59 @@ func findOutliers(ctx context.Context, env *Env, in OutlierInput) (OutlierOutput
 		out.Outliers = append(out.Outliers, o)
 	}
 	sort.SliceStable(out.Outliers, func(i, j int) bool { return out.Outliers[i].Lag > out.Outliers[j].Lag })
-	return out, groups, nil
+	if err := describeOutliers(ctx, env, in.Signal, since, until, &out); err != nil {
+		return out, err
+	}
+	return out, nil
+}
+
+// describeOutliers fills in each outlier's cluster, world size, provider and GPU model,
+// and the signal's unit, from the outliers' own rows.
+func describeOutliers(ctx context.Context, env *Env, signal string, since, until time.Time, out *OutlierOutput) error {
+	nodes := make([]string, 0, len(out.Outliers))
+	for _, o := range out.Outliers {
+		nodes = append(nodes, o.Node)
+	}
+	if len(nodes) == 0 {
+		err := env.Store.DB().QueryRowContext(ctx, `SELECT coalesce(any_value(unit), '') FROM
+			(SELECT unit FROM events WHERE name = ? AND ts >= ? AND ts < ? AND unit IS NOT NULL LIMIT 1)`, signal, since, until).Scan(&out.Unit)
+		if err != nil {
+			return fmt.Errorf("find_outlier_nodes: %w", err)
+		}
+		return nil
+	}
+	rows, err := env.Store.DB().QueryContext(ctx, fmt.Sprintf(`SELECT node, coalesce(any_value(cluster), ''), max(world_size), coalesce(any_value(unit), ''),
+			coalesce(any_value(json_extract_string(attributes, '$."%s"')), ''),
+			coalesce(any_value(json_extract_string(attributes, '$."%s"')), '')
+		FROM events WHERE name = ? AND ts >= ? AND ts < ? AND list_contains(?, node) GROUP BY node`, attrProvider, attrGPUModel),
+		signal, since, until, nodes)
+	if err != nil {
+		return fmt.Errorf("find_outlier_nodes: %w", err)
+	}
+	defer rows.Close()
+	type description struct {
+		cluster, provider, model string
+		worldSize                sql.NullInt64
+	}
+	byNode := map[string]description{}
+	for rows.Next() {
+		var node, unit string
+		var d description
+		if err := rows.Scan(&node, &d.cluster, &d.worldSize, &unit, &d.provider, &d.model); err != nil {
+			return fmt.Errorf("find_outlier_nodes: %w", err)
+		}
+		byNode[node] = d
+		if unit != "" {
+			out.Unit = unit
+		}
+	}
+	for i := range out.Outliers {
+		d := byNode[out.Outliers[i].Node]
+		out.Outliers[i].Cluster = d.cluster
+		out.Outliers[i].worldSize = d.worldSize.Int64
+		out.Outliers[i].provider, out.Outliers[i].gpuModel = d.provider, d.model
+	}
+	return rows.Err()
 }
 
 // finite keeps JSON encodable: an infinite score (MAD 0) is reported as the largest
@@ -234,7 +284,7 @@ func costTool(env *Env) (*Tool, error) {
 		"Dollar cost of stragglers in a window: each outlier node's lag behind the median x its steps x the ranks that wait for it (world size) = GPU-hours, priced per provider and GPU model from the operator's rates file.",
 		ScopeTools,
 		func(ctx context.Context, in CostInput) (CostOutput, error) {
-			outliers, groups, err := findOutliers(ctx, env, in)
+			outliers, err := findOutliers(ctx, env, in)
 			if err != nil {
 				return CostOutput{}, err
 			}
@@ -244,28 +294,21 @@ func costTool(env *Env) (*Tool, error) {
 				perSecond = 1
 				out.Notes = append(out.Notes, fmt.Sprintf("unit %q is not a time unit; lag taken as seconds", outliers.Unit))
 			}
-			// Ranks that wait on a straggler: the job's world size, else the ranks seen.
-			worldSize := map[string]int64{}
-			for _, g := range groups {
-				if g.worldSize.Valid && g.worldSize.Int64 > worldSize[g.cluster] {
-					worldSize[g.cluster] = g.worldSize.Int64
-				}
-			}
-			ranksSeen, err := distinctRanks(ctx, env, in)
-			if err != nil {
-				return out, err
-			}
-			hardware, err := nodeHardware(ctx, env, in, outliers.Outliers)
-			if err != nil {
-				return out, err
-			}
+			var ranksSeen map[string]int64
 			byGroup := map[[2]string]*CostGroup{}
 			for _, o := range outliers.Outliers {
-				affected := worldSize[o.Cluster]
-				if affected == 0 {
+				// Ranks that wait on a straggler: its job's world size, else the ranks
+				// seen reporting the signal in its cluster.
+				affected := o.worldSize
+				if affected <= 0 {
+					if ranksSeen == nil {
+						if ranksSeen, err = distinctRanks(ctx, env, in); err != nil {
+							return out, err
+						}
+					}
 					affected = max(ranksSeen[o.Cluster], 1)
 				}
-				hw := hardware[o.Node]
+				hw := [2]string{o.provider, o.gpuModel}
 				rate, rateOK := env.Rates.lookup(hw[0], hw[1])
 				if !rateOK {
 					out.Notes = append(out.Notes, fmt.Sprintf("no rate for provider %q GPU %q (node %s); priced at 0", hw[0], hw[1], o.Node))
@@ -310,36 +353,6 @@ func distinctRanks(ctx context.Context, env *Env, in OutlierInput) (map[string]i
 			return nil, err
 		}
 		out[c] = n
-	}
-	return out, rows.Err()
-}
-
-// nodeHardware reads each straggler's provider and GPU model from its attributes.
-func nodeHardware(ctx context.Context, env *Env, in OutlierInput, outliers []Outlier) (map[string][2]string, error) {
-	out := map[string][2]string{}
-	if len(outliers) == 0 {
-		return out, nil
-	}
-	since, until, _ := window(env, in.Since, in.Until)
-	nodes := make([]string, 0, len(outliers))
-	for _, o := range outliers {
-		nodes = append(nodes, o.Node)
-	}
-	rows, err := env.Store.DB().QueryContext(ctx, fmt.Sprintf(`SELECT node,
-			coalesce(any_value(json_extract_string(attributes, '$."%s"')), ''),
-			coalesce(any_value(json_extract_string(attributes, '$."%s"')), '')
-		FROM events WHERE name = ? AND ts >= ? AND ts < ? AND list_contains(?, node) GROUP BY node`, attrProvider, attrGPUModel),
-		in.Signal, since, until, nodes)
-	if err != nil {
-		return nil, fmt.Errorf("get_cost: %w", err)
-	}
-	defer rows.Close()
-	for rows.Next() {
-		var node, provider, model string
-		if err := rows.Scan(&node, &provider, &model); err != nil {
-			return nil, err
-		}
-		out[node] = [2]string{provider, model}
 	}
 	return out, rows.Err()
 }

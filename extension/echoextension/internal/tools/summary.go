@@ -4,10 +4,12 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"sort"
 	"time"
 
 	"github.com/google/jsonschema-go/jsonschema"
 
+	"github.com/fathom-gpu/fathom/extension/echoextension/internal/store"
 	"github.com/fathom-gpu/fathom/internal/echoschema"
 )
 
@@ -129,7 +131,7 @@ type TraceStatsOutput struct {
 
 func traceStatsTool(env *Env) (*Tool, error) {
 	return newTool("get_trace_stats", "API latency percentiles",
-		"p50/p95/p99 latency per CUDA API / NCCL operation and node in a window, slowest p99 first. Per-call events give exact percentiles; histogram points contribute their own estimated percentiles.",
+		"p50/p95/p99 latency per CUDA API / NCCL operation and node in a window, slowest p99 first. Per-call events are read from a per-minute rollup of log buckets (percentiles within about 1% and minute-aligned windows); histogram points contribute their own estimated percentiles where no per-call events exist.",
 		ScopeTools,
 		func(ctx context.Context, in TraceStatsInput) (TraceStatsOutput, error) {
 			since, until, err := window(env, in.Since, in.Until)
@@ -140,34 +142,124 @@ func traceStatsTool(env *Env) (*Tool, error) {
 			if limit == 0 {
 				limit = 1000
 			}
-			var f filter
-			f.add("ts >= ? AND ts < ?", since, until)
-			f.add("api IS NOT NULL AND node IS NOT NULL")
-			f.addIf(in.Cluster != "", "cluster = ?", in.Cluster)
-			f.addIf(in.Node != "", "node = ?", in.Node)
-			f.addIf(in.API != "", "api = ?", in.API)
-			f.name(in.Name)
-			q := fmt.Sprintf(`SELECT api, node, sum(coalesce(count, 1))::BIGINT,
-					quantile_cont(coalesce(p50, value), 0.5), quantile_cont(coalesce(p95, value), 0.95),
-					quantile_cont(coalesce(p99, value), 0.99), any_value(unit)
-				FROM events WHERE %s AND coalesce(p50, value) IS NOT NULL
-				GROUP BY api, node ORDER BY 6 DESC, api, node LIMIT %d`, f.sql(), limit)
-			rows, err := env.Store.DB().QueryContext(ctx, q, f.args...)
+			stats, err := callStats(ctx, env, in, since, until)
 			if err != nil {
-				return TraceStatsOutput{}, fmt.Errorf("get_trace_stats: %w", err)
+				return TraceStatsOutput{}, err
 			}
-			defer rows.Close()
-			out := TraceStatsOutput{Stats: []TraceStat{}}
-			for rows.Next() {
-				var s TraceStat
-				var unit sql.NullString
-				if err := rows.Scan(&s.API, &s.Node, &s.Calls, &s.P50, &s.P95, &s.P99, &unit); err != nil {
-					return out, fmt.Errorf("get_trace_stats: %w", err)
+			if err := histogramStats(ctx, env, in, since, until, stats); err != nil {
+				return TraceStatsOutput{}, err
+			}
+			out := TraceStatsOutput{Stats: make([]TraceStat, 0, len(stats))}
+			for _, s := range stats {
+				out.Stats = append(out.Stats, *s)
+			}
+			sort.Slice(out.Stats, func(i, j int) bool {
+				a, b := out.Stats[i], out.Stats[j]
+				if a.P99 != b.P99 {
+					return a.P99 > b.P99
 				}
-				s.Unit = unit.String
-				out.Stats = append(out.Stats, s)
+				if a.API != b.API {
+					return a.API < b.API
+				}
+				return a.Node < b.Node
+			})
+			if len(out.Stats) > limit {
+				out.Stats = out.Stats[:limit]
 			}
-			return out, rows.Err()
+			return out, nil
 		},
 		func(s *jsonschema.Schema) { setRange(s, "limit", 1, 10000) })
+}
+
+type apiNode struct{ api, node string }
+
+// callStats reads the per-minute bucket counts of per-call events and turns each (api,
+// node)'s buckets into percentiles.
+func callStats(ctx context.Context, env *Env, in TraceStatsInput, since, until time.Time) (map[apiNode]*TraceStat, error) {
+	var f filter
+	f.add("minute >= date_trunc('minute', ?::TIMESTAMP) AND minute < ?", since, until)
+	f.addIf(in.Cluster != "", "cluster = ?", in.Cluster)
+	f.addIf(in.Node != "", "node = ?", in.Node)
+	f.addIf(in.API != "", "api = ?", in.API)
+	f.name(in.Name)
+	rows, err := env.Store.DB().QueryContext(ctx, fmt.Sprintf(`SELECT api, node, bucket, sum(count)::BIGINT, any_value(unit)
+		FROM trace_rollup WHERE %s GROUP BY api, node, bucket ORDER BY api, node, bucket`, f.sql()), f.args...)
+	if err != nil {
+		return nil, fmt.Errorf("get_trace_stats: %w", err)
+	}
+	defer rows.Close()
+	type histogram struct {
+		unit    string
+		buckets []int32
+		counts  []int64
+		total   int64
+	}
+	hists := map[apiNode]*histogram{}
+	for rows.Next() {
+		var k apiNode
+		var bucket int32
+		var n int64
+		var unit sql.NullString
+		if err := rows.Scan(&k.api, &k.node, &bucket, &n, &unit); err != nil {
+			return nil, fmt.Errorf("get_trace_stats: %w", err)
+		}
+		h := hists[k]
+		if h == nil {
+			h = &histogram{unit: unit.String}
+			hists[k] = h
+		}
+		h.buckets, h.counts, h.total = append(h.buckets, bucket), append(h.counts, n), h.total+n
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	out := make(map[apiNode]*TraceStat, len(hists))
+	for k, h := range hists {
+		q := func(p float64) float64 {
+			rank := p * float64(h.total)
+			var before int64
+			for i, n := range h.counts {
+				if float64(before+n) >= rank || i == len(h.counts)-1 {
+					lo, hi := store.BucketBounds(h.buckets[i])
+					return lo + (hi-lo)*(rank-float64(before))/float64(n)
+				}
+				before += n
+			}
+			return 0
+		}
+		out[k] = &TraceStat{API: k.api, Node: k.node, Calls: h.total, P50: q(0.50), P95: q(0.95), P99: q(0.99), Unit: h.unit}
+	}
+	return out, nil
+}
+
+// histogramStats adds (api, node) pairs known only from histogram or summary points,
+// from the percentiles those points carry.
+func histogramStats(ctx context.Context, env *Env, in TraceStatsInput, since, until time.Time, stats map[apiNode]*TraceStat) error {
+	var f filter
+	f.add("kind IN ('histogram', 'exp_histogram', 'summary')")
+	f.add("ts >= ? AND ts < ?", since, until)
+	f.add("api IS NOT NULL AND node IS NOT NULL AND p50 IS NOT NULL")
+	f.addIf(in.Cluster != "", "cluster = ?", in.Cluster)
+	f.addIf(in.Node != "", "node = ?", in.Node)
+	f.addIf(in.API != "", "api = ?", in.API)
+	f.name(in.Name)
+	rows, err := env.Store.DB().QueryContext(ctx, fmt.Sprintf(`SELECT api, node, coalesce(sum(count), 0)::BIGINT,
+			quantile_cont(p50, 0.5), quantile_cont(coalesce(p95, p50), 0.95), quantile_cont(coalesce(p99, p95, p50), 0.99), any_value(unit)
+		FROM events WHERE %s GROUP BY api, node`, f.sql()), f.args...)
+	if err != nil {
+		return fmt.Errorf("get_trace_stats: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var s TraceStat
+		var unit sql.NullString
+		if err := rows.Scan(&s.API, &s.Node, &s.Calls, &s.P50, &s.P95, &s.P99, &unit); err != nil {
+			return fmt.Errorf("get_trace_stats: %w", err)
+		}
+		s.Unit = unit.String
+		if _, ok := stats[apiNode{s.API, s.Node}]; !ok {
+			stats[apiNode{s.API, s.Node}] = &s
+		}
+	}
+	return rows.Err()
 }
