@@ -22,6 +22,7 @@ type appenderConn struct {
 	raw      driver.Conn
 	appender *duckdb.Appender
 	rollup   *duckdb.Appender
+	signals  *duckdb.Appender
 }
 
 func (a *appenderConn) close() error {
@@ -33,6 +34,10 @@ func (a *appenderConn) close() error {
 	if a.rollup != nil {
 		errs = append(errs, a.rollup.Close())
 		a.rollup = nil
+	}
+	if a.signals != nil {
+		errs = append(errs, a.signals.Close())
+		a.signals = nil
 	}
 	if a.conn != nil {
 		errs = append(errs, a.conn.Close())
@@ -94,13 +99,23 @@ func (a *appenderConn) write(ctx context.Context, rows []echoschema.Row) error {
 	if err := a.appender.FlushWithCancel(ctx); err != nil {
 		return fmt.Errorf("flush rows: %w", err)
 	}
-	for key, n := range rollupOf(rows) {
+	calls, signals := rollupOf(rows)
+	for key, n := range calls {
 		if err := a.rollup.AppendRow(time.UnixMicro(key.minute).UTC(), str(key.cluster), key.node, key.api, key.name, str(key.unit), key.bucket, n); err != nil {
-			return fmt.Errorf("append rollup: %w", err)
+			return fmt.Errorf("append trace rollup: %w", err)
 		}
 	}
 	if err := a.rollup.FlushWithCancel(ctx); err != nil {
-		return fmt.Errorf("flush rollup: %w", err)
+		return fmt.Errorf("flush trace rollup: %w", err)
+	}
+	for key, agg := range signals {
+		if err := a.signals.AppendRow(time.UnixMicro(key.minute).UTC(), str(key.cluster), key.node, i32(key.rank),
+			key.name, str(key.unit), i32(agg.worldSize), agg.count, agg.sum); err != nil {
+			return fmt.Errorf("append signal rollup: %w", err)
+		}
+	}
+	if err := a.signals.FlushWithCancel(ctx); err != nil {
+		return fmt.Errorf("flush signal rollup: %w", err)
 	}
 	if _, err := exec.ExecContext(ctx, "COMMIT", nil); err != nil {
 		return fmt.Errorf("commit: %w", err)
@@ -115,22 +130,48 @@ type rollupKey struct {
 	bucket                         int32
 }
 
-// rollupOf counts the per-call latency events of a batch (log records naming a CUDA
-// API or NCCL op, with a positive value) by minute, node, API and log bucket.
-func rollupOf(rows []echoschema.Row) map[rollupKey]int64 {
-	out := map[rollupKey]int64{}
+type signalKey struct {
+	minute                    int64
+	cluster, node, name, unit string
+	rank                      int32
+}
+
+type signalAgg struct {
+	count     int64
+	sum       float64
+	worldSize int32
+}
+
+// rollupOf summarises a batch for the rollups: per-call latency events (log records
+// naming a CUDA API or NCCL op, with a positive value) counted by minute, node, API and
+// log bucket; and every valued row of a node summed by minute, node, rank and name.
+func rollupOf(rows []echoschema.Row) (map[rollupKey]int64, map[signalKey]*signalAgg) {
+	calls := map[rollupKey]int64{}
+	signals := map[signalKey]*signalAgg{}
 	for i := range rows {
 		r := &rows[i]
-		if r.Kind != echoschema.KindLog || r.API == "" || r.Node == "" || !(r.Value > 0) || math.IsInf(r.Value, 0) {
+		if r.Node == "" || math.IsNaN(r.Value) || math.IsInf(r.Value, 0) {
 			continue
 		}
-		out[rollupKey{
-			minute:  r.Time.UTC().Truncate(time.Minute).UnixMicro(),
-			cluster: r.Cluster, node: r.Node, api: r.API, name: r.Name, unit: r.Unit,
+		minute := r.Time.UTC().Truncate(time.Minute).UnixMicro()
+		sk := signalKey{minute: minute, cluster: r.Cluster, node: r.Node, name: r.Name, unit: r.Unit, rank: r.Rank}
+		agg := signals[sk]
+		if agg == nil {
+			agg = &signalAgg{worldSize: echoschema.Absent}
+			signals[sk] = agg
+		}
+		agg.count++
+		agg.sum += r.Value
+		agg.worldSize = max(agg.worldSize, r.WorldSize)
+		if r.Kind != echoschema.KindLog || r.API == "" || !(r.Value > 0) {
+			continue
+		}
+		calls[rollupKey{
+			minute: minute, cluster: r.Cluster, node: r.Node, api: r.API, name: r.Name, unit: r.Unit,
 			bucket: Bucket(r.Value),
 		}]++
 	}
-	return out
+	return calls, signals
 }
 
 // Bucket is the rollup bucket of a positive value (see BucketsPerOctave).
@@ -160,7 +201,10 @@ func (s *Store) ensureAppender(ctx context.Context, a *appenderConn) error {
 		if a.appender, err = duckdb.NewAppenderFromConn(a.raw, "", "events"); err != nil {
 			return err
 		}
-		a.rollup, err = duckdb.NewAppenderFromConn(a.raw, "", "trace_rollup")
+		if a.rollup, err = duckdb.NewAppenderFromConn(a.raw, "", "trace_rollup"); err != nil {
+			return err
+		}
+		a.signals, err = duckdb.NewAppenderFromConn(a.raw, "", "signal_rollup")
 		return err
 	})
 	a.conn = conn

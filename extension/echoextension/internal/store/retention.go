@@ -27,8 +27,8 @@ func (s *Store) ApplyRetention(ctx context.Context, now time.Time, maxAge time.D
 			return res, fmt.Errorf("retention by age: %w", err)
 		}
 		res.DeletedByAge, _ = r.RowsAffected()
-		if _, err := s.db.ExecContext(ctx, `DELETE FROM trace_rollup WHERE minute < date_trunc('minute', ?::TIMESTAMP)`, cutoff); err != nil {
-			return res, fmt.Errorf("retention by age (rollup): %w", err)
+		if err := s.trimRollups(ctx, cutoff); err != nil {
+			return res, fmt.Errorf("retention by age: %w", err)
 		}
 	}
 	used, err := s.UsedBytes(ctx)
@@ -51,8 +51,8 @@ func (s *Store) ApplyRetention(ctx context.Context, now time.Time, maxAge time.D
 			return res, fmt.Errorf("retention by size: %w", err)
 		}
 		res.DeletedBySize, _ = r.RowsAffected()
-		if _, err := s.db.ExecContext(ctx, `DELETE FROM trace_rollup WHERE minute < date_trunc('minute', ?::TIMESTAMP)`, cutoff); err != nil {
-			return res, fmt.Errorf("retention by size (rollup): %w", err)
+		if err := s.trimRollups(ctx, cutoff); err != nil {
+			return res, fmt.Errorf("retention by size: %w", err)
 		}
 	}
 	if res.DeletedByAge+res.DeletedBySize > 0 {
@@ -75,4 +75,15 @@ func (s *Store) UsedBytes(ctx context.Context) (int64, error) {
 		return 0, fmt.Errorf("database size: %w", err)
 	}
 	return used, nil
+}
+
+// trimRollups drops the rollup minutes that ended before cutoff; the minute holding the
+// cutoff stays, as some of its rows do.
+func (s *Store) trimRollups(ctx context.Context, cutoff time.Time) error {
+	for _, table := range []string{"trace_rollup", "signal_rollup"} {
+		if _, err := s.db.ExecContext(ctx, `DELETE FROM `+table+` WHERE minute < date_trunc('minute', ?::TIMESTAMP)`, cutoff); err != nil {
+			return fmt.Errorf("%s: %w", table, err)
+		}
+	}
+	return nil
 }

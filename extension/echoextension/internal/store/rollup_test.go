@@ -41,6 +41,15 @@ func TestRollupIsWrittenWithItsRows(t *testing.T) {
 	if rows != 180 || minutes != 3 {
 		t.Fatalf("rollup counts %d calls over %d minutes, want 180 over 3 (gauges are not calls)", rows, minutes)
 	}
+	var signals, points int64
+	var sum float64
+	if err := s.DB().QueryRow(`SELECT count(DISTINCT name), sum(count), sum(sum) FROM signal_rollup`).Scan(&signals, &points, &sum); err != nil {
+		t.Fatal(err)
+	}
+	// 180 calls valued 1..180 and 10 gauge points valued 0..9.
+	if signals != 2 || points != 190 || sum != 180*181/2+45 {
+		t.Fatalf("signal rollup: %d signals, %d points, sum %g", signals, points, sum)
+	}
 	lo, hi := BucketBounds(Bucket(100))
 	if !(lo <= 100 && 100 < hi) || hi/lo > 1.022 {
 		t.Fatalf("bucket of 100 is [%g, %g)", lo, hi)
@@ -76,6 +85,10 @@ func TestMigrationFromV1BackfillsRollup(t *testing.T) {
 	}
 	if rows, minutes := rollupTotal(t, s.DB()); rows != 120 || minutes != 2 {
 		t.Fatalf("backfilled rollup: %d calls over %d minutes, want 120 over 2", rows, minutes)
+	}
+	var points int64
+	if err := s.DB().QueryRow(`SELECT sum(count) FROM signal_rollup`).Scan(&points); err != nil || points != 120 {
+		t.Fatalf("backfilled signal rollup: %d points (%v), want 120", points, err)
 	}
 	var goBucket, sqlBucket int32
 	if err := s.DB().QueryRow(`SELECT min(bucket) FROM trace_rollup`).Scan(&sqlBucket); err != nil {

@@ -67,7 +67,7 @@ var migrations = []migration{
 	},
 	{
 		version:     2,
-		description: "trace_rollup: per-minute log-bucket counts of per-call API latencies",
+		description: "rollups: per-minute signal sums (signal_rollup) and log-bucket counts of per-call API latencies (trace_rollup)",
 		statements: []string{
 			// Exact percentiles over millions of raw rows cost a sort per (api, node)
 			// group at query time; this rollup, written in the same transaction as the
@@ -82,8 +82,22 @@ var migrations = []migration{
 				bucket  INTEGER NOT NULL,
 				count   BIGINT NOT NULL
 			)`,
-			// Files written by v1 get their rollup from the rows they already hold.
-			rollupBackfillSQL,
+			// Comparing nodes over a window needs each node's mean of a signal; this
+			// rollup makes that a scan of per-minute sums instead of every point.
+			`CREATE TABLE signal_rollup (
+				minute     TIMESTAMP NOT NULL,
+				cluster    VARCHAR,
+				node       VARCHAR NOT NULL,
+				rank       INTEGER,
+				name       VARCHAR NOT NULL,
+				unit       VARCHAR,
+				world_size INTEGER,
+				count      BIGINT NOT NULL,
+				sum        DOUBLE NOT NULL
+			)`,
+			// Files written by v1 get their rollups from the rows they already hold.
+			traceRollupBackfillSQL,
+			signalRollupBackfillSQL,
 		},
 	},
 }
@@ -95,16 +109,22 @@ const BucketsPerOctave = 32
 
 const bucketsPerOctaveSQL = "32"
 
-// rollupBackfillSQL builds trace_rollup from the events table, bucketing exactly as
-// Bucket does.
-const rollupBackfillSQL = `INSERT INTO trace_rollup
+// traceRollupBackfillSQL builds trace_rollup from the events table, bucketing exactly
+// as Bucket does; signalRollupBackfillSQL does the same for signal_rollup.
+const traceRollupBackfillSQL = `INSERT INTO trace_rollup
 	SELECT date_trunc('minute', ts), cluster, node, api, name, unit,
 		least(greatest(floor(log2(value) * ` + bucketsPerOctaveSQL + `), -32000), 32000)::INTEGER, count(*)
 	FROM events
 	WHERE kind = 'log' AND api IS NOT NULL AND node IS NOT NULL AND value > 0 AND isfinite(value)
 	GROUP BY ALL`
 
-// RebuildRollup recomputes trace_rollup from the events table, for rows written with
+const signalRollupBackfillSQL = `INSERT INTO signal_rollup
+	SELECT date_trunc('minute', ts), cluster, node, rank, name, unit, max(world_size), count(*), sum(value)
+	FROM events
+	WHERE node IS NOT NULL AND value IS NOT NULL AND isfinite(value)
+	GROUP BY date_trunc('minute', ts), cluster, node, rank, name, unit`
+
+// RebuildRollup recomputes both rollups from the events table, for rows written with
 // plain SQL (bulk imports, benchmark fixtures) rather than through Append.
 func (s *Store) RebuildRollup(ctx context.Context) error {
 	tx, err := s.db.BeginTx(ctx, nil)
@@ -112,11 +132,10 @@ func (s *Store) RebuildRollup(ctx context.Context) error {
 		return err
 	}
 	defer tx.Rollback() //nolint:errcheck // no-op after Commit
-	if _, err := tx.ExecContext(ctx, "DELETE FROM trace_rollup"); err != nil {
-		return err
-	}
-	if _, err := tx.ExecContext(ctx, rollupBackfillSQL); err != nil {
-		return err
+	for _, stmt := range []string{"DELETE FROM trace_rollup", "DELETE FROM signal_rollup", traceRollupBackfillSQL, signalRollupBackfillSQL} {
+		if _, err := tx.ExecContext(ctx, stmt); err != nil {
+			return err
+		}
 	}
 	return tx.Commit()
 }

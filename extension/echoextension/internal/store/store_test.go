@@ -225,8 +225,8 @@ func TestQueryReadOnlyHostileSuite(t *testing.T) {
 		t.Fatalf("hostile suite changed the store: %d rows, want 100", n)
 	}
 	var tables int
-	if err := s.DB().QueryRow(`SELECT count(*) FROM duckdb_tables() WHERE NOT internal`).Scan(&tables); err != nil || tables != 3 {
-		t.Fatalf("tables after hostile suite: %d (%v), want 3 (events, trace_rollup, ledger)", tables, err)
+	if err := s.DB().QueryRow(`SELECT count(*) FROM duckdb_tables() WHERE NOT internal`).Scan(&tables); err != nil || tables != 4 {
+		t.Fatalf("tables after hostile suite: %d (%v), want 4 (events, two rollups, ledger)", tables, err)
 	}
 	var external string
 	if err := s.DB().QueryRow(`SELECT current_setting('enable_external_access')::VARCHAR`).Scan(&external); err != nil || external != "false" {

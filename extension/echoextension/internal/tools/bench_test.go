@@ -24,7 +24,7 @@ var benchStart = time.Date(2026, 3, 1, 0, 0, 0, 0, time.UTC)
 // half CUDA kernel durations over three APIs, node-17 about 2x slower than its peers.
 func fixture10M(b *testing.B) *store.Store {
 	b.Helper()
-	dir := filepath.Join(os.TempDir(), "fathom-bench-echo-10m-v3")
+	dir := filepath.Join(os.TempDir(), "fathom-bench-echo-10m-v4")
 	path := filepath.Join(dir, "echo.duckdb")
 	ctx := context.Background()
 	_, statErr := os.Stat(filepath.Join(dir, "complete"))

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"math"
 	"sort"
-	"time"
 
 	"github.com/google/jsonschema-go/jsonschema"
 )
@@ -42,8 +41,7 @@ type Outlier struct {
 	Points int64   `json:"points"`
 
 	// For get_cost; not part of the answer.
-	worldSize          int64
-	provider, gpuModel string
+	worldSize int64
 }
 
 // OutlierOutput ranks outliers by lag, worst first.
@@ -59,10 +57,11 @@ type OutlierOutput struct {
 }
 
 type groupStat struct {
-	node   string
-	rank   sql.NullInt64
-	value  float64
-	points int64
+	node, cluster string
+	rank          sql.NullInt64
+	value         float64
+	points        int64
+	worldSize     sql.NullInt64
 }
 
 func outlierSchema(s *jsonschema.Schema) {
@@ -96,21 +95,20 @@ func findOutliers(ctx context.Context, env *Env, in OutlierInput) (OutlierOutput
 	if k == 0 {
 		k = 3
 	}
+	// Each node's mean comes from the per-minute sums of signal_rollup, written with
+	// the rows, rather than from every point: the window is minute-aligned.
 	var f filter
 	f.add("name = ?", in.Signal)
-	f.add("ts >= ? AND ts < ?", since, until)
-	f.add("node IS NOT NULL AND value IS NOT NULL")
+	f.add("minute >= date_trunc('minute', ?::TIMESTAMP) AND minute < ?", since, until)
 	f.addIf(in.Cluster != "", "cluster = ?", in.Cluster)
-	// The scan over every point of the signal groups on as few keys as it can (each
-	// extra key costs more than the scan); cluster, world size and unit are looked up
-	// afterwards for the few outliers only.
 	groupBy, rankExpr := "node", "NULL::INTEGER"
 	if by == "rank" {
 		groupBy, rankExpr = "node, rank", "rank"
 		f.add("rank IS NOT NULL")
 	}
-	q := fmt.Sprintf(`SELECT node, %s, avg(value), count(*) FROM events WHERE %s GROUP BY %s LIMIT %d`,
-		rankExpr, f.sql(), groupBy, maxGroups)
+	q := fmt.Sprintf(`SELECT node, %s, sum(sum) / sum(count), sum(count)::BIGINT,
+			coalesce(any_value(cluster), ''), max(world_size), coalesce(any_value(unit), '')
+		FROM signal_rollup WHERE %s GROUP BY %s LIMIT %d`, rankExpr, f.sql(), groupBy, maxGroups)
 	rows, err := env.Store.DB().QueryContext(ctx, q, f.args...)
 	if err != nil {
 		return OutlierOutput{}, fmt.Errorf("find_outlier_nodes: %w", err)
@@ -120,8 +118,12 @@ func findOutliers(ctx context.Context, env *Env, in OutlierInput) (OutlierOutput
 	out := OutlierOutput{Signal: in.Signal, By: by, Outliers: []Outlier{}}
 	for rows.Next() {
 		var g groupStat
-		if err := rows.Scan(&g.node, &g.rank, &g.value, &g.points); err != nil {
+		var unit string
+		if err := rows.Scan(&g.node, &g.rank, &g.value, &g.points, &g.cluster, &g.worldSize, &unit); err != nil {
 			return out, fmt.Errorf("find_outlier_nodes: %w", err)
+		}
+		if unit != "" {
+			out.Unit = unit
 		}
 		groups = append(groups, g)
 	}
@@ -157,7 +159,7 @@ func findOutliers(ctx context.Context, env *Env, in OutlierInput) (OutlierOutput
 		if out.MAD > 0 {
 			score = lag / (madScale * out.MAD)
 		}
-		o := Outlier{Node: g.node, Value: g.value, Lag: lag, Points: g.points, Score: finite(score)}
+		o := Outlier{Node: g.node, Cluster: g.cluster, Value: g.value, Lag: lag, Points: g.points, Score: finite(score), worldSize: g.worldSize.Int64}
 		if g.rank.Valid {
 			r := g.rank.Int64
 			o.Rank = &r
@@ -165,59 +167,38 @@ func findOutliers(ctx context.Context, env *Env, in OutlierInput) (OutlierOutput
 		out.Outliers = append(out.Outliers, o)
 	}
 	sort.SliceStable(out.Outliers, func(i, j int) bool { return out.Outliers[i].Lag > out.Outliers[j].Lag })
-	if err := describeOutliers(ctx, env, in.Signal, since, until, &out); err != nil {
-		return out, err
-	}
 	return out, nil
 }
 
-// describeOutliers fills in each outlier's cluster, world size, provider and GPU model,
-// and the signal's unit, from the outliers' own rows.
-func describeOutliers(ctx context.Context, env *Env, signal string, since, until time.Time, out *OutlierOutput) error {
-	nodes := make([]string, 0, len(out.Outliers))
-	for _, o := range out.Outliers {
+// outlierHardware reads each straggler's provider and GPU model from its own rows'
+// attributes (only get_cost needs them).
+func outlierHardware(ctx context.Context, env *Env, in OutlierInput, outliers []Outlier) (map[string][2]string, error) {
+	out := map[string][2]string{}
+	if len(outliers) == 0 {
+		return out, nil
+	}
+	since, until, _ := window(env, in.Since, in.Until)
+	nodes := make([]string, 0, len(outliers))
+	for _, o := range outliers {
 		nodes = append(nodes, o.Node)
 	}
-	if len(nodes) == 0 {
-		err := env.Store.DB().QueryRowContext(ctx, `SELECT coalesce(any_value(unit), '') FROM
-			(SELECT unit FROM events WHERE name = ? AND ts >= ? AND ts < ? AND unit IS NOT NULL LIMIT 1)`, signal, since, until).Scan(&out.Unit)
-		if err != nil {
-			return fmt.Errorf("find_outlier_nodes: %w", err)
-		}
-		return nil
-	}
-	rows, err := env.Store.DB().QueryContext(ctx, fmt.Sprintf(`SELECT node, coalesce(any_value(cluster), ''), max(world_size), coalesce(any_value(unit), ''),
+	rows, err := env.Store.DB().QueryContext(ctx, fmt.Sprintf(`SELECT node,
 			coalesce(any_value(json_extract_string(attributes, '$."%s"')), ''),
 			coalesce(any_value(json_extract_string(attributes, '$."%s"')), '')
 		FROM events WHERE name = ? AND ts >= ? AND ts < ? AND list_contains(?, node) GROUP BY node`, attrProvider, attrGPUModel),
-		signal, since, until, nodes)
+		in.Signal, since, until, nodes)
 	if err != nil {
-		return fmt.Errorf("find_outlier_nodes: %w", err)
+		return nil, fmt.Errorf("get_cost: %w", err)
 	}
 	defer rows.Close()
-	type description struct {
-		cluster, provider, model string
-		worldSize                sql.NullInt64
-	}
-	byNode := map[string]description{}
 	for rows.Next() {
-		var node, unit string
-		var d description
-		if err := rows.Scan(&node, &d.cluster, &d.worldSize, &unit, &d.provider, &d.model); err != nil {
-			return fmt.Errorf("find_outlier_nodes: %w", err)
+		var node, provider, model string
+		if err := rows.Scan(&node, &provider, &model); err != nil {
+			return nil, err
 		}
-		byNode[node] = d
-		if unit != "" {
-			out.Unit = unit
-		}
+		out[node] = [2]string{provider, model}
 	}
-	for i := range out.Outliers {
-		d := byNode[out.Outliers[i].Node]
-		out.Outliers[i].Cluster = d.cluster
-		out.Outliers[i].worldSize = d.worldSize.Int64
-		out.Outliers[i].provider, out.Outliers[i].gpuModel = d.provider, d.model
-	}
-	return rows.Err()
+	return out, rows.Err()
 }
 
 // finite keeps JSON encodable: an infinite score (MAD 0) is reported as the largest
@@ -294,6 +275,10 @@ func costTool(env *Env) (*Tool, error) {
 				perSecond = 1
 				out.Notes = append(out.Notes, fmt.Sprintf("unit %q is not a time unit; lag taken as seconds", outliers.Unit))
 			}
+			hardware, err := outlierHardware(ctx, env, in, outliers.Outliers)
+			if err != nil {
+				return out, err
+			}
 			var ranksSeen map[string]int64
 			byGroup := map[[2]string]*CostGroup{}
 			for _, o := range outliers.Outliers {
@@ -308,7 +293,7 @@ func costTool(env *Env) (*Tool, error) {
 					}
 					affected = max(ranksSeen[o.Cluster], 1)
 				}
-				hw := [2]string{o.provider, o.gpuModel}
+				hw := hardware[o.Node]
 				rate, rateOK := env.Rates.lookup(hw[0], hw[1])
 				if !rateOK {
 					out.Notes = append(out.Notes, fmt.Sprintf("no rate for provider %q GPU %q (node %s); priced at 0", hw[0], hw[1], o.Node))
@@ -339,8 +324,8 @@ func costTool(env *Env) (*Tool, error) {
 
 func distinctRanks(ctx context.Context, env *Env, in OutlierInput) (map[string]int64, error) {
 	since, until, _ := window(env, in.Since, in.Until)
-	rows, err := env.Store.DB().QueryContext(ctx, `SELECT coalesce(cluster, ''), count(DISTINCT rank) FROM events
-		WHERE name = ? AND ts >= ? AND ts < ? GROUP BY 1`, in.Signal, since, until)
+	rows, err := env.Store.DB().QueryContext(ctx, `SELECT coalesce(cluster, ''), count(DISTINCT rank) FROM signal_rollup
+		WHERE name = ? AND minute >= date_trunc('minute', ?::TIMESTAMP) AND minute < ? GROUP BY 1`, in.Signal, since, until)
 	if err != nil {
 		return nil, fmt.Errorf("get_cost: %w", err)
 	}
