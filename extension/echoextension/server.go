@@ -13,6 +13,7 @@ import (
 
 	"go.opentelemetry.io/collector/component"
 	"go.opentelemetry.io/collector/extension"
+	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 	"go.uber.org/zap"
 
@@ -92,6 +93,12 @@ func newAPIServer(ctx context.Context, cfg *Config, st *store.Store, set extensi
 	if err != nil {
 		return nil, err
 	}
+	requests, err := meter.Int64Counter("fathom_echo_api_requests",
+		metric.WithDescription("Echo API requests and MCP tool calls by transport and outcome code (ok, unauthenticated, forbidden, rate_limited, ...)."),
+		metric.WithUnit("{request}"))
+	if err != nil {
+		return nil, err
+	}
 	s := &apiServer{}
 	var sink io.Writer = zapWriter{set.Logger.With(zap.String("log", "echo.audit"))}
 	if cfg.Server.AuditLog != "" {
@@ -101,7 +108,14 @@ func newAPIServer(ctx context.Context, cfg *Config, st *store.Store, set extensi
 		}
 		s.auditFile, sink = f, f
 	}
-	audit := api.NewAuditLog(sink, func() { dropped.Add(context.Background(), 1) })
+	audit := api.NewAuditLog(sink, func() { dropped.Add(context.Background(), 1) }, func(e api.AuditEntry) {
+		code := e.Code
+		if code == "" {
+			code = "ok"
+		}
+		requests.Add(context.Background(), 1, metric.WithAttributes(
+			attribute.String("transport", e.Transport), attribute.String("code", code)))
+	})
 	handler := api.NewHandler(api.Options{
 		Registry: reg, Auth: auth, Audit: audit,
 		RatePerSecond: cfg.Server.RateLimit.RequestsPerSecond, Burst: cfg.Server.RateLimit.Burst,

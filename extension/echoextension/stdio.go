@@ -51,7 +51,7 @@ func ServeMCPStdio(ctx context.Context, dbPath, ratesFile, version string, audit
 	if err != nil {
 		return err
 	}
-	srv := api.NewMCPServer(reg, version, api.AllowLocal, api.NewAuditLog(audit, nil))
+	srv := api.NewMCPServer(reg, version, api.AllowLocal, api.NewAuditLog(audit, nil, nil))
 	return srv.Run(ctx, &mcp.StdioTransport{})
 }
 

@@ -28,14 +28,19 @@ type AuditLog struct {
 	mu     sync.Mutex
 	w      io.Writer
 	onDrop func()
+	// observe sees every entry (the extension counts them by transport and code).
+	observe func(AuditEntry)
 }
 
-// NewAuditLog writes to w.
-func NewAuditLog(w io.Writer, onDrop func()) *AuditLog {
+// NewAuditLog writes to w; onDrop and observe may be nil.
+func NewAuditLog(w io.Writer, onDrop func(), observe func(AuditEntry)) *AuditLog {
 	if onDrop == nil {
 		onDrop = func() {}
 	}
-	return &AuditLog{w: w, onDrop: onDrop}
+	if observe == nil {
+		observe = func(AuditEntry) {}
+	}
+	return &AuditLog{w: w, onDrop: onDrop, observe: observe}
 }
 
 // Record writes one entry.
@@ -45,6 +50,7 @@ func (a *AuditLog) Record(e AuditEntry, started time.Time) {
 	if e.Principal == "" {
 		e.Principal = "-"
 	}
+	a.observe(e)
 	line, err := json.Marshal(e)
 	if err != nil {
 		a.onDrop()
