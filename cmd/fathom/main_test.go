@@ -161,8 +161,24 @@ func newRoleEnv(t *testing.T, extra ...string) roleEnv {
 		"FATHOM_HEALTH_ENDPOINT=" + r.health,
 		"FATHOM_ZPAGES_ENDPOINT=" + r.zpages,
 		"FATHOM_TELEMETRY_PORT=" + r.telemetry,
-	}, extra...)
+	}, append(echoEnv(t), extra...)...)
 	return r
+}
+
+// echoEnv is what the gateway's echo store needs to start in a test: a private file, a
+// TLS certificate (the example requires TLS), tokens and a free listener.
+func echoEnv(t *testing.T) []string {
+	dir := t.TempDir()
+	cert, key, _ := collectortest.SelfSignedCert(t, dir)
+	return []string{
+		"FATHOM_ECHO_DB=" + filepath.Join(dir, "echo.duckdb"),
+		"FATHOM_ECHO_ENDPOINT=" + collectortest.Addr(t),
+		"FATHOM_ECHO_TLS_CERT=" + cert,
+		"FATHOM_ECHO_TLS_KEY=" + key,
+		"FATHOM_ECHO_AUDIT_LOG=" + filepath.Join(dir, "audit.jsonl"),
+		"FATHOM_ECHO_AGENT_TOKEN=agent-token-for-tests-0123456789",
+		"FATHOM_ECHO_GRAFANA_TOKEN=grafana-token-for-tests-0123456789",
+	}
 }
 
 func (r roleEnv) metricsURL() string {

@@ -1,0 +1,56 @@
+package duckdbexporter
+
+import (
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"go.opentelemetry.io/collector/component"
+	"go.opentelemetry.io/collector/confmap"
+	"go.opentelemetry.io/collector/confmap/confmaptest"
+
+	"github.com/fathom-gpu/fathom/exporter/duckdbexporter/internal/metadata"
+)
+
+func loadConfig(t *testing.T, name string) (*Config, error) {
+	t.Helper()
+	cm, err := confmaptest.LoadConf(filepath.Join("testdata", "config.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := component.NewID(metadata.Type)
+	if name != "" {
+		id = component.NewIDWithName(metadata.Type, name)
+	}
+	sub, err := cm.Sub(id.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := NewFactory().CreateDefaultConfig().(*Config)
+	if err := sub.Unmarshal(cfg); err != nil {
+		t.Fatal(err)
+	}
+	return cfg, confmap.Validate(cfg)
+}
+
+func TestLoadConfig(t *testing.T) {
+	def, err := loadConfig(t, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if def.Store != component.MustNewID("echo") || !def.QueueConfig.Get().WaitForResult || !def.QueueConfig.Get().Batch.HasValue() {
+		t.Fatalf("default config: %+v", def)
+	}
+	custom, err := loadConfig(t, "custom")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if custom.Store != component.MustNewIDWithName("echo", "gateway") || custom.Timeout != 10*time.Second ||
+		custom.QueueConfig.Get().NumConsumers != 4 || custom.RetryConfig.MaxElapsedTime != time.Minute {
+		t.Fatalf("custom config: %+v", custom)
+	}
+	if _, err := loadConfig(t, "unsafe_queue"); err == nil || !strings.Contains(err.Error(), "wait_for_result") {
+		t.Fatalf("an acknowledge-before-write queue must be refused, got %v", err)
+	}
+}

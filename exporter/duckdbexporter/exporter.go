@@ -1,0 +1,56 @@
+package duckdbexporter
+
+import (
+	"context"
+	"fmt"
+
+	"go.opentelemetry.io/collector/component"
+	"go.opentelemetry.io/collector/exporter"
+	"go.opentelemetry.io/collector/pdata/plog"
+	"go.opentelemetry.io/collector/pdata/pmetric"
+
+	"github.com/fathom-gpu/fathom/extension/echoextension"
+)
+
+type duckdbExporter struct {
+	cfg    *Config
+	set    exporter.Settings
+	writer echoextension.RowWriter
+}
+
+func newDuckDBExporter(cfg *Config, set exporter.Settings) *duckdbExporter {
+	return &duckdbExporter{cfg: cfg, set: set}
+}
+
+func (e *duckdbExporter) start(_ context.Context, host component.Host) error {
+	ext, ok := host.GetExtensions()[e.cfg.Store]
+	if !ok {
+		return fmt.Errorf("duckdb: store %q is not an extension of this collector: add it under `extensions:` and `service.extensions`", e.cfg.Store)
+	}
+	w, ok := ext.(echoextension.RowWriter)
+	if !ok {
+		return fmt.Errorf("duckdb: extension %q is not an echo store", e.cfg.Store)
+	}
+	e.writer = w
+	return nil
+}
+
+// pushLogs and pushMetrics leave failed writes retryable (the default for a plain
+// error): a full disk or a busy store is worth retrying, and exporterhelper's retry
+// and queue settings decide how long. Nothing in a batch can be malformed by then, the
+// receiver has already decoded it.
+func (e *duckdbExporter) pushLogs(ctx context.Context, ld plog.Logs) error {
+	rows := logRows(ld)
+	if err := e.writer.AppendRows(ctx, rows); err != nil {
+		return fmt.Errorf("write %d log records: %w", len(rows), err)
+	}
+	return nil
+}
+
+func (e *duckdbExporter) pushMetrics(ctx context.Context, md pmetric.Metrics) error {
+	rows := metricRows(md)
+	if err := e.writer.AppendRows(ctx, rows); err != nil {
+		return fmt.Errorf("write %d data points: %w", len(rows), err)
+	}
+	return nil
+}

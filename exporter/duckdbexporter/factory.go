@@ -1,0 +1,73 @@
+// Package duckdbexporter is the `duckdb` exporter: it writes OTLP logs and metrics into
+// the Echo store owned by the echo extension, one row per log record or data point.
+package duckdbexporter
+
+//go:generate go tool mdatagen metadata.yaml
+
+import (
+	"context"
+	"time"
+
+	"go.opentelemetry.io/collector/component"
+	"go.opentelemetry.io/collector/config/configoptional"
+	"go.opentelemetry.io/collector/config/configretry"
+	"go.opentelemetry.io/collector/consumer"
+	"go.opentelemetry.io/collector/exporter"
+	"go.opentelemetry.io/collector/exporter/exporterhelper"
+
+	"github.com/fathom-gpu/fathom/exporter/duckdbexporter/internal/metadata"
+)
+
+// NewFactory returns the factory of the `duckdb` exporter.
+func NewFactory() exporter.Factory {
+	return exporter.NewFactory(metadata.Type, createDefaultConfig,
+		exporter.WithLogs(createLogs, metadata.LogsStability),
+		exporter.WithMetrics(createMetrics, metadata.MetricsStability))
+}
+
+// createDefaultConfig batches by items in the collector's queue, and waits for the
+// write: the OTLP sender is answered only once its data is committed to DuckDB, so an
+// acknowledged export survives a crash of the gateway.
+func createDefaultConfig() component.Config {
+	queue := exporterhelper.NewDefaultQueueConfig()
+	queue.WaitForResult = true
+	queue.Sizer = exporterhelper.NewDefaultBatchConfig().Sizer // items
+	queue.QueueSize = 200_000
+	// The store writes with two Appenders in parallel; four consumers keep both busy
+	// while the next batches are converted. max_size splits a burst into several
+	// batches so that the consumers share it.
+	queue.NumConsumers = 4
+	batch := exporterhelper.NewDefaultBatchConfig()
+	batch.FlushTimeout = 50 * time.Millisecond
+	batch.MinSize = 4096
+	batch.MaxSize = 16_384
+	queue.Batch = configoptional.Some(batch)
+	return &Config{
+		TimeoutConfig: exporterhelper.NewDefaultTimeoutConfig(),
+		QueueConfig:   configoptional.Some(queue),
+		RetryConfig:   configretry.NewDefaultBackOffConfig(),
+		Store:         component.MustNewID("echo"),
+	}
+}
+
+func createLogs(ctx context.Context, set exporter.Settings, cfg component.Config) (exporter.Logs, error) {
+	c := cfg.(*Config)
+	e := newDuckDBExporter(c, set)
+	return exporterhelper.NewLogs(ctx, set, cfg, e.pushLogs, options(c, e)...)
+}
+
+func createMetrics(ctx context.Context, set exporter.Settings, cfg component.Config) (exporter.Metrics, error) {
+	c := cfg.(*Config)
+	e := newDuckDBExporter(c, set)
+	return exporterhelper.NewMetrics(ctx, set, cfg, e.pushMetrics, options(c, e)...)
+}
+
+func options(c *Config, e *duckdbExporter) []exporterhelper.Option {
+	return []exporterhelper.Option{
+		exporterhelper.WithStart(e.start),
+		exporterhelper.WithTimeout(c.TimeoutConfig),
+		exporterhelper.WithQueue(c.QueueConfig),
+		exporterhelper.WithRetry(c.RetryConfig),
+		exporterhelper.WithCapabilities(consumer.Capabilities{MutatesData: false}),
+	}
+}

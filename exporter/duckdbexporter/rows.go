@@ -1,0 +1,395 @@
+package duckdbexporter
+
+import (
+	"math"
+	"strconv"
+	"time"
+	"unicode/utf8"
+
+	"go.opentelemetry.io/collector/pdata/pcommon"
+	"go.opentelemetry.io/collector/pdata/plog"
+	"go.opentelemetry.io/collector/pdata/pmetric"
+
+	"github.com/fathom-gpu/fathom/internal/echoschema"
+)
+
+// rowContext is what a resource (and its scope) contributes to every row under it:
+// the lifted columns and the JSON members of the remaining attributes.
+type rowContext struct {
+	base echoschema.Row
+	json []byte // `"k":v,"k2":v2` without braces; empty when none
+}
+
+func newRowContext(res pcommon.Resource) rowContext {
+	rc := rowContext{base: echoschema.NewRow()}
+	rc.json = liftAttributes(res.Attributes(), &rc.base, nil)
+	return rc
+}
+
+// rowFor starts a row from the resource context and lifts the record's attributes over
+// it (a record attribute wins over the resource's), closing the JSON object.
+func (rc *rowContext) rowFor(attrs pcommon.Map, buf []byte) (echoschema.Row, []byte) {
+	r := rc.base
+	buf = append(buf[:0], '{')
+	buf = append(buf, rc.json...)
+	buf = liftAttributes(attrs, &r, buf)
+	if len(buf) > 1 && buf[len(buf)-1] == ',' {
+		buf = buf[:len(buf)-1]
+	}
+	buf = append(buf, '}')
+	r.Attributes = string(buf)
+	return r, buf
+}
+
+// liftAttributes moves the attributes with dedicated columns into r and appends the
+// others to out as JSON members, each followed by a comma.
+func liftAttributes(attrs pcommon.Map, r *echoschema.Row, out []byte) []byte {
+	attrs.Range(func(k string, v pcommon.Value) bool {
+		switch k {
+		case echoschema.AttrCluster:
+			r.Cluster = v.AsString()
+		case echoschema.AttrNode:
+			r.Node = v.AsString()
+		case echoschema.AttrJob:
+			r.Job = v.AsString()
+		case echoschema.AttrCohort:
+			r.Cohort = v.AsString()
+		case echoschema.AttrRank:
+			r.Rank = int32(intOf(v))
+		case echoschema.AttrLocalRank:
+			r.LocalRank = int32(intOf(v))
+		case echoschema.AttrWorldSize:
+			r.WorldSize = int32(intOf(v))
+		case echoschema.AttrPID:
+			r.PID = intOf(v)
+		case echoschema.AttrProcess:
+			r.Process = v.AsString()
+		case echoschema.AttrThreadID:
+			r.ThreadID = intOf(v)
+		case echoschema.AttrCUDAAPI, echoschema.AttrNCCLOp:
+			r.API = v.AsString()
+		case echoschema.AttrNCCLCommID:
+			r.CommID = v.AsString()
+		default:
+			out = appendJSONString(out, k)
+			out = append(out, ':')
+			out = appendJSONValue(out, v)
+			out = append(out, ',')
+		}
+		return true
+	})
+	return out
+}
+
+// intOf reads an integer attribute that a sender may have typed as int, double or
+// string; anything unreadable is Absent rather than a wrong number.
+func intOf(v pcommon.Value) int64 {
+	switch v.Type() {
+	case pcommon.ValueTypeInt:
+		if v.Int() < 0 {
+			return echoschema.Absent
+		}
+		return v.Int()
+	case pcommon.ValueTypeDouble:
+		if v.Double() < 0 || math.IsNaN(v.Double()) {
+			return echoschema.Absent
+		}
+		return int64(v.Double())
+	case pcommon.ValueTypeStr:
+		if n, err := strconv.ParseInt(v.Str(), 10, 64); err == nil && n >= 0 {
+			return n
+		}
+	}
+	return echoschema.Absent
+}
+
+func appendJSONValue(out []byte, v pcommon.Value) []byte {
+	switch v.Type() {
+	case pcommon.ValueTypeInt:
+		return strconv.AppendInt(out, v.Int(), 10)
+	case pcommon.ValueTypeDouble:
+		d := v.Double()
+		if math.IsNaN(d) || math.IsInf(d, 0) {
+			return append(out, "null"...)
+		}
+		return strconv.AppendFloat(out, d, 'g', -1, 64)
+	case pcommon.ValueTypeBool:
+		return strconv.AppendBool(out, v.Bool())
+	case pcommon.ValueTypeEmpty:
+		return append(out, "null"...)
+	case pcommon.ValueTypeMap, pcommon.ValueTypeSlice:
+		// AsString renders maps and slices as JSON already.
+		return append(out, v.AsString()...)
+	default:
+		return appendJSONString(out, v.AsString())
+	}
+}
+
+const hexDigits = "0123456789abcdef"
+
+// appendJSONString quotes s as a JSON string; invalid UTF-8 becomes U+FFFD so that the
+// stored object always parses.
+func appendJSONString(out []byte, s string) []byte {
+	out = append(out, '"')
+	for i := 0; i < len(s); {
+		c := s[i]
+		if c < utf8.RuneSelf {
+			switch {
+			case c == '"' || c == '\\':
+				out = append(out, '\\', c)
+			case c < 0x20:
+				out = append(out, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xf])
+			default:
+				out = append(out, c)
+			}
+			i++
+			continue
+		}
+		r, size := utf8.DecodeRuneInString(s[i:])
+		if r == utf8.RuneError && size == 1 {
+			out = append(out, "\ufffd"...)
+		} else {
+			out = append(out, s[i:i+size]...)
+		}
+		i += size
+	}
+	return append(out, '"')
+}
+
+func logRows(ld plog.Logs) []echoschema.Row {
+	rows := make([]echoschema.Row, 0, ld.LogRecordCount())
+	var buf []byte
+	for _, rl := range ld.ResourceLogs().All() {
+		rc := newRowContext(rl.Resource())
+		for _, sl := range rl.ScopeLogs().All() {
+			for _, lr := range sl.LogRecords().All() {
+				var r echoschema.Row
+				r, buf = rc.rowFor(lr.Attributes(), buf)
+				r.Kind = echoschema.KindLog
+				r.Time = timeOf(lr.Timestamp(), lr.ObservedTimestamp())
+				r.Name = lr.EventName()
+				if r.Name == "" {
+					if v, ok := lr.Attributes().Get(echoschema.AttrEventName); ok {
+						r.Name = v.AsString()
+					} else {
+						r.Name = "log"
+					}
+				}
+				r.Severity = lr.SeverityText()
+				if r.Severity == "" && lr.SeverityNumber() != plog.SeverityNumberUnspecified {
+					r.Severity = lr.SeverityNumber().String()
+				}
+				r.SeverityNumber = int32(lr.SeverityNumber())
+				switch lr.Body().Type() {
+				case pcommon.ValueTypeDouble:
+					r.Value = lr.Body().Double()
+				case pcommon.ValueTypeInt:
+					r.Value = float64(lr.Body().Int())
+				case pcommon.ValueTypeEmpty:
+				default:
+					r.Body = lr.Body().AsString()
+				}
+				if tid := lr.TraceID(); !tid.IsEmpty() {
+					r.TraceID = tid.String()
+				}
+				rows = append(rows, r)
+			}
+		}
+	}
+	return rows
+}
+
+func timeOf(ts, fallback pcommon.Timestamp) time.Time {
+	if ts == 0 {
+		ts = fallback
+	}
+	return ts.AsTime()
+}
+
+func metricRows(md pmetric.Metrics) []echoschema.Row {
+	rows := make([]echoschema.Row, 0, md.DataPointCount())
+	var buf []byte
+	for _, rm := range md.ResourceMetrics().All() {
+		rc := newRowContext(rm.Resource())
+		for _, sm := range rm.ScopeMetrics().All() {
+			for _, m := range sm.Metrics().All() {
+				start := func(attrs pcommon.Map, ts pcommon.Timestamp, kind string) echoschema.Row {
+					var r echoschema.Row
+					r, buf = rc.rowFor(attrs, buf)
+					r.Kind, r.Name, r.Unit, r.Time = kind, m.Name(), m.Unit(), ts.AsTime()
+					return r
+				}
+				switch m.Type() {
+				case pmetric.MetricTypeGauge:
+					for _, dp := range m.Gauge().DataPoints().All() {
+						r := start(dp.Attributes(), dp.Timestamp(), echoschema.KindGauge)
+						r.Value = numberOf(dp)
+						rows = append(rows, r)
+					}
+				case pmetric.MetricTypeSum:
+					for _, dp := range m.Sum().DataPoints().All() {
+						r := start(dp.Attributes(), dp.Timestamp(), echoschema.KindSum)
+						r.Value = numberOf(dp)
+						rows = append(rows, r)
+					}
+				case pmetric.MetricTypeHistogram:
+					for _, dp := range m.Histogram().DataPoints().All() {
+						r := start(dp.Attributes(), dp.Timestamp(), echoschema.KindHistogram)
+						summariseHistogram(&r, dp)
+						rows = append(rows, r)
+					}
+				case pmetric.MetricTypeExponentialHistogram:
+					for _, dp := range m.ExponentialHistogram().DataPoints().All() {
+						r := start(dp.Attributes(), dp.Timestamp(), echoschema.KindExpHistogram)
+						summariseExpHistogram(&r, dp)
+						rows = append(rows, r)
+					}
+				case pmetric.MetricTypeSummary:
+					for _, dp := range m.Summary().DataPoints().All() {
+						r := start(dp.Attributes(), dp.Timestamp(), echoschema.KindSummary)
+						r.Count, r.Sum = int64(dp.Count()), dp.Sum()
+						if dp.Count() > 0 {
+							r.Value = dp.Sum() / float64(dp.Count())
+						}
+						for _, q := range dp.QuantileValues().All() {
+							switch q.Quantile() {
+							case 0:
+								r.Min = q.Value()
+							case 0.5:
+								r.P50 = q.Value()
+							case 0.95:
+								r.P95 = q.Value()
+							case 0.99:
+								r.P99 = q.Value()
+							case 1:
+								r.Max = q.Value()
+							}
+						}
+						rows = append(rows, r)
+					}
+				}
+			}
+		}
+	}
+	return rows
+}
+
+func numberOf(dp pmetric.NumberDataPoint) float64 {
+	if dp.ValueType() == pmetric.NumberDataPointValueTypeInt {
+		return float64(dp.IntValue())
+	}
+	return dp.DoubleValue()
+}
+
+// bucket is one histogram bucket as a value range and a count, the common form of
+// explicit and exponential buckets for quantile estimation.
+type bucket struct {
+	lower, upper float64
+	count        uint64
+}
+
+// A histogram is stored as count, sum, min, max, mean and p50/p95/p99 estimated by
+// linear interpolation inside the bucket where each quantile falls, clamped to the
+// recorded min and max. That keeps one row per point and lets SQL rank nodes by tail
+// latency without unpacking buckets.
+func summariseHistogram(r *echoschema.Row, dp pmetric.HistogramDataPoint) {
+	r.Count = int64(dp.Count())
+	if dp.HasSum() {
+		r.Sum = dp.Sum()
+		if dp.Count() > 0 {
+			r.Value = dp.Sum() / float64(dp.Count())
+		}
+	}
+	if dp.HasMin() {
+		r.Min = dp.Min()
+	}
+	if dp.HasMax() {
+		r.Max = dp.Max()
+	}
+	bounds, counts := dp.ExplicitBounds(), dp.BucketCounts()
+	buckets := make([]bucket, 0, counts.Len())
+	for i := 0; i < counts.Len(); i++ {
+		lo, hi := math.Inf(-1), math.Inf(1)
+		if i > 0 && i-1 < bounds.Len() {
+			lo = bounds.At(i - 1)
+		}
+		if i < bounds.Len() {
+			hi = bounds.At(i)
+		}
+		buckets = append(buckets, bucket{lo, hi, counts.At(i)})
+	}
+	setQuantiles(r, buckets)
+}
+
+func summariseExpHistogram(r *echoschema.Row, dp pmetric.ExponentialHistogramDataPoint) {
+	r.Count = int64(dp.Count())
+	if dp.HasSum() {
+		r.Sum = dp.Sum()
+		if dp.Count() > 0 {
+			r.Value = dp.Sum() / float64(dp.Count())
+		}
+	}
+	if dp.HasMin() {
+		r.Min = dp.Min()
+	}
+	if dp.HasMax() {
+		r.Max = dp.Max()
+	}
+	base := math.Pow(2, math.Pow(2, -float64(dp.Scale())))
+	var buckets []bucket
+	neg := dp.Negative()
+	for i := neg.BucketCounts().Len() - 1; i >= 0; i-- {
+		idx := float64(neg.Offset() + int32(i))
+		buckets = append(buckets, bucket{-math.Pow(base, idx+1), -math.Pow(base, idx), neg.BucketCounts().At(i)})
+	}
+	if dp.ZeroCount() > 0 {
+		buckets = append(buckets, bucket{0, 0, dp.ZeroCount()})
+	}
+	pos := dp.Positive()
+	for i := 0; i < pos.BucketCounts().Len(); i++ {
+		idx := float64(pos.Offset() + int32(i))
+		buckets = append(buckets, bucket{math.Pow(base, idx), math.Pow(base, idx+1), pos.BucketCounts().At(i)})
+	}
+	setQuantiles(r, buckets)
+}
+
+func setQuantiles(r *echoschema.Row, buckets []bucket) {
+	var total uint64
+	for _, b := range buckets {
+		total += b.count
+	}
+	if total == 0 {
+		return
+	}
+	r.P50 = quantile(buckets, total, 0.50, r.Min, r.Max)
+	r.P95 = quantile(buckets, total, 0.95, r.Min, r.Max)
+	r.P99 = quantile(buckets, total, 0.99, r.Min, r.Max)
+}
+
+func quantile(buckets []bucket, total uint64, q, minV, maxV float64) float64 {
+	rank := q * float64(total)
+	i, before := 0, uint64(0)
+	for ; i < len(buckets)-1; i++ {
+		if float64(before+buckets[i].count) >= rank {
+			break
+		}
+		before += buckets[i].count
+	}
+	b := buckets[i]
+	lo, hi := b.lower, b.upper
+	if math.IsInf(lo, -1) || (!math.IsNaN(minV) && lo < minV) {
+		lo = minV
+	}
+	if math.IsInf(hi, 1) || (!math.IsNaN(maxV) && hi > maxV) {
+		hi = maxV
+	}
+	switch {
+	case math.IsNaN(lo) || math.IsInf(lo, 0):
+		return hi
+	case math.IsNaN(hi) || math.IsInf(hi, 0):
+		return lo
+	case b.count == 0:
+		return lo
+	}
+	return lo + (hi-lo)*(rank-float64(before))/float64(b.count)
+}

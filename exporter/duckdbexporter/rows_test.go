@@ -1,0 +1,85 @@
+package duckdbexporter
+
+import (
+	"encoding/json"
+	"math"
+	"testing"
+	"time"
+
+	"go.opentelemetry.io/collector/pdata/pcommon"
+	"go.opentelemetry.io/collector/pdata/pmetric"
+
+	"github.com/fathom-gpu/fathom/internal/echoschema"
+)
+
+func TestMetricRowsLiftColumnsAndSummariseHistograms(t *testing.T) {
+	md := pmetric.NewMetrics()
+	rm := md.ResourceMetrics().AppendEmpty()
+	res := rm.Resource().Attributes()
+	res.PutStr("fathom.cluster.name", "c1")
+	res.PutStr("host.name", "gpu-07")
+	res.PutInt("fathom.world_size", 64)
+	res.PutStr("cloud.provider", "aws")
+	ms := rm.ScopeMetrics().AppendEmpty().Metrics()
+	ts := pcommon.NewTimestampFromTime(time.Unix(1_700_000_000, 0))
+
+	g := ms.AppendEmpty()
+	g.SetName("host.run_queue.wait")
+	g.SetUnit("s")
+	gp := g.SetEmptyGauge().DataPoints().AppendEmpty()
+	gp.SetTimestamp(ts)
+	gp.SetIntValue(3)
+	gp.Attributes().PutStr("fathom.rank", "5") // a rank typed as a string still lands
+	gp.Attributes().PutStr("note", "quote\" and \x01")
+
+	h := ms.AppendEmpty()
+	h.SetName("cuda.kernel.duration")
+	h.SetUnit("ms")
+	hp := h.SetEmptyHistogram().DataPoints().AppendEmpty()
+	hp.SetTimestamp(ts)
+	hp.ExplicitBounds().FromRaw([]float64{1, 2, 4})
+	hp.BucketCounts().FromRaw([]uint64{0, 50, 40, 10}) // 100 values
+	hp.SetCount(100)
+	hp.SetSum(250)
+	hp.SetMin(1.5)
+	hp.SetMax(8)
+	hp.Attributes().PutStr("cuda.api.name", "cudaLaunchKernel")
+
+	e := ms.AppendEmpty()
+	e.SetName("nccl.allreduce.duration")
+	ep := e.SetEmptyExponentialHistogram().DataPoints().AppendEmpty()
+	ep.SetTimestamp(ts)
+	ep.SetScale(0) // buckets (2^i, 2^(i+1)]
+	ep.Positive().SetOffset(0)
+	ep.Positive().BucketCounts().FromRaw([]uint64{10, 10}) // (1,2] and (2,4]
+	ep.SetCount(20)
+	ep.SetSum(50)
+	ep.Attributes().PutStr("nccl.op", "allreduce")
+
+	rows := metricRows(md)
+	if len(rows) != 3 {
+		t.Fatalf("%d rows, want 3", len(rows))
+	}
+	gr := rows[0]
+	if gr.Kind != echoschema.KindGauge || gr.Cluster != "c1" || gr.Node != "gpu-07" || gr.Rank != 5 ||
+		gr.WorldSize != 64 || gr.Value != 3 || gr.Unit != "s" || !gr.Time.Equal(time.Unix(1_700_000_000, 0)) {
+		t.Fatalf("gauge row: %+v", gr)
+	}
+	var attrs map[string]any
+	if err := json.Unmarshal([]byte(gr.Attributes), &attrs); err != nil {
+		t.Fatalf("attributes %q: %v", gr.Attributes, err)
+	}
+	if attrs["cloud.provider"] != "aws" || attrs["note"] != "quote\" and \x01" || len(attrs) != 2 {
+		t.Fatalf("attributes: %v", attrs)
+	}
+	hr := rows[1]
+	// p50: rank 50 falls at the top of the (1,2] bucket, clamped below by min 1.5.
+	// p95: rank 95 is half way through (4,+inf), clamped above by max 8 -> 6.
+	if hr.API != "cudaLaunchKernel" || hr.Count != 100 || hr.Value != 2.5 || hr.P50 != 2 || hr.P95 != 6 || hr.Min != 1.5 {
+		t.Fatalf("histogram row: %+v", hr)
+	}
+	er := rows[2]
+	if er.API != "allreduce" || er.P50 != 2 || math.Abs(er.P99-3.96) > 1e-9 || er.Value != 2.5 {
+		t.Fatalf("exp histogram row: %+v", er)
+	}
+}

@@ -1,0 +1,155 @@
+package echoextension
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"time"
+
+	"go.opentelemetry.io/collector/config/configtls"
+)
+
+// Config configures the Echo store and its MCP + HTTP listener.
+type Config struct {
+	// Path is the DuckDB file. One gateway process owns it at a time.
+	Path string `mapstructure:"path"`
+	// MemoryLimit caps DuckDB's memory (DuckDB syntax, e.g. "2GB").
+	MemoryLimit string `mapstructure:"memory_limit"`
+	// Threads caps DuckDB's worker threads; 0 means one per core.
+	Threads int `mapstructure:"threads"`
+
+	Retention RetentionConfig `mapstructure:"retention"`
+	Server    ServerConfig    `mapstructure:"server"`
+	SQL       SQLConfig       `mapstructure:"sql"`
+
+	// RatesFile is the operator's GPU-hour price list used by get_cost (YAML, see
+	// docs/echo.md). Empty: get_cost answers with GPU-hours only.
+	RatesFile string `mapstructure:"rates_file"`
+}
+
+// RetentionConfig bounds the store by age and by size. Zero disables a bound.
+type RetentionConfig struct {
+	MaxAge        time.Duration `mapstructure:"max_age"`
+	MaxSizeMiB    int64         `mapstructure:"max_size_mib"`
+	CheckInterval time.Duration `mapstructure:"check_interval"`
+}
+
+// ServerConfig is the one listener that serves MCP at /mcp and the HTTP+JSON API.
+type ServerConfig struct {
+	// Endpoint is host:port; empty turns the listener off (store only).
+	Endpoint string `mapstructure:"endpoint"`
+	// TLS is required unless InsecureAllowPlaintext is set.
+	TLS *configtls.ServerConfig `mapstructure:"tls"`
+	// InsecureAllowPlaintext serves plain HTTP, bearer tokens in the clear. Only for a
+	// listener on loopback or inside a trusted mesh that terminates TLS itself.
+	InsecureAllowPlaintext bool `mapstructure:"insecure_allow_plaintext"`
+	// Tokens are the accepted bearer tokens; a request needs one for everything but
+	// /api/versions and the liveness form of /api/v1/health.
+	Tokens []TokenConfig `mapstructure:"tokens"`
+	// AuditLog is a file that gets one JSON line per request, refusals included.
+	// Empty: audit lines go to the collector's log.
+	AuditLog  string          `mapstructure:"audit_log"`
+	RateLimit RateLimitConfig `mapstructure:"rate_limit"`
+}
+
+// TokenConfig is one bearer token, read from a file or an environment variable so it
+// never sits in the YAML.
+type TokenConfig struct {
+	// Name identifies the caller in the audit log.
+	Name string `mapstructure:"name"`
+	File string `mapstructure:"file"`
+	Env  string `mapstructure:"env"`
+	// Scopes: "tools" (every tool but run_analysis) and "sql" (run_analysis and
+	// POST /api/v1/sql).
+	Scopes []string `mapstructure:"scopes"`
+	// RateLimit overrides server.rate_limit for this caller (e.g. a CI job that
+	// queries in bursts, or an agent held to less).
+	RateLimit *RateLimitConfig `mapstructure:"rate_limit"`
+}
+
+// RateLimitConfig is a token bucket per caller.
+type RateLimitConfig struct {
+	RequestsPerSecond float64 `mapstructure:"requests_per_second"`
+	Burst             int     `mapstructure:"burst"`
+}
+
+// SQLConfig bounds run_analysis and POST /api/v1/sql.
+type SQLConfig struct {
+	MaxRows       int           `mapstructure:"max_rows"`
+	MaxBytes      int           `mapstructure:"max_bytes"`
+	Timeout       time.Duration `mapstructure:"timeout"`
+	MaxConcurrent int           `mapstructure:"max_concurrent"`
+}
+
+var validScopes = map[string]bool{"tools": true, "sql": true}
+
+// Validate explains what is wrong in the words of the YAML.
+func (c *Config) Validate() error {
+	var errs []error
+	if c.Path == "" {
+		errs = append(errs, errors.New("echo: `path` must name the DuckDB file (e.g. /var/lib/fathom/echo.duckdb)"))
+	}
+	if c.Threads < 0 {
+		errs = append(errs, errors.New("echo: `threads` must be 0 (one per core) or positive"))
+	}
+	if c.Retention.MaxAge < 0 || c.Retention.MaxSizeMiB < 0 {
+		errs = append(errs, errors.New("echo: `retention.max_age` and `retention.max_size_mib` must be positive, or 0 to keep everything"))
+	}
+	if (c.Retention.MaxAge > 0 || c.Retention.MaxSizeMiB > 0) && c.Retention.CheckInterval <= 0 {
+		errs = append(errs, errors.New("echo: `retention.check_interval` must be positive when a retention bound is set"))
+	}
+	if c.SQL.MaxRows <= 0 || c.SQL.MaxBytes <= 0 || c.SQL.Timeout <= 0 || c.SQL.MaxConcurrent <= 0 {
+		errs = append(errs, errors.New("echo: `sql.max_rows`, `sql.max_bytes`, `sql.timeout` and `sql.max_concurrent` must all be positive"))
+	}
+	errs = append(errs, c.Server.validate()...)
+	return errors.Join(errs...)
+}
+
+func (s *ServerConfig) validate() []error {
+	if s.Endpoint == "" {
+		return nil
+	}
+	var errs []error
+	if _, _, err := net.SplitHostPort(s.Endpoint); err != nil {
+		errs = append(errs, fmt.Errorf("echo: `server.endpoint` %q is not host:port: %w", s.Endpoint, err))
+	}
+	if s.TLS == nil && !s.InsecureAllowPlaintext {
+		errs = append(errs, errors.New("echo: `server.tls` (cert_file, key_file) is required; set `server.insecure_allow_plaintext: true` only for a loopback or mesh-terminated listener"))
+	}
+	if s.TLS != nil && s.InsecureAllowPlaintext {
+		errs = append(errs, errors.New("echo: set either `server.tls` or `server.insecure_allow_plaintext`, not both"))
+	}
+	if s.TLS != nil {
+		if err := s.TLS.Validate(); err != nil {
+			errs = append(errs, fmt.Errorf("echo: `server.tls`: %w", err))
+		}
+	}
+	if len(s.Tokens) == 0 {
+		errs = append(errs, errors.New("echo: `server.tokens` must list at least one bearer token (file or env) when the listener is on"))
+	}
+	names := map[string]bool{}
+	for i, t := range s.Tokens {
+		if t.Name == "" || names[t.Name] {
+			errs = append(errs, fmt.Errorf("echo: `server.tokens[%d].name` must be set and unique", i))
+		}
+		names[t.Name] = true
+		if (t.File == "") == (t.Env == "") {
+			errs = append(errs, fmt.Errorf("echo: token %q needs exactly one of `file` or `env`", t.Name))
+		}
+		if len(t.Scopes) == 0 {
+			errs = append(errs, fmt.Errorf("echo: token %q needs `scopes` (tools, sql)", t.Name))
+		}
+		if t.RateLimit != nil && (t.RateLimit.RequestsPerSecond <= 0 || t.RateLimit.Burst <= 0) {
+			errs = append(errs, fmt.Errorf("echo: token %q: `rate_limit.requests_per_second` and `burst` must be positive", t.Name))
+		}
+		for _, sc := range t.Scopes {
+			if !validScopes[sc] {
+				errs = append(errs, fmt.Errorf("echo: token %q has unknown scope %q (known: tools, sql)", t.Name, sc))
+			}
+		}
+	}
+	if s.RateLimit.RequestsPerSecond <= 0 || s.RateLimit.Burst <= 0 {
+		errs = append(errs, errors.New("echo: `server.rate_limit.requests_per_second` and `burst` must be positive"))
+	}
+	return errs
+}

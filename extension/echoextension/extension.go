@@ -1,0 +1,139 @@
+package echoextension
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"go.opentelemetry.io/collector/component"
+	"go.opentelemetry.io/collector/extension"
+	"go.opentelemetry.io/otel/metric"
+	"go.uber.org/zap"
+
+	"github.com/fathom-gpu/fathom/extension/echoextension/internal/store"
+	"github.com/fathom-gpu/fathom/internal/echoschema"
+)
+
+// RowWriter is the extension's face to the duckdb exporter, which finds it with
+// host.GetExtensions() under the component ID its `store:` setting names.
+type RowWriter interface {
+	// AppendRows stores rows; nil means they are committed (durable across kill -9).
+	AppendRows(ctx context.Context, rows []echoschema.Row) error
+}
+
+// ErrNotStarted is returned to writers before Start or after Shutdown.
+var ErrNotStarted = errors.New("echo store is not open")
+
+type echoExtension struct {
+	cfg    *Config
+	set    extension.Settings
+	logger *zap.Logger
+
+	mu    sync.RWMutex
+	store *store.Store
+
+	server        *apiServer
+	stopRetention context.CancelFunc
+	retentionDone chan struct{}
+
+	retentionDeleted metric.Int64Counter
+}
+
+var _ RowWriter = (*echoExtension)(nil)
+
+func newEchoExtension(set extension.Settings, cfg *Config) (*echoExtension, error) {
+	meter := set.MeterProvider.Meter("github.com/fathom-gpu/fathom/extension/echoextension")
+	deleted, err := meter.Int64Counter("fathom_echo_retention_deleted_rows",
+		metric.WithDescription("Rows removed from the Echo store by retention (age or size)."),
+		metric.WithUnit("{row}"))
+	if err != nil {
+		return nil, err
+	}
+	return &echoExtension{cfg: cfg, set: set, logger: set.Logger, retentionDeleted: deleted}, nil
+}
+
+func (e *echoExtension) Start(ctx context.Context, host component.Host) error {
+	st, err := store.Open(ctx, store.Options{Path: e.cfg.Path, MemoryLimit: e.cfg.MemoryLimit, Threads: e.cfg.Threads})
+	if err != nil {
+		return fmt.Errorf("echo: %w", err)
+	}
+	e.mu.Lock()
+	e.store = st
+	e.mu.Unlock()
+
+	if e.cfg.Retention.MaxAge > 0 || e.cfg.Retention.MaxSizeMiB > 0 {
+		rctx, cancel := context.WithCancel(context.Background())
+		e.stopRetention, e.retentionDone = cancel, make(chan struct{})
+		go e.retentionLoop(rctx)
+	}
+	if e.cfg.Server.Endpoint != "" {
+		srv, err := newAPIServer(ctx, e.cfg, st, e.set, host)
+		if err != nil {
+			return fmt.Errorf("echo: %w", err)
+		}
+		e.server = srv
+	}
+	e.logger.Info("Echo store open", zap.String("path", e.cfg.Path), zap.String("endpoint", e.cfg.Server.Endpoint))
+	return nil
+}
+
+func (e *echoExtension) Shutdown(ctx context.Context) error {
+	var errs []error
+	if e.server != nil {
+		errs = append(errs, e.server.shutdown(ctx))
+	}
+	if e.stopRetention != nil {
+		e.stopRetention()
+		<-e.retentionDone
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.store != nil {
+		errs = append(errs, e.store.Close())
+		e.store = nil
+	}
+	return errors.Join(errs...)
+}
+
+// AppendRows implements RowWriter.
+func (e *echoExtension) AppendRows(ctx context.Context, rows []echoschema.Row) error {
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	if e.store == nil {
+		return ErrNotStarted
+	}
+	return e.store.Append(ctx, rows)
+}
+
+// retentionLoop runs beside ingest; a pass that fails is logged and retried next tick.
+func (e *echoExtension) retentionLoop(ctx context.Context) {
+	defer close(e.retentionDone)
+	tick := time.NewTicker(e.cfg.Retention.CheckInterval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		e.mu.RLock()
+		st := e.store
+		if st == nil {
+			e.mu.RUnlock()
+			return
+		}
+		res, err := st.ApplyRetention(ctx, time.Now(), e.cfg.Retention.MaxAge, e.cfg.Retention.MaxSizeMiB<<20)
+		e.mu.RUnlock()
+		if err != nil {
+			e.logger.Warn("Echo retention pass failed", zap.Error(err))
+			continue
+		}
+		if n := res.DeletedByAge + res.DeletedBySize; n > 0 {
+			e.retentionDeleted.Add(ctx, n)
+			e.logger.Info("Echo retention", zap.Int64("deleted_by_age", res.DeletedByAge),
+				zap.Int64("deleted_by_size", res.DeletedBySize), zap.Int64("used_bytes", res.UsedBytes))
+		}
+	}
+}

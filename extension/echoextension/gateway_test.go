@@ -1,0 +1,452 @@
+package echoextension
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"go.opentelemetry.io/collector/pdata/pcommon"
+	"go.opentelemetry.io/collector/pdata/plog"
+	"go.opentelemetry.io/collector/pdata/plog/plogotlp"
+
+	"github.com/fathom-gpu/fathom/internal/collectortest"
+)
+
+const gatewayYAML = `
+extensions:
+  echo:
+    path: ${env:ECHO_DB}
+    rates_file: ${env:ECHO_RATES}
+    server:
+      endpoint: ${env:ECHO_ADDR}
+      # Loopback listener in a test: plain HTTP on purpose.
+      insecure_allow_plaintext: true
+      audit_log: ${env:ECHO_AUDIT}
+      rate_limit: {requests_per_second: 1000, burst: 1000}
+      tokens:
+        - {name: agent, file: "${env:TOKEN_DIR}/agent", scopes: [tools, sql]}
+        - {name: grafana, file: "${env:TOKEN_DIR}/grafana", scopes: [tools]}
+        # Held to 20 burst and a trickle, so the test sees 429s whatever the machine's speed.
+        - {name: limited, env: LIMITED_TOKEN, scopes: [tools], rate_limit: {requests_per_second: 0.1, burst: 20}}
+    sql: {timeout: 2s, max_bytes: 1048576}
+receivers:
+  otlp:
+    protocols:
+      http:
+        endpoint: ${env:OTLP_HTTP}
+exporters:
+  duckdb:
+    store: echo
+service:
+  extensions: [echo]
+  telemetry:
+    metrics:
+      level: none
+  pipelines:
+    logs:
+      receivers: [otlp]
+      exporters: [duckdb]
+`
+
+const (
+	agentToken    = "agent-token-0123456789abcdef"
+	grafanaToken  = "grafana-token-0123456789abcdef"
+	limitedToken  = "limited-token-0123456789abcdef"
+	eventsPerNode = 2500
+	nodes         = 8
+	slowNode      = "node-5"
+)
+
+type gateway struct {
+	proc  *collectortest.Process
+	base  string
+	otlp  string
+	db    string
+	audit string
+}
+
+func startGateway(t *testing.T) *gateway {
+	t.Helper()
+	dir := t.TempDir()
+	tokenDir := filepath.Join(dir, "tokens")
+	must(t, os.MkdirAll(tokenDir, 0o700))
+	must(t, os.WriteFile(filepath.Join(tokenDir, "agent"), []byte(agentToken+"\n"), 0o600))
+	must(t, os.WriteFile(filepath.Join(tokenDir, "grafana"), []byte(grafanaToken), 0o600))
+	rates := filepath.Join(dir, "rates.yaml")
+	must(t, os.WriteFile(rates, []byte("rates:\n  - {provider: gcp, gpu_model: H100, usd_per_gpu_hour: 3.5}\n"), 0o600))
+	cfg := filepath.Join(dir, "gateway.yaml")
+	must(t, os.WriteFile(cfg, []byte(gatewayYAML), 0o600))
+	g := &gateway{db: filepath.Join(dir, "echo.duckdb"), audit: filepath.Join(dir, "audit.jsonl")}
+	addr, otlp := collectortest.Addr(t), collectortest.Addr(t)
+	g.base, g.otlp = "http://"+addr, "http://"+otlp+"/v1/logs"
+	g.proc = collectortest.Start(t, cfg, "ECHO_DB="+g.db, "ECHO_RATES="+rates, "ECHO_ADDR="+addr, "ECHO_AUDIT="+g.audit,
+		"TOKEN_DIR="+tokenDir, "LIMITED_TOKEN="+limitedToken, "OTLP_HTTP="+otlp)
+	g.proc.WaitHTTP(t, g.base+"/api/versions", 30*time.Second)
+	return g
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// nodeEvents is one OTLP request of a simulated node's NCCL all-reduce events: the
+// body is the duration in ms; node-5 takes three times as long as its peers.
+func nodeEvents(node, rank, from, n int) []byte {
+	ld := plog.NewLogs()
+	rl := ld.ResourceLogs().AppendEmpty()
+	res := rl.Resource().Attributes()
+	res.PutStr("fathom.cluster.name", "sim")
+	res.PutStr("host.name", fmt.Sprintf("node-%d", node))
+	res.PutStr("fathom.job.name", "llama")
+	res.PutInt("fathom.world_size", nodes)
+	res.PutInt("process.pid", int64(1000+node))
+	res.PutStr("process.executable.name", "train.py")
+	res.PutStr("cloud.provider", "gcp")
+	res.PutStr("fathom.gpu.model", "H100")
+	lrs := rl.ScopeLogs().AppendEmpty().LogRecords()
+	now := time.Now()
+	for i := from; i < from+n; i++ {
+		lr := lrs.AppendEmpty()
+		lr.SetTimestamp(pcommon.NewTimestampFromTime(now.Add(-time.Duration(i) * time.Millisecond)))
+		lr.SetEventName("nccl.allreduce.duration")
+		lr.SetSeverityNumber(plog.SeverityNumberInfo)
+		d := 10 + float64(i%10)*0.1
+		if node == 5 {
+			d *= 3
+		}
+		lr.Body().SetDouble(d)
+		lr.Attributes().PutInt("fathom.rank", int64(rank))
+		lr.Attributes().PutStr("nccl.op", "allreduce")
+		lr.Attributes().PutInt("step", int64(i))
+	}
+	body, err := plogotlp.NewExportRequestFromLogs(ld).MarshalProto()
+	if err != nil {
+		panic(err)
+	}
+	return body
+}
+
+func (g *gateway) push(t *testing.T) {
+	t.Helper()
+	var wg sync.WaitGroup
+	errs := make(chan error, nodes)
+	for n := range nodes {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for from := 0; from < eventsPerNode; from += 500 {
+				resp, err := http.Post(g.otlp, "application/x-protobuf", bytes.NewReader(nodeEvents(n, n, from, 500)))
+				if err != nil {
+					errs <- err
+					return
+				}
+				resp.Body.Close()
+				if resp.StatusCode != http.StatusOK {
+					errs <- fmt.Errorf("node-%d: OTLP answered %d", n, resp.StatusCode)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+}
+
+// call does one API request and decodes the JSON answer.
+func (g *gateway) call(t *testing.T, method, path, token, body string) (int, map[string]any) {
+	t.Helper()
+	req, err := http.NewRequest(method, g.base+path, strings.NewReader(body))
+	must(t, err)
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	must(t, err)
+	defer resp.Body.Close()
+	raw, _ := io.ReadAll(resp.Body)
+	var out map[string]any
+	if err := json.Unmarshal(raw, &out); err != nil {
+		t.Fatalf("%s %s: %d, not JSON: %s", method, path, resp.StatusCode, raw)
+	}
+	return resp.StatusCode, out
+}
+
+type bearer struct {
+	token string
+	next  http.RoundTripper
+}
+
+func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	r.Header.Set("Authorization", "Bearer "+b.token)
+	return b.next.RoundTrip(r)
+}
+
+func (g *gateway) mcpSession(t *testing.T, token string) *mcp.ClientSession {
+	t.Helper()
+	client := mcp.NewClient(&mcp.Implementation{Name: "fathom-test", Version: "1"}, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	s, err := client.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: g.base + "/mcp",
+		HTTPClient: &http.Client{Transport: bearer{token, http.DefaultTransport}}}, nil)
+	must(t, err)
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+func mcpCall(t *testing.T, s *mcp.ClientSession, tool, args string) *mcp.CallToolResult {
+	t.Helper()
+	var a map[string]any
+	must(t, json.Unmarshal([]byte(args), &a))
+	res, err := s.CallTool(context.Background(), &mcp.CallToolParams{Name: tool, Arguments: a})
+	if err != nil {
+		t.Fatalf("MCP %s: %v", tool, err)
+	}
+	return res
+}
+
+func structured(t *testing.T, res *mcp.CallToolResult) map[string]any {
+	t.Helper()
+	if res.IsError {
+		t.Fatalf("tool error: %v", res.Content[0].(*mcp.TextContent).Text)
+	}
+	raw, err := json.Marshal(res.StructuredContent)
+	must(t, err)
+	var out map[string]any
+	must(t, json.Unmarshal(raw, &out))
+	return out
+}
+
+func TestGatewayStoresServesAndGuards(t *testing.T) {
+	g := startGateway(t)
+	g.push(t)
+
+	// Every event is in the store, with the right columns.
+	status, res := g.call(t, "POST", "/api/v1/sql", agentToken, `{"sql":"SELECT node, count(*), count(DISTINCT rank), min(rank), any_value(world_size), any_value(pid), any_value(process), any_value(cluster), any_value(job), any_value(api), count(value), count(DISTINCT json_extract(attributes, '$.step')) FROM events GROUP BY node ORDER BY node"}`)
+	if status != 200 {
+		t.Fatalf("sql: %d %v", status, res)
+	}
+	rows := res["rows"].([]any)
+	if len(rows) != nodes {
+		t.Fatalf("%d nodes in the store, want %d: %v", len(rows), nodes, rows)
+	}
+	for i, r := range rows {
+		got := fmt.Sprint(r)
+		want := fmt.Sprintf("[node-%d %d 1 %d %d %d train.py sim llama allreduce %d %d]", i, eventsPerNode, i, nodes, 1000+i, eventsPerNode, eventsPerNode)
+		if got != want {
+			t.Errorf("node-%d row: got %s, want %s", i, got, want)
+		}
+	}
+
+	agent := g.mcpSession(t, agentToken)
+	outliers := structured(t, mcpCall(t, agent, "find_outlier_nodes", `{"signal":"nccl.allreduce.duration"}`))
+	first := outliers["outliers"].([]any)[0].(map[string]any)
+	if first["node"] != slowNode || len(outliers["outliers"].([]any)) != 1 {
+		t.Fatalf("find_outlier_nodes: %v", outliers)
+	}
+
+	// Every tool answers identically over MCP and over HTTP.
+	sameArgs := map[string]string{
+		"event_history":      `{"node":"node-3","limit":5}`,
+		"find_outlier_nodes": `{"signal":"nccl.allreduce.duration","by":"rank"}`,
+		"cluster_summary":    `{"cluster":"sim","since":"2000-01-01T00:00:00Z","until":"2100-01-01T00:00:00Z"}`,
+		"get_causal_chains":  `{}`,
+		"get_trace_stats":    `{"api":"allreduce"}`,
+		"get_cost":           `{"signal":"nccl.allreduce.duration"}`,
+		"run_analysis":       `{"sql":"SELECT node, round(avg(value), 6) AS v FROM events GROUP BY node ORDER BY node"}`,
+	}
+	for tool, args := range sameArgs {
+		viaMCP := structured(t, mcpCall(t, agent, tool, args))
+		status, viaHTTP := g.call(t, "POST", "/api/v1/tools/"+tool, agentToken, args)
+		if status != 200 || !reflect.DeepEqual(viaMCP, viaHTTP) {
+			t.Errorf("%s differs:\nMCP:  %v\nHTTP: %d %v", tool, viaMCP, status, viaHTTP)
+		}
+	}
+	if cost := structured(t, mcpCall(t, agent, "get_cost", `{"signal":"nccl.allreduce.duration"}`)); cost["total_usd"].(float64) <= 0 {
+		t.Errorf("get_cost priced nothing: %v", cost)
+	}
+
+	// Bad arguments: a validation error, not a 500, on both transports.
+	status, res = g.call(t, "POST", "/api/v1/tools/find_outlier_nodes", agentToken, `{"signal":"x","k":-1}`)
+	if status != 400 || res["error"].(map[string]any)["code"] != "invalid_argument" {
+		t.Errorf("bad k over HTTP: %d %v", status, res)
+	}
+	if r := mcpCall(t, agent, "event_history", `{"since":"last tuesday"}`); !r.IsError || !strings.HasPrefix(r.Content[0].(*mcp.TextContent).Text, "invalid_argument:") {
+		t.Errorf("bad since over MCP: %+v", r)
+	}
+
+	// No token 401, wrong scope 403, unknown token 401, over the rate 429.
+	if status, _ = g.call(t, "GET", "/api/v1/tools/list", "", ""); status != 401 {
+		t.Errorf("no token: %d", status)
+	}
+	if status, _ = g.call(t, "GET", "/api/v1/tools/list", "not-a-token-at-all-really", ""); status != 401 {
+		t.Errorf("unknown token: %d", status)
+	}
+	if status, _ = g.call(t, "POST", "/api/v1/sql", grafanaToken, `{"sql":"SELECT 1"}`); status != 403 {
+		t.Errorf("sql with a tools-only token: %d", status)
+	}
+	if status, _ = g.call(t, "POST", "/api/v1/tools/run_analysis", grafanaToken, `{"sql":"SELECT 1"}`); status != 403 {
+		t.Errorf("run_analysis with a tools-only token: %d", status)
+	}
+	grafana := g.mcpSession(t, grafanaToken)
+	if r := mcpCall(t, grafana, "run_analysis", `{"sql":"SELECT 1"}`); !r.IsError || !strings.HasPrefix(r.Content[0].(*mcp.TextContent).Text, "forbidden:") {
+		t.Errorf("run_analysis over MCP with a tools-only token: %+v", r)
+	}
+	got429 := 0
+	for range 100 {
+		if status, _ = g.call(t, "GET", "/api/v1/tools/list", limitedToken, ""); status == 429 {
+			got429++
+		}
+	}
+	if got429 < 79 {
+		t.Errorf("100 rapid requests against burst 20 at 0.1/s: %d answered 429, want at least 79", got429)
+	}
+
+	// The hostile suite over HTTP: each is refused with its class, and nothing changes.
+	for sql, code := range map[string]string{
+		"SELECT * FROM read_csv('/etc/passwd')":                             "query_failed",
+		"SELECT * FROM '/etc/hostname'":                                     "query_failed",
+		"COPY events TO '/tmp/fathom-stolen.csv'":                           "query_failed",
+		"EXPORT DATABASE '/tmp/fathom-stolen'":                              "query_failed",
+		"ATTACH '/tmp/fathom-other.duckdb' AS o":                            "not_read_only",
+		"INSTALL httpfs":                                                    "not_read_only",
+		"LOAD httpfs":                                                       "not_read_only",
+		"SET enable_external_access = true":                                 "not_read_only",
+		"RESET lock_configuration":                                          "not_read_only",
+		"PRAGMA enable_profiling":                                           "not_read_only",
+		"SELECT 1; DELETE FROM events":                                      "not_read_only",
+		"DELETE FROM events; SELECT 1":                                      "not_read_only",
+		"WITH d AS (DELETE FROM events RETURNING *) SELECT count(*) FROM d": "query_failed",
+		"DROP TABLE events":                                                 "not_read_only",
+		"CREATE TEMP TABLE t AS SELECT 1":                                   "not_read_only",
+		"CREATE MACRO m(a) AS a + 1":                                        "not_read_only",
+		"CHECKPOINT":                                                        "not_read_only",
+		"SELECT repeat('x', 100000) FROM range(100)":                        "result_too_large",
+		"SELECT count(*) FROM range(100000) a, range(100000) b WHERE a.range * b.range = -1": "query_timeout",
+	} {
+		body, _ := json.Marshal(map[string]string{"sql": sql})
+		status, res := g.call(t, "POST", "/api/v1/sql", agentToken, string(body))
+		if status == 200 || res["error"].(map[string]any)["code"] != code {
+			t.Errorf("hostile %q: %d %v, want code %s", sql, status, res, code)
+		}
+	}
+	status, res = g.call(t, "POST", "/api/v1/sql", agentToken, `{"sql":"SELECT count(*) FROM events"}`)
+	if status != 200 || fmt.Sprint(res["rows"]) != fmt.Sprintf("[[%d]]", nodes*eventsPerNode) {
+		t.Errorf("after the hostile suite: %d %v", status, res)
+	}
+	for _, p := range []string{"/tmp/fathom-stolen.csv", "/tmp/fathom-stolen", "/tmp/fathom-other.duckdb"} {
+		if _, err := os.Stat(p); err == nil {
+			t.Errorf("hostile SQL wrote %s", p)
+		}
+	}
+
+	// Public endpoints.
+	if status, res = g.call(t, "GET", "/api/versions", "", ""); status != 200 || res["fathom"] != "0.1" {
+		t.Errorf("versions: %d %v", status, res)
+	}
+	if status, res = g.call(t, "GET", "/api/v1/health", "", ""); status != 200 || res["version"] != nil {
+		t.Errorf("health without a token: %d %v", status, res)
+	}
+	if status, res = g.call(t, "GET", "/api/v1/health", agentToken, ""); status != 200 || res["version"] != "0.1.0" {
+		t.Errorf("health with a token: %d %v", status, res)
+	}
+	status, res = g.call(t, "GET", "/api/v1/openapi.json", grafanaToken, "")
+	if status != 200 || len(res["paths"].(map[string]any)) != 4+len(sameArgs) {
+		t.Errorf("openapi: %d, %d paths", status, len(res["paths"].(map[string]any)))
+	}
+	status, res = g.call(t, "GET", "/api/v1/tools/list", grafanaToken, "")
+	mcpList, err := agent.ListTools(context.Background(), nil)
+	must(t, err)
+	if status != 200 || len(res["tools"].([]any)) != len(mcpList.Tools) || len(mcpList.Tools) != 7 {
+		t.Errorf("tools/list: %d; HTTP %d tools, MCP %d", status, len(res["tools"].([]any)), len(mcpList.Tools))
+	}
+
+	// The audit log has the refusals, the 429s and the MCP tool calls.
+	counts := auditCounts(t, g.audit)
+	for key, atLeast := range map[string]int{
+		"http 401 -": 2, "http 403 grafana": 2, "http 429 limited": got429, "mcp 403 grafana run_analysis": 1,
+		"mcp 200 agent find_outlier_nodes": 2, "http 400 agent find_outlier_nodes": 1, "mcp 400 agent event_history": 1,
+	} {
+		if counts[key] < atLeast {
+			t.Errorf("audit log: %d lines %q, want at least %d (all: %v)", counts[key], key, atLeast, counts)
+		}
+	}
+	if counts["http 429 limited"] != got429 {
+		t.Errorf("audit log has %d 429 lines, the client saw %d", counts["http 429 limited"], got429)
+	}
+
+	// Offline: the same tools over stdio on a copy of the file.
+	if code := g.proc.Terminate(t, 30*time.Second); code != 0 {
+		t.Fatalf("gateway exit %d", code)
+	}
+	cmd := exec.Command(collectortest.Binary(t), "mcp", "--db", g.db)
+	client := mcp.NewClient(&mcp.Implementation{Name: "fathom-test", Version: "1"}, nil)
+	offline, err := client.Connect(context.Background(), &mcp.CommandTransport{Command: cmd}, nil)
+	must(t, err)
+	defer offline.Close()
+	summary := structured(t, mcpCall(t, offline, "cluster_summary", `{"since":"24h"}`))
+	c := summary["clusters"].([]any)[0].(map[string]any)
+	if c["cluster"] != "sim" || c["nodes"] != float64(nodes) || c["rows"] != float64(nodes*eventsPerNode) {
+		t.Errorf("offline cluster_summary: %v", summary)
+	}
+	off := structured(t, mcpCall(t, offline, "find_outlier_nodes", `{"signal":"nccl.allreduce.duration","since":"24h"}`))
+	if off["outliers"].([]any)[0].(map[string]any)["node"] != slowNode {
+		t.Errorf("offline find_outlier_nodes: %v", off)
+	}
+	prompt, err := offline.GetPrompt(context.Background(), &mcp.GetPromptParams{Name: "investigate", Arguments: map[string]string{"cluster": "sim"}})
+	must(t, err)
+	if !strings.Contains(prompt.Messages[0].Content.(*mcp.TextContent).Text, "cluster sim") {
+		t.Errorf("investigate prompt: %+v", prompt.Messages[0].Content)
+	}
+	schema, err := offline.ReadResource(context.Background(), &mcp.ReadResourceParams{URI: "echo://schema"})
+	must(t, err)
+	if !strings.Contains(schema.Contents[0].Text, "CREATE TABLE events") {
+		t.Errorf("schema resource: %q", schema.Contents[0].Text)
+	}
+}
+
+func auditCounts(t *testing.T, path string) map[string]int {
+	t.Helper()
+	f, err := os.Open(path)
+	must(t, err)
+	defer f.Close()
+	counts := map[string]int{}
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		var e struct {
+			Transport, Principal, Tool string
+			Status                     int
+		}
+		if err := json.Unmarshal(sc.Bytes(), &e); err != nil {
+			t.Fatalf("audit line %q: %v", sc.Text(), err)
+		}
+		key := fmt.Sprintf("%s %d %s", e.Transport, e.Status, e.Principal)
+		if e.Tool != "" {
+			key += " " + e.Tool
+		}
+		counts[key]++
+		if e.Tool != "" {
+			counts[fmt.Sprintf("%s %d %s", e.Transport, e.Status, e.Principal)]++
+		}
+	}
+	return counts
+}

@@ -1,0 +1,284 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"database/sql/driver"
+	"errors"
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/duckdb/duckdb-go/v2"
+
+	"github.com/fathom-gpu/fathom/internal/echoschema"
+)
+
+// appenderConn is one Appender on its own connection. Several of them write in
+// parallel: DuckDB appends into per-connection local storage and serialises only the
+// commit, so two writers use two cores for the per-value work of filling chunks.
+type appenderConn struct {
+	conn     *sql.Conn
+	raw      driver.Conn
+	appender *duckdb.Appender
+	rollup   *duckdb.Appender
+	signals  *duckdb.Appender
+}
+
+func (a *appenderConn) close() error {
+	var errs []error
+	if a.appender != nil {
+		errs = append(errs, a.appender.Close())
+		a.appender = nil
+	}
+	if a.rollup != nil {
+		errs = append(errs, a.rollup.Close())
+		a.rollup = nil
+	}
+	if a.signals != nil {
+		errs = append(errs, a.signals.Close())
+		a.signals = nil
+	}
+	if a.conn != nil {
+		errs = append(errs, a.conn.Close())
+		a.conn = nil
+	}
+	return errors.Join(errs...)
+}
+
+// Append writes rows with an Appender and flushes before returning: when it returns nil
+// the rows are committed to the WAL, so they survive a kill -9 of the process. Callers
+// acknowledge their senders only after that.
+func (s *Store) Append(ctx context.Context, rows []echoschema.Row) error {
+	if len(rows) == 0 {
+		return nil
+	}
+	var a *appenderConn
+	select {
+	case a = <-s.appenders:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	defer func() { s.appenders <- a }()
+	if s.closed.Load() {
+		return errors.New("echo store is closed")
+	}
+	if err := s.ensureAppender(ctx, a); err != nil {
+		return err
+	}
+	if err := a.write(ctx, rows); err != nil {
+		// A failed append or flush leaves the Appenders unusable; the whole batch is
+		// reported failed (and rolled back) so the exporter's retry sends it again on
+		// fresh ones.
+		_ = a.close()
+		return err
+	}
+	return nil
+}
+
+// write appends the rows and their rollup in one transaction: either both are
+// committed or neither.
+func (a *appenderConn) write(ctx context.Context, rows []echoschema.Row) error {
+	exec := a.raw.(driver.ExecerContext)
+	if _, err := exec.ExecContext(ctx, "BEGIN TRANSACTION", nil); err != nil {
+		return fmt.Errorf("begin: %w", err)
+	}
+	committed := false
+	defer func() {
+		if !committed {
+			_, _ = exec.ExecContext(context.Background(), "ROLLBACK", nil)
+		}
+	}()
+	values := make([]driver.Value, len(Columns))
+	for i := range rows {
+		rowValues(&rows[i], values)
+		if err := a.appender.AppendRow(values...); err != nil {
+			return fmt.Errorf("append row: %w", err)
+		}
+	}
+	if err := a.appender.FlushWithCancel(ctx); err != nil {
+		return fmt.Errorf("flush rows: %w", err)
+	}
+	calls, signals := rollupOf(rows)
+	for key, n := range calls {
+		if err := a.rollup.AppendRow(time.UnixMicro(key.minute).UTC(), str(key.cluster), key.node, key.api, key.name, str(key.unit), key.bucket, n); err != nil {
+			return fmt.Errorf("append trace rollup: %w", err)
+		}
+	}
+	if err := a.rollup.FlushWithCancel(ctx); err != nil {
+		return fmt.Errorf("flush trace rollup: %w", err)
+	}
+	for key, agg := range signals {
+		if err := a.signals.AppendRow(time.UnixMicro(key.minute).UTC(), str(key.cluster), key.node, i32(key.rank),
+			key.name, str(key.unit), i32(agg.worldSize), agg.count, agg.sum); err != nil {
+			return fmt.Errorf("append signal rollup: %w", err)
+		}
+	}
+	if err := a.signals.FlushWithCancel(ctx); err != nil {
+		return fmt.Errorf("flush signal rollup: %w", err)
+	}
+	if _, err := exec.ExecContext(ctx, "COMMIT", nil); err != nil {
+		return fmt.Errorf("commit: %w", err)
+	}
+	committed = true
+	return nil
+}
+
+type rollupKey struct {
+	minute                         int64
+	cluster, node, api, name, unit string
+	bucket                         int32
+}
+
+type signalKey struct {
+	minute                    int64
+	cluster, node, name, unit string
+	rank                      int32
+}
+
+type signalAgg struct {
+	count     int64
+	sum       float64
+	worldSize int32
+}
+
+// rollupOf summarises a batch for the rollups: per-call latency events (log records
+// naming a CUDA API or NCCL op, with a positive value) counted by minute, node, API and
+// log bucket; and every valued row of a node summed by minute, node, rank and name.
+func rollupOf(rows []echoschema.Row) (map[rollupKey]int64, map[signalKey]*signalAgg) {
+	calls := map[rollupKey]int64{}
+	signals := map[signalKey]*signalAgg{}
+	for i := range rows {
+		r := &rows[i]
+		if r.Node == "" || math.IsNaN(r.Value) || math.IsInf(r.Value, 0) {
+			continue
+		}
+		minute := r.Time.UTC().Truncate(time.Minute).UnixMicro()
+		sk := signalKey{minute: minute, cluster: r.Cluster, node: r.Node, name: r.Name, unit: r.Unit, rank: r.Rank}
+		agg := signals[sk]
+		if agg == nil {
+			agg = &signalAgg{worldSize: echoschema.Absent}
+			signals[sk] = agg
+		}
+		agg.count++
+		agg.sum += r.Value
+		agg.worldSize = max(agg.worldSize, r.WorldSize)
+		if r.Kind != echoschema.KindLog || r.API == "" || !(r.Value > 0) {
+			continue
+		}
+		calls[rollupKey{
+			minute: minute, cluster: r.Cluster, node: r.Node, api: r.API, name: r.Name, unit: r.Unit,
+			bucket: Bucket(r.Value),
+		}]++
+	}
+	return calls, signals
+}
+
+// Bucket is the rollup bucket of a positive value (see BucketsPerOctave).
+func Bucket(v float64) int32 {
+	b := math.Floor(math.Log2(v) * BucketsPerOctave)
+	return int32(max(min(b, 32000), -32000))
+}
+
+// BucketBounds is the value range [lower, upper) of a rollup bucket.
+func BucketBounds(b int32) (float64, float64) {
+	return math.Exp2(float64(b) / BucketsPerOctave), math.Exp2(float64(b+1) / BucketsPerOctave)
+}
+
+func (s *Store) ensureAppender(ctx context.Context, a *appenderConn) error {
+	if a.appender != nil {
+		return nil
+	}
+	conn, err := s.db.Conn(ctx)
+	if err != nil {
+		return fmt.Errorf("appender connection: %w", err)
+	}
+	// The driver connection outlives Raw's callback on purpose: the Appenders and the
+	// transaction statements use it while a.conn holds it out of the pool.
+	err = conn.Raw(func(dc any) error {
+		a.raw = dc.(driver.Conn)
+		var err error
+		if a.appender, err = duckdb.NewAppenderFromConn(a.raw, "", "events"); err != nil {
+			return err
+		}
+		if a.rollup, err = duckdb.NewAppenderFromConn(a.raw, "", "trace_rollup"); err != nil {
+			return err
+		}
+		a.signals, err = duckdb.NewAppenderFromConn(a.raw, "", "signal_rollup")
+		return err
+	})
+	a.conn = conn
+	if err != nil {
+		_ = a.close()
+		return fmt.Errorf("create appender: %w", err)
+	}
+	return nil
+}
+
+func rowValues(r *echoschema.Row, v []driver.Value) {
+	v[0] = r.Time.UTC()
+	v[1] = r.Kind
+	v[2] = str(r.Cluster)
+	v[3] = str(r.Node)
+	v[4] = str(r.Job)
+	v[5] = str(r.Cohort)
+	v[6] = i32(r.Rank)
+	v[7] = i32(r.LocalRank)
+	v[8] = i32(r.WorldSize)
+	v[9] = i64(r.PID)
+	v[10] = str(r.Process)
+	v[11] = i64(r.ThreadID)
+	v[12] = r.Name
+	v[13] = str(r.API)
+	v[14] = str(r.CommID)
+	v[15] = f64(r.Value)
+	v[16] = i64(r.Count)
+	v[17] = f64(r.Sum)
+	v[18] = f64(r.Min)
+	v[19] = f64(r.Max)
+	v[20] = f64(r.P50)
+	v[21] = f64(r.P95)
+	v[22] = f64(r.P99)
+	v[23] = str(r.Unit)
+	v[24] = str(r.Severity)
+	if r.SeverityNumber > 0 {
+		v[25] = r.SeverityNumber
+	} else {
+		v[25] = nil
+	}
+	v[26] = str(r.Body)
+	v[27] = str(r.TraceID)
+	if r.Attributes == "" {
+		v[28] = "{}"
+	} else {
+		v[28] = r.Attributes
+	}
+}
+
+func str(s string) driver.Value {
+	if s == "" {
+		return nil
+	}
+	return s
+}
+
+func i32(n int32) driver.Value {
+	if n < 0 {
+		return nil
+	}
+	return n
+}
+
+func i64(n int64) driver.Value {
+	if n < 0 {
+		return nil
+	}
+	return n
+}
+
+func f64(f float64) driver.Value {
+	if math.IsNaN(f) || math.IsInf(f, 0) {
+		return nil
+	}
+	return f
+}

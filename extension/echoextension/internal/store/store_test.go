@@ -1,0 +1,263 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/fathom-gpu/fathom/internal/echoschema"
+)
+
+func testRows(n int, node string, start time.Time) []echoschema.Row {
+	rows := make([]echoschema.Row, n)
+	for i := range rows {
+		r := echoschema.NewRow()
+		r.Time = start.Add(time.Duration(i) * time.Millisecond)
+		r.Kind = echoschema.KindGauge
+		r.Cluster = "c1"
+		r.Node = node
+		r.Rank = int32(i % 8)
+		r.Name = "nccl.allreduce.duration"
+		r.Value = float64(i)
+		r.Unit = "ms"
+		r.Attributes = `{"k":"v"}`
+		rows[i] = r
+	}
+	return rows
+}
+
+func openTest(t *testing.T, path string) *Store {
+	t.Helper()
+	s, err := Open(context.Background(), Options{Path: path, Threads: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func count(t *testing.T, s *Store) int {
+	t.Helper()
+	var n int
+	if err := s.DB().QueryRow(`SELECT count(*) FROM events`).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+func TestAppendReopenAndLock(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "echo.duckdb")
+	s := openTest(t, path)
+	if err := s.Append(context.Background(), testRows(1000, "n1", time.Now())); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Open(context.Background(), Options{Path: path}); !errors.Is(err, ErrLocked) {
+		t.Fatalf("second open of a locked store: got %v, want ErrLocked", err)
+	}
+	var node string
+	var rank, nullPID int
+	if err := s.DB().QueryRow(`SELECT node, rank, count(*) FILTER (WHERE pid IS NULL) FROM events WHERE value = 9 GROUP BY ALL`).Scan(&node, &rank, &nullPID); err != nil {
+		t.Fatal(err)
+	}
+	if node != "n1" || rank != 1 || nullPID != 1 {
+		t.Fatalf("row 9: node=%s rank=%d nullPID=%d", node, rank, nullPID)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s = openTest(t, path)
+	defer s.Close()
+	if got := count(t, s); got != 1000 {
+		t.Fatalf("after reopen: %d rows, want 1000", got)
+	}
+	var versions int
+	if err := s.DB().QueryRow(`SELECT count(*) FROM echo_schema_version`).Scan(&versions); err != nil || versions != SchemaVersion {
+		t.Fatalf("ledger has %d rows (%v), want %d: migrations must be idempotent", versions, err, SchemaVersion)
+	}
+}
+
+func TestRefusesNewerSchema(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "echo.duckdb")
+	s := openTest(t, path)
+	if _, err := s.DB().Exec(`INSERT INTO echo_schema_version (version, description) VALUES (99, 'from the future')`); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	_, err := Open(context.Background(), Options{Path: path})
+	if !errors.Is(err, ErrNewerSchema) {
+		t.Fatalf("open of a v99 file: got %v, want ErrNewerSchema", err)
+	}
+	// The refusal must release the lock, so the right build can open it.
+	if _, err := lockFile(path + ".lock"); err != nil {
+		t.Fatalf("lock not released after refused open: %v", err)
+	}
+}
+
+func TestRetentionByAgeAndSize(t *testing.T) {
+	s := openTest(t, filepath.Join(t.TempDir(), "echo.duckdb"))
+	defer s.Close()
+	now := time.Now()
+	ctx := context.Background()
+	if err := s.Append(ctx, testRows(500, "old", now.Add(-48*time.Hour))); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Append(ctx, testRows(500, "new", now.Add(-time.Minute))); err != nil {
+		t.Fatal(err)
+	}
+	res, err := s.ApplyRetention(ctx, now, 24*time.Hour, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.DeletedByAge != 500 || count(t, s) != 500 {
+		t.Fatalf("age retention deleted %d, %d left; want 500 and 500", res.DeletedByAge, count(t, s))
+	}
+	res, err = s.ApplyRetention(ctx, now, 0, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.DeletedBySize != 500 {
+		t.Fatalf("size retention over a 1-byte cap deleted %d, want all 500", res.DeletedBySize)
+	}
+}
+
+// The hostile suite: every statement here must change nothing and read nothing outside
+// the store, whatever error it gets.
+func TestQueryReadOnlyHostileSuite(t *testing.T) {
+	dir := t.TempDir()
+	s := openTest(t, filepath.Join(dir, "echo.duckdb"))
+	defer s.Close()
+	ctx := context.Background()
+	if err := s.Append(ctx, testRows(100, "n1", time.Now())); err != nil {
+		t.Fatal(err)
+	}
+	secret := filepath.Join(dir, "secret.csv")
+	if err := os.WriteFile(secret, []byte("password\nhunter2\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	outside := filepath.Join(dir, "out")
+	lim := QueryLimits{MaxRows: 1000, MaxBytes: 1 << 20, Timeout: 2 * time.Second}
+
+	hostile := map[string]error{
+		"read_csv":          ErrQueryFailed,
+		"bare file":         ErrQueryFailed,
+		"read_text":         ErrQueryFailed,
+		"glob":              ErrQueryFailed,
+		"read_parquet http": ErrQueryFailed,
+		// The engine refuses these already at prepare: file access is disabled.
+		"copy to":            ErrQueryFailed,
+		"copy from":          ErrQueryFailed,
+		"export database":    ErrQueryFailed,
+		"attach":             ErrNotReadOnly,
+		"install":            ErrNotReadOnly,
+		"load":               ErrNotReadOnly,
+		"set":                ErrNotReadOnly,
+		"reset":              ErrNotReadOnly,
+		"pragma":             ErrNotReadOnly,
+		"select then delete": ErrNotReadOnly,
+		"delete then select": ErrNotReadOnly,
+		"dml in cte":         ErrQueryFailed,
+		"delete":             ErrNotReadOnly,
+		"update":             ErrNotReadOnly,
+		"insert":             ErrNotReadOnly,
+		"drop":               ErrNotReadOnly,
+		"create table as":    ErrNotReadOnly,
+		"alter":              ErrNotReadOnly,
+		"temp table":         ErrNotReadOnly,
+		"macro":              ErrNotReadOnly,
+		"checkpoint":         ErrNotReadOnly,
+		"vacuum":             ErrNotReadOnly,
+		"call checkpoint":    ErrNotReadOnly,
+		"detach":             ErrNotReadOnly,
+		"use":                ErrNotReadOnly,
+		"begin":              ErrNotReadOnly,
+		"getenv":             ErrQueryFailed,
+		"huge result":        ErrResultTooLarge,
+		"long query":         ErrQueryTimeout,
+	}
+	sqlFor := map[string]string{
+		"read_csv":           fmt.Sprintf(`SELECT * FROM read_csv('%s')`, secret),
+		"bare file":          fmt.Sprintf(`SELECT * FROM '%s'`, secret),
+		"read_text":          `SELECT * FROM read_text('/etc/hostname')`,
+		"glob":               `SELECT * FROM glob('/*')`,
+		"read_parquet http":  `SELECT * FROM read_parquet('https://example.com/x.parquet')`,
+		"copy to":            fmt.Sprintf(`COPY events TO '%s.csv'`, outside),
+		"copy from":          fmt.Sprintf(`COPY events FROM '%s'`, secret),
+		"export database":    fmt.Sprintf(`EXPORT DATABASE '%s'`, outside),
+		"attach":             fmt.Sprintf(`ATTACH '%s.duckdb' AS o`, outside),
+		"install":            `INSTALL httpfs`,
+		"load":               `LOAD httpfs`,
+		"set":                `SET enable_external_access = true`,
+		"reset":              `RESET lock_configuration`,
+		"pragma":             `PRAGMA enable_profiling`,
+		"select then delete": `SELECT 1; DELETE FROM events`,
+		"delete then select": `DELETE FROM events; SELECT 1`,
+		"dml in cte":         `WITH d AS (DELETE FROM events RETURNING *) SELECT count(*) FROM d`,
+		"delete":             `DELETE FROM events`,
+		"update":             `UPDATE events SET node = 'x'`,
+		"insert":             `INSERT INTO events (ts, kind, name, attributes) VALUES (now(), 'log', 'x', '{}')`,
+		"drop":               `DROP TABLE events`,
+		"create table as":    `CREATE TABLE stolen AS SELECT * FROM events`,
+		"alter":              `ALTER TABLE events ADD COLUMN x INT`,
+		"temp table":         `CREATE TEMP TABLE t AS SELECT 1`,
+		"macro":              `CREATE MACRO m(a) AS a + 1`,
+		"checkpoint":         `CHECKPOINT`,
+		"vacuum":             `VACUUM`,
+		"call checkpoint":    `CALL checkpoint()`,
+		"detach":             `DETACH echo`,
+		"use":                `USE memory`,
+		"begin":              `BEGIN TRANSACTION`,
+		"getenv":             `SELECT getenv('HOME')`,
+		"huge result":        `SELECT repeat('x', 100000) FROM range(100)`,
+		"long query":         `SELECT count(*) FROM range(100000) a, range(100000) b WHERE a.range * b.range = -1`,
+	}
+	for name, want := range hostile {
+		t.Run(name, func(t *testing.T) {
+			res, err := s.QueryReadOnly(ctx, sqlFor[name], lim)
+			if !errors.Is(err, want) {
+				t.Fatalf("%s: got (%v, %v), want %v", sqlFor[name], res, err, want)
+			}
+		})
+	}
+	if n := count(t, s); n != 100 {
+		t.Fatalf("hostile suite changed the store: %d rows, want 100", n)
+	}
+	var tables int
+	if err := s.DB().QueryRow(`SELECT count(*) FROM duckdb_tables() WHERE NOT internal`).Scan(&tables); err != nil || tables != 4 {
+		t.Fatalf("tables after hostile suite: %d (%v), want 4 (events, two rollups, ledger)", tables, err)
+	}
+	var external string
+	if err := s.DB().QueryRow(`SELECT current_setting('enable_external_access')::VARCHAR`).Scan(&external); err != nil || external != "false" {
+		t.Fatalf("enable_external_access = %q (%v)", external, err)
+	}
+	for _, p := range []string{outside, outside + ".csv", outside + ".duckdb"} {
+		if _, err := os.Stat(p); err == nil {
+			t.Fatalf("hostile suite wrote %s", p)
+		}
+	}
+}
+
+func TestQueryReadOnlyAnswersAndTruncates(t *testing.T) {
+	s := openTest(t, filepath.Join(t.TempDir(), "echo.duckdb"))
+	defer s.Close()
+	if err := s.Append(context.Background(), testRows(50, "n1", time.Now())); err != nil {
+		t.Fatal(err)
+	}
+	lim := QueryLimits{MaxRows: 10, MaxBytes: 1 << 20, Timeout: 2 * time.Second}
+	res, err := s.QueryReadOnly(context.Background(), `SELECT node, count(*) AS n FROM events GROUP BY node;`, lim)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Rows) != 1 || res.Rows[0][0] != "n1" || res.Rows[0][1] != int64(50) || res.Truncated {
+		t.Fatalf("got %+v", res)
+	}
+	res, err = s.QueryReadOnly(context.Background(), `SELECT * FROM events`, lim)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.RowCount != 10 || !res.Truncated {
+		t.Fatalf("row cap: %d rows, truncated=%v; want 10, true", res.RowCount, res.Truncated)
+	}
+}

@@ -1,0 +1,182 @@
+package tools
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"math"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/fathom-gpu/fathom/extension/echoextension/internal/store"
+	"github.com/fathom-gpu/fathom/internal/echoschema"
+)
+
+var t0 = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+
+// plantedStore: 8 nodes of cluster c1 report nccl.allreduce.duration; gpu-5 is 2.5x
+// slower than its peers, gpu-2 a little slow but within the threshold.
+func plantedStore(t *testing.T) *Env {
+	t.Helper()
+	st, err := store.Open(context.Background(), store.Options{Path: filepath.Join(t.TempDir(), "echo.duckdb"), Threads: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	nodeValue := []float64{9.6, 9.8, 11, 10.0, 10.2, 25, 10.4, 10.0}
+	var rows []echoschema.Row
+	for n, v := range nodeValue {
+		for i := range 100 {
+			r := echoschema.NewRow()
+			r.Time = t0.Add(time.Duration(i) * time.Second)
+			r.Kind, r.Name, r.Unit, r.Value = echoschema.KindGauge, "nccl.allreduce.duration", "ms", v
+			r.Cluster, r.Node, r.Rank, r.WorldSize = "c1", nodeName(n), int32(n), 8
+			r.Attributes = `{"cloud.provider":"aws","fathom.gpu.model":"H100"}`
+			rows = append(rows, r)
+		}
+	}
+	for i := 1; i <= 100; i++ {
+		r := echoschema.NewRow()
+		r.Time = t0.Add(time.Duration(i) * time.Millisecond)
+		r.Kind, r.Name, r.API, r.Value, r.Unit = echoschema.KindLog, "cuda.api.call", "cudaMemcpy", float64(i), "us"
+		r.Cluster, r.Node = "c1", "gpu-0"
+		rows = append(rows, r)
+	}
+	for i, cause := range []string{"run_queue_wait", "page_fault", "run_queue_wait"} {
+		r := echoschema.NewRow()
+		r.Time = t0.Add(time.Duration(i) * time.Minute)
+		r.Kind, r.Name, r.Cluster, r.Node, r.Rank = echoschema.KindLog, echoschema.EventCausalChain, "c1", "gpu-5", 5
+		r.SeverityNumber, r.Severity = 17, "ERROR"
+		r.Attributes = `{"fathom.chain.root_cause":"` + cause + `","fathom.chain.severity":"high","fathom.chain.fix":"pin the data loader","extra":1}`
+		rows = append(rows, r)
+	}
+	if err := st.Append(context.Background(), rows); err != nil {
+		t.Fatal(err)
+	}
+	ratesPath := filepath.Join(t.TempDir(), "rates.yaml")
+	if err := os.WriteFile(ratesPath, []byte("rates:\n  - {provider: aws, gpu_model: H100, usd_per_gpu_hour: 4}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	rates, err := LoadRates(ratesPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &Env{
+		Store:     st,
+		SQLLimits: store.QueryLimits{MaxRows: 100, MaxBytes: 1 << 20, Timeout: 2 * time.Second},
+		SQLSlots:  make(chan struct{}, 1),
+		Rates:     rates,
+		Now:       func() time.Time { return t0.Add(30 * time.Minute) },
+	}
+}
+
+func nodeName(i int) string { return "gpu-" + string(rune('0'+i)) }
+
+func call[Out any](t *testing.T, r *Registry, name, args string) Out {
+	t.Helper()
+	res, err := r.Call(context.Background(), name, json.RawMessage(args))
+	if err != nil {
+		t.Fatalf("%s(%s): %v", name, args, err)
+	}
+	return res.(Out)
+}
+
+func near(a, b float64) bool { return math.Abs(a-b) < 1e-9 }
+
+func TestFindOutlierNodesRanksThePlantedStraggler(t *testing.T) {
+	r, err := NewRegistry(plantedStore(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := call[OutlierOutput](t, r, "find_outlier_nodes", `{"signal":"nccl.allreduce.duration","cluster":"c1"}`)
+	if out.Groups != 8 || !near(out.Median, 10.1) || !near(out.MAD, 0.3) || len(out.Outliers) != 1 {
+		t.Fatalf("got %+v", out)
+	}
+	o := out.Outliers[0]
+	if o.Node != "gpu-5" || !near(o.Lag, 14.9) || o.Points != 100 || !near(o.Score, 14.9/(1.4826*0.3)) {
+		t.Fatalf("outlier %+v", o)
+	}
+	byRank := call[OutlierOutput](t, r, "find_outlier_nodes", `{"signal":"nccl.allreduce.duration","by":"rank","k":1}`)
+	if len(byRank.Outliers) != 2 || *byRank.Outliers[0].Rank != 5 || *byRank.Outliers[1].Rank != 2 {
+		t.Fatalf("by rank with k=1: %+v", byRank.Outliers)
+	}
+}
+
+func TestGetCostPricesLagTimesRanksTimesRate(t *testing.T) {
+	r, _ := NewRegistry(plantedStore(t))
+	out := call[CostOutput](t, r, "get_cost", `{"signal":"nccl.allreduce.duration"}`)
+	// 14.9 ms lag x 100 steps x 8 ranks = 11.92 GPU-seconds; at $4/GPU-hour.
+	wantHours := 0.0149 * 100 * 8 / 3600
+	if len(out.Stragglers) != 1 || !near(out.TotalHours, wantHours) || !near(out.TotalUSD, wantHours*4) ||
+		len(out.ByGroup) != 1 || out.ByGroup[0].Provider != "aws" || out.ByGroup[0].GPUModel != "H100" || out.Stragglers[0].AffectedRanks != 8 {
+		t.Fatalf("got %+v", out)
+	}
+}
+
+func TestTraceStatsEventHistoryChainsSummary(t *testing.T) {
+	r, _ := NewRegistry(plantedStore(t))
+	ts := call[TraceStatsOutput](t, r, "get_trace_stats", `{"api":"cudaMemcpy"}`)
+	// From the rollup's log buckets: within 2.2% (one bucket) of the exact 50.5, 95.05
+	// and 99.01.
+	within := func(got, want float64) bool { return math.Abs(got-want)/want < 0.022 }
+	if len(ts.Stats) != 1 || ts.Stats[0].Calls != 100 || !within(ts.Stats[0].P50, 50.5) || !within(ts.Stats[0].P95, 95.05) || !within(ts.Stats[0].P99, 99.01) {
+		t.Fatalf("trace stats %+v", ts)
+	}
+
+	page1 := call[EventHistoryOutput](t, r, "event_history", `{"node":"gpu-5","name":"nccl.*","limit":60}`)
+	if len(page1.Events) != 60 || page1.NextPageToken == "" || page1.Events[0].Value == nil || *page1.Events[0].Value != 25 {
+		t.Fatalf("page 1: %d events, token %q", len(page1.Events), page1.NextPageToken)
+	}
+	page2 := call[EventHistoryOutput](t, r, "event_history", `{"node":"gpu-5","name":"nccl.*","limit":60,"page_token":"`+page1.NextPageToken+`"}`)
+	if len(page2.Events) != 40 || page2.NextPageToken != "" || page2.Events[0].Time >= page1.Events[59].Time {
+		t.Fatalf("page 2: %d events, token %q", len(page2.Events), page2.NextPageToken)
+	}
+
+	chains := call[CausalChainsOutput](t, r, "get_causal_chains", `{"cluster":"c1"}`)
+	if len(chains.Chains) != 3 || chains.ByRootCause["run_queue_wait"] != 2 || chains.Chains[0].RootCause != "run_queue_wait" ||
+		chains.Chains[0].Fix != "pin the data loader" || chains.Chains[0].Attributes["extra"] != float64(1) {
+		t.Fatalf("chains %+v", chains)
+	}
+
+	sum := call[ClusterSummaryOutput](t, r, "cluster_summary", `{}`)
+	c := sum.Clusters[0]
+	if len(sum.Clusters) != 1 || c.Nodes != 8 || c.Ranks != 8 || c.Rows != 903 || c.CausalChains != 3 || c.Errors != 3 ||
+		c.TopSignals[0] != (SignalCount{"nccl.allreduce.duration", 800}) {
+		t.Fatalf("summary %+v", sum)
+	}
+}
+
+func TestBadArgumentsAreValidationErrors(t *testing.T) {
+	r, _ := NewRegistry(plantedStore(t))
+	for name, args := range map[string]string{
+		"find_outlier_nodes": `{"signal":"x","by":"rack"}`,
+		"event_history":      `{"limit":5000}`,
+		"get_trace_stats":    `{"since":"yesterday"}`,
+		"cluster_summary":    `{"since":"2026-03-02T00:00:00Z","until":"2026-03-01T00:00:00Z"}`,
+		"get_causal_chains":  `{"unknown_field":1}`,
+		"run_analysis":       `{}`,
+		"get_cost":           `[1,2]`,
+	} {
+		if _, err := r.Call(context.Background(), name, json.RawMessage(args)); !errors.Is(err, ErrInvalidArgument) {
+			t.Errorf("%s(%s): got %v, want ErrInvalidArgument", name, args, err)
+		}
+	}
+	if _, err := r.Call(context.Background(), "drop_everything", nil); !errors.Is(err, ErrUnknownTool) {
+		t.Errorf("unknown tool: %v", err)
+	}
+}
+
+func TestRunAnalysisConcurrencyCap(t *testing.T) {
+	env := plantedStore(t)
+	r, _ := NewRegistry(env)
+	res := call[*store.QueryResult](t, r, "run_analysis", `{"sql":"SELECT count(*) FROM events"}`)
+	if res.Rows[0][0] != int64(903) {
+		t.Fatalf("count: %v", res.Rows)
+	}
+	env.SQLSlots <- struct{}{} // the only slot is taken
+	if _, err := r.Call(context.Background(), "run_analysis", json.RawMessage(`{"sql":"SELECT 1"}`)); !errors.Is(err, ErrBusy) {
+		t.Fatalf("with no free slot: %v, want ErrBusy", err)
+	}
+}

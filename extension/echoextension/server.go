@@ -1,0 +1,167 @@
+package echoextension
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+
+	"go.opentelemetry.io/collector/component"
+	"go.opentelemetry.io/collector/extension"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+	"go.uber.org/zap"
+
+	"github.com/fathom-gpu/fathom/extension/echoextension/internal/api"
+	"github.com/fathom-gpu/fathom/extension/echoextension/internal/store"
+	"github.com/fathom-gpu/fathom/extension/echoextension/internal/tools"
+)
+
+type apiServer struct {
+	http      *http.Server
+	auditFile *os.File
+}
+
+// newToolsEnv is the tools' view of an open store, shared by the gateway and
+// `fathom mcp --db`.
+func newToolsEnv(cfg *Config, st *store.Store) (*tools.Env, error) {
+	rates, err := tools.LoadRates(cfg.RatesFile)
+	if err != nil {
+		return nil, err
+	}
+	return &tools.Env{
+		Store:     st,
+		SQLLimits: store.QueryLimits{MaxRows: cfg.SQL.MaxRows, MaxBytes: cfg.SQL.MaxBytes, Timeout: cfg.SQL.Timeout},
+		SQLSlots:  make(chan struct{}, cfg.SQL.MaxConcurrent),
+		Rates:     rates,
+	}, nil
+}
+
+// readTokens reads each secret from its file or variable at start, so a missing one
+// fails the start with its name rather than every request later.
+func readTokens(cfg []TokenConfig) ([]api.TokenSpec, error) {
+	var specs []api.TokenSpec
+	for _, t := range cfg {
+		var secret string
+		switch {
+		case t.File != "":
+			raw, err := os.ReadFile(t.File)
+			if err != nil {
+				return nil, fmt.Errorf("token %q: %w", t.Name, err)
+			}
+			secret = strings.TrimSpace(string(raw))
+		default:
+			secret = strings.TrimSpace(os.Getenv(t.Env))
+			if secret == "" {
+				return nil, fmt.Errorf("token %q: environment variable %s is empty or unset", t.Name, t.Env)
+			}
+		}
+		spec := api.TokenSpec{Name: t.Name, Secret: secret, Scopes: t.Scopes}
+		if t.RateLimit != nil {
+			spec.RatePerSecond, spec.Burst = t.RateLimit.RequestsPerSecond, t.RateLimit.Burst
+		}
+		specs = append(specs, spec)
+	}
+	return specs, nil
+}
+
+func newAPIServer(ctx context.Context, cfg *Config, st *store.Store, set extension.Settings, _ component.Host) (*apiServer, error) {
+	env, err := newToolsEnv(cfg, st)
+	if err != nil {
+		return nil, err
+	}
+	reg, err := tools.NewRegistry(env)
+	if err != nil {
+		return nil, err
+	}
+	specs, err := readTokens(cfg.Server.Tokens)
+	if err != nil {
+		return nil, err
+	}
+	auth, err := api.NewAuthenticator(specs)
+	if err != nil {
+		return nil, err
+	}
+	meter := set.MeterProvider.Meter("github.com/fathom-gpu/fathom/extension/echoextension")
+	dropped, err := meter.Int64Counter("fathom_echo_audit_dropped_entries",
+		metric.WithDescription("Audit log entries that could not be written."), metric.WithUnit("{entry}"))
+	if err != nil {
+		return nil, err
+	}
+	requests, err := meter.Int64Counter("fathom_echo_api_requests",
+		metric.WithDescription("Echo API requests and MCP tool calls by transport and outcome code (ok, unauthenticated, forbidden, rate_limited, ...)."),
+		metric.WithUnit("{request}"))
+	if err != nil {
+		return nil, err
+	}
+	s := &apiServer{}
+	var sink io.Writer = zapWriter{set.Logger.With(zap.String("log", "echo.audit"))}
+	if cfg.Server.AuditLog != "" {
+		f, err := os.OpenFile(cfg.Server.AuditLog, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o640)
+		if err != nil {
+			return nil, fmt.Errorf("audit log: %w", err)
+		}
+		s.auditFile, sink = f, f
+	}
+	audit := api.NewAuditLog(sink, func() { dropped.Add(context.Background(), 1) }, func(e api.AuditEntry) {
+		code := e.Code
+		if code == "" {
+			code = "ok"
+		}
+		requests.Add(context.Background(), 1, metric.WithAttributes(
+			attribute.String("transport", e.Transport), attribute.String("code", code)))
+	})
+	handler := api.NewHandler(api.Options{
+		Registry: reg, Auth: auth, Audit: audit,
+		RatePerSecond: cfg.Server.RateLimit.RequestsPerSecond, Burst: cfg.Server.RateLimit.Burst,
+		Version: set.BuildInfo.Version, SchemaVersion: store.SchemaVersion,
+	})
+
+	l, err := net.Listen("tcp", cfg.Server.Endpoint)
+	if err != nil {
+		s.close()
+		return nil, fmt.Errorf("listen on %s: %w", cfg.Server.Endpoint, err)
+	}
+	if cfg.Server.TLS != nil {
+		tlsCfg, err := cfg.Server.TLS.LoadTLSConfig(ctx)
+		if err != nil {
+			l.Close()
+			s.close()
+			return nil, fmt.Errorf("server.tls: %w", err)
+		}
+		l = tls.NewListener(l, tlsCfg)
+	} else {
+		set.Logger.Warn("Echo API is serving plain HTTP (insecure_allow_plaintext): bearer tokens cross the network in the clear",
+			zap.String("endpoint", cfg.Server.Endpoint))
+	}
+	s.http = api.Serve(l, handler)
+	return s, nil
+}
+
+func (s *apiServer) close() {
+	if s.auditFile != nil {
+		s.auditFile.Close()
+	}
+}
+
+func (s *apiServer) shutdown(ctx context.Context) error {
+	err := s.http.Shutdown(ctx)
+	s.close()
+	if errors.Is(err, http.ErrServerClosed) {
+		return nil
+	}
+	return err
+}
+
+// zapWriter sends audit lines to the collector's log when no audit file is set.
+type zapWriter struct{ logger *zap.Logger }
+
+func (z zapWriter) Write(p []byte) (int, error) {
+	z.logger.Info(strings.TrimSpace(string(p)))
+	return len(p), nil
+}

@@ -1,0 +1,96 @@
+// Package echoschema is the contract between the duckdb exporter, which turns OTLP into
+// rows, and the echo extension, which stores them: one Row per OTLP data point or log
+// record, with the attributes Fathom filters on lifted into their own columns.
+package echoschema
+
+import (
+	"math"
+	"time"
+)
+
+// Kinds of row: what the OTLP item was.
+const (
+	KindLog          = "log"
+	KindGauge        = "gauge"
+	KindSum          = "sum"
+	KindHistogram    = "histogram"
+	KindExpHistogram = "exp_histogram"
+	KindSummary      = "summary"
+)
+
+// Attribute keys whose values get dedicated columns. internal/semconv will own these
+// names; they are spelled here until it lands.
+const (
+	AttrCluster       = "fathom.cluster.name"
+	AttrNode          = "host.name"
+	AttrJob           = "fathom.job.name"
+	AttrCohort        = "fathom.cohort"
+	AttrRank          = "fathom.rank"
+	AttrLocalRank     = "fathom.local_rank"
+	AttrWorldSize     = "fathom.world_size"
+	AttrPID           = "process.pid"
+	AttrProcess       = "process.executable.name"
+	AttrThreadID      = "thread.id"
+	AttrCUDAAPI       = "cuda.api.name"
+	AttrNCCLOp        = "nccl.op"
+	AttrNCCLCommID    = "nccl.comm.id"
+	AttrEventName     = "event.name"
+	EventCausalChain  = "fathom.causal_chain"
+	AttrChainRoot     = "fathom.chain.root_cause"
+	AttrChainSeverity = "fathom.chain.severity"
+	AttrChainFix      = "fathom.chain.fix"
+)
+
+// Absent marks an integer column with no value (it is stored as NULL); ranks, pids and
+// thread ids are never negative.
+const Absent = -1
+
+// Row is one stored OTLP data point or log record. Empty strings, Absent integers and
+// NaN floats are stored as NULL so that filters and aggregates skip them.
+type Row struct {
+	Time      time.Time
+	Kind      string
+	Cluster   string
+	Node      string
+	Job       string
+	Cohort    string
+	Rank      int32
+	LocalRank int32
+	WorldSize int32
+	PID       int64
+	Process   string
+	ThreadID  int64
+	// Name is the metric name, or the log record's event name.
+	Name string
+	// API is the CUDA API or NCCL operation the point measures.
+	API    string
+	CommID string
+	// Value is the gauge/sum value, a histogram's mean, or a log record's numeric body.
+	Value float64
+	// Count, Sum, Min, Max and the quantiles summarise histograms and summaries.
+	Count          int64
+	Sum            float64
+	Min            float64
+	Max            float64
+	P50            float64
+	P95            float64
+	P99            float64
+	Unit           string
+	Severity       string
+	SeverityNumber int32
+	Body           string
+	TraceID        string
+	// Attributes is a JSON object with every resource, scope and record attribute
+	// that has no dedicated column.
+	Attributes string
+}
+
+// NewRow returns a row with every optional column absent.
+func NewRow() Row {
+	nan := math.NaN()
+	return Row{
+		Rank: Absent, LocalRank: Absent, WorldSize: Absent, PID: Absent, ThreadID: Absent,
+		Value: nan, Count: Absent, Sum: nan, Min: nan, Max: nan, P50: nan, P95: nan, P99: nan,
+		Attributes: "{}",
+	}
+}
