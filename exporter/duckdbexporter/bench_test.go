@@ -187,7 +187,7 @@ func BenchmarkIngestWhileQuerying(b *testing.B) {
 	runtime.ReadMemStats(&ms)
 	b.ReportMetric(float64(ms.HeapInuse)/(1<<20), "heap-MiB")
 	res, err := session.CallTool(ctx, &mcp.CallToolParams{Name: "run_analysis",
-		Arguments: map[string]any{"sql": "SELECT sum(memory_usage_bytes) FROM duckdb_memory()"}})
+		Arguments: map[string]any{"sql": "SELECT sum(memory_usage_bytes)::DOUBLE FROM duckdb_memory()"}})
 	if err == nil && !res.IsError {
 		var out struct{ Rows [][]float64 }
 		raw, _ := json.Marshal(res.StructuredContent)

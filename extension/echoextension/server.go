@@ -139,7 +139,9 @@ func newAPIServer(ctx context.Context, cfg *Config, st *store.Store, set extensi
 		set.Logger.Warn("Echo API is serving plain HTTP (insecure_allow_plaintext): bearer tokens cross the network in the clear",
 			zap.String("endpoint", cfg.Server.Endpoint))
 	}
-	s.http = api.Serve(l, handler)
+	s.http = api.Serve(l, handler, func(err error) {
+		set.Logger.Error("Echo API listener stopped", zap.String("endpoint", cfg.Server.Endpoint), zap.Error(err))
+	})
 	return s, nil
 }
 

@@ -273,8 +273,8 @@ func (h *Handler) sql(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, res)
 }
 
-// Serve runs the handler on l until ctx is done or Shutdown.
-func Serve(l net.Listener, h http.Handler) *http.Server {
+// Serve runs the handler on l until Shutdown; onError hears why it stopped otherwise.
+func Serve(l net.Listener, h http.Handler, onError func(error)) *http.Server {
 	srv := &http.Server{
 		Handler:           h,
 		ReadHeaderTimeout: 10 * time.Second,
@@ -284,7 +284,7 @@ func Serve(l net.Listener, h http.Handler) *http.Server {
 	}
 	go func() {
 		if err := srv.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			_ = err // the listener closed under us; Shutdown reports the rest
+			onError(err)
 		}
 	}()
 	return srv

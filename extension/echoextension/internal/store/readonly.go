@@ -132,6 +132,11 @@ func readCapped(ctx context.Context, rows driver.Rows, lim QueryLimits) (*QueryR
 	bytes := 0
 	dest := make([]driver.Value, len(res.Columns))
 	for {
+		// Results stream in chunks after the statement ran; the deadline holds for
+		// reading them too.
+		if ctx.Err() != nil {
+			return nil, ErrQueryTimeout
+		}
 		if err := rows.Next(dest); err != nil {
 			if errors.Is(err, io.EOF) {
 				break

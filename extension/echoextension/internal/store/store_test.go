@@ -261,3 +261,44 @@ func TestQueryReadOnlyAnswersAndTruncates(t *testing.T) {
 		t.Fatalf("row cap: %d rows, truncated=%v; want 10, true", res.RowCount, res.Truncated)
 	}
 }
+
+// Retention runs while writers append: neither fails, and the old rows go.
+func TestRetentionBesideIngest(t *testing.T) {
+	s := openTest(t, filepath.Join(t.TempDir(), "echo.duckdb"))
+	defer s.Close()
+	ctx := context.Background()
+	now := time.Now()
+	if err := s.Append(ctx, testRows(5000, "old", now.Add(-48*time.Hour))); err != nil {
+		t.Fatal(err)
+	}
+	stop := make(chan struct{})
+	appendErr := make(chan error, 1)
+	appended := 0
+	go func() {
+		defer close(appendErr)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			if err := s.Append(ctx, testRows(1000, "new", time.Now())); err != nil {
+				appendErr <- err
+				return
+			}
+			appended += 1000
+		}
+	}()
+	time.Sleep(50 * time.Millisecond)
+	res, err := s.ApplyRetention(ctx, now, 24*time.Hour, 0)
+	close(stop)
+	if e := <-appendErr; e != nil {
+		t.Fatalf("append failed while retention ran: %v", e)
+	}
+	if err != nil {
+		t.Fatalf("retention failed beside ingest: %v", err)
+	}
+	if res.DeletedByAge != 5000 || count(t, s) != appended {
+		t.Fatalf("deleted %d (want 5000); %d rows left, %d appended", res.DeletedByAge, count(t, s), appended)
+	}
+}

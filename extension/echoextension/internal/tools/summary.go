@@ -173,6 +173,10 @@ func traceStatsTool(env *Env) (*Tool, error) {
 
 type apiNode struct{ api, node string }
 
+// maxBucketRows bounds what one get_trace_stats call reads into memory: about 4,000
+// (api, node) pairs at their widest spread of 250 buckets.
+const maxBucketRows = 1_000_000
+
 // callStats reads the per-minute bucket counts of per-call events and turns each (api,
 // node)'s buckets into percentiles.
 func callStats(ctx context.Context, env *Env, in TraceStatsInput, since, until time.Time) (map[apiNode]*TraceStat, error) {
@@ -183,7 +187,7 @@ func callStats(ctx context.Context, env *Env, in TraceStatsInput, since, until t
 	f.addIf(in.API != "", "api = ?", in.API)
 	f.name(in.Name)
 	rows, err := env.Store.DB().QueryContext(ctx, fmt.Sprintf(`SELECT api, node, bucket, sum(count)::BIGINT, any_value(unit)
-		FROM trace_rollup WHERE %s GROUP BY api, node, bucket ORDER BY api, node, bucket`, f.sql()), f.args...)
+		FROM trace_rollup WHERE %s GROUP BY api, node, bucket ORDER BY api, node, bucket LIMIT %d`, f.sql(), maxBucketRows), f.args...)
 	if err != nil {
 		return nil, fmt.Errorf("get_trace_stats: %w", err)
 	}
