@@ -6,6 +6,8 @@ package echoschema
 import (
 	"math"
 	"time"
+
+	"github.com/fathom-gpu/fathom/internal/semconv"
 )
 
 // Kinds of row: what the OTLP item was.
@@ -18,27 +20,26 @@ const (
 	KindSummary      = "summary"
 )
 
-// Attribute keys whose values get dedicated columns. internal/semconv will own these
-// names; they are spelled here until it lands.
+// Attribute keys whose values get dedicated columns; the names are internal/semconv's.
 const (
-	AttrCluster       = "fathom.cluster.name"
-	AttrNode          = "host.name"
-	AttrJob           = "fathom.job.name"
-	AttrCohort        = "fathom.cohort"
-	AttrRank          = "fathom.rank"
-	AttrLocalRank     = "fathom.local_rank"
-	AttrWorldSize     = "fathom.world_size"
-	AttrPID           = "process.pid"
-	AttrProcess       = "process.executable.name"
-	AttrThreadID      = "thread.id"
-	AttrCUDAAPI       = "cuda.api.name"
+	AttrCluster       = semconv.ClusterName
+	AttrNode          = semconv.HostName
+	AttrJob           = semconv.JobName
+	AttrCohort        = semconv.Cohort
+	AttrRank          = semconv.Rank
+	AttrLocalRank     = semconv.LocalRank
+	AttrWorldSize     = semconv.WorldSize
+	AttrPID           = semconv.ProcessPID
+	AttrProcess       = semconv.ProcessExecutableName
+	AttrThreadID      = semconv.ThreadID
+	AttrCUDAAPI       = semconv.CUDAAPIName
 	AttrNCCLOp        = "nccl.op"
 	AttrNCCLCommID    = "nccl.comm.id"
-	AttrEventName     = "event.name"
-	EventCausalChain  = "fathom.causal_chain"
-	AttrChainRoot     = "fathom.chain.root_cause"
-	AttrChainSeverity = "fathom.chain.severity"
-	AttrChainFix      = "fathom.chain.fix"
+	AttrEventName     = semconv.EventName
+	EventCausalChain  = semconv.EventCausalChain
+	AttrChainRoot     = semconv.ChainRootCause
+	AttrChainSeverity = semconv.ChainSeverity
+	AttrChainFix      = semconv.ChainFix
 )
 
 // Absent marks an integer column with no value (it is stored as NULL); ranks, pids and

@@ -22,6 +22,18 @@ const (
 	WorldSize             = "fathom.world_size"
 	CgroupPath            = "fathom.cgroup.path"
 	Synthetic             = "fathom.synthetic"
+	Cohort                = "fathom.cohort"
+	GPUModel              = "fathom.gpu.model"
+	CloudProvider         = "cloud.provider"
+)
+
+// The causal-chain records the node pipeline writes (log records with event.name
+// EventCausalChain), which the Echo store serves to agents.
+const (
+	EventCausalChain = "fathom.causal_chain"
+	ChainRootCause   = "fathom.chain.root_cause"
+	ChainSeverity    = "fathom.chain.severity"
+	ChainFix         = "fathom.chain.fix"
 )
 
 // Data point and log attributes.
@@ -104,6 +116,12 @@ var Attributes = []Doc{
 	{WorldSize, "resource", "", "number of ranks (WORLD_SIZE, SLURM_NTASKS, OMPI_COMM_WORLD_SIZE)"},
 	{CgroupPath, "resource", "", "cgroup v2 path of the process"},
 	{Synthetic, "resource", "", "true on everything the receiver's synthetic mode made up"},
+	{Cohort, "resource", "", "group of ranks compared with each other (a job's communicator, or a set the operator names)"},
+	{GPUModel, "resource", "", "GPU model, e.g. H100-SXM; prices straggler time in the Echo store's get_cost"},
+	{CloudProvider, "resource", "", "cloud provider (OTel name); prices straggler time with fathom.gpu.model"},
+	{ChainRootCause, "log", "", "on fathom.causal_chain records: the host cause found"},
+	{ChainSeverity, "log", "", "on fathom.causal_chain records: how much GPU time the chain cost"},
+	{ChainFix, "log", "", "on fathom.causal_chain records: what to change"},
 	{ThreadID, "point/log", "", "thread id; on thread metrics only for threads that call CUDA"},
 	{CUDAAPIName, "point/log", "", "probed function, e.g. cudaLaunchKernel, cuMemcpyHtoD_v2"},
 	{CUDALibrary, "point/log", "", "libcudart (runtime API) or libcuda (driver API)"},
@@ -160,4 +178,5 @@ var Events = []Doc{
 	{EventProcessExit, "log", "", "a traced process exited"},
 	{EventBlockIO, "log", "", "a block I/O request of a traced process completed"},
 	{EventTCPRetransmit, "log", "", "a TCP segment was retransmitted on the node"},
+	{EventCausalChain, "log", "", "a host event tied to CUDA/NCCL tail latency, with root cause and fix"},
 }

@@ -7,13 +7,15 @@ import (
 	"strings"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/fathom-gpu/fathom/internal/semconv"
 )
 
 // Attribute keys get_cost prices by; the node collector sets them from the cloud
 // metadata and the GPU it sees.
 const (
-	attrProvider = "cloud.provider"
-	attrGPUModel = "fathom.gpu.model"
+	attrProvider = semconv.CloudProvider
+	attrGPUModel = semconv.GPUModel
 )
 
 // Rates is the operator's price list: USD per GPU-hour by provider and GPU model.
