@@ -6,10 +6,12 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"hash/fnv"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"sort"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -362,5 +364,61 @@ func TestNCCLEveryLayoutDecoded(t *testing.T) {
 		if d.CommHash != all.CommHash || d.Rank != int32(i) || d.Nranks != 2 {
 			t.Errorf("destroy of InitAll rank %d: %+v", i, d)
 		}
+	}
+}
+
+// A port error injected into the fake libibverbs reaches the process's verbs event
+// thread as one async event; the probes see exactly that one, with its type, port and
+// device.
+func TestRDMAAsyncPortErrorSeenOnce(t *testing.T) {
+	privtest.Require(t)
+	paths := fakegpu.Build(t)
+	p, err := probes.Load(probes.Options{TraceAllCUDA: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	att, _, err := p.AttachLibrary(paths.IBVerbs, probes.LibIBVerbs)
+	if err != nil || len(att.APIs) != 1 || len(att.Missing) != 0 {
+		t.Fatalf("attach libibverbs: %+v %v", att, err)
+	}
+	fifo := filepath.Join(t.TempDir(), "ibv-events")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// Read-write: never blocks in open, whoever opens first.
+	w, err := os.OpenFile(fifo, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	run := fakegpu.StartDDP(t, paths, fakegpu.DDPOptions{
+		Ranks: 1, Steps: 400, BucketBytes: 4096, KernelTime: 10 * time.Microsecond, IB: true, Gate: true,
+		Env: []string{"FAKEIBV_EVENT_FIFO=" + fifo},
+	})
+	rec := newNCCLRecorder()
+	rec.watch(run.Ranks[0].Pid)
+	stop := runReader(t, p, rec)
+	if err := run.Release(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(100 * time.Millisecond) // the event thread parks in ibv_get_async_event
+	if _, err := w.WriteString("10 1\n"); err != nil {
+		t.Fatal(err)
+	}
+	reports, err := run.Wait(time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop()
+	if reports[0].IBEvents != 1 || reports[0].IBLastEvent != 10 {
+		t.Fatalf("the rank got %d events, last %d", reports[0].IBEvents, reports[0].IBLastEvent)
+	}
+	if len(rec.rdma) != 1 {
+		t.Fatalf("%d verbs events seen, want 1", len(rec.rdma))
+	}
+	ev := rec.rdma[0]
+	if probes.IBVEventName(ev.EventType) != "PORT_ERR" || !probes.IBVFabricError(ev.EventType) || ev.Port != 1 || ev.DeviceName() != "mlx5_0" {
+		t.Errorf("event %s port %d device %q", probes.IBVEventName(ev.EventType), ev.Port, ev.DeviceName())
 	}
 }
