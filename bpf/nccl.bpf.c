@@ -23,6 +23,7 @@ const enum nccl_api *unused_nccl_api __attribute__((unused));
 #define NCCL_ID_BYTES 128
 #define NCCL_INIT_ALL_MAX 64
 #define NCCL_SPLIT_NOCOLOR -1
+#define NCCL_IN_PROGRESS 7 /* non-blocking init: the comm pointer is valid, setup goes on */
 
 #define FNV_OFFSET 14695981039346656037ULL
 #define FNV_PRIME 1099511628211ULL
@@ -393,7 +394,7 @@ int BPF_KRETPROBE(leave_nccl)
 	struct nccl_call_event *ev = reserve_event(sizeof(*ev));
 	if (!ev) {
 		/* The communicator must still be remembered, or all its later calls go unnamed. */
-		if (ret == 0 && (makes_comm(api) || api == NCCL_COMM_INIT_ALL)) {
+		if ((ret == 0 || ret == NCCL_IN_PROGRESS) && (makes_comm(api) || api == NCCL_COMM_INIT_ALL)) {
 			struct nccl_call_event scratch = {};
 			remember_comms(api, tgid, e, &scratch);
 		}
@@ -423,7 +424,7 @@ int BPF_KRETPROBE(leave_nccl)
 	if (makes_comm(api) || api == NCCL_COMM_INIT_ALL) {
 		if (api == NCCL_COMM_SPLIT)
 			ev->peer = NCCL_NO_PEER; /* the color was only kept for the hash */
-		if (ret == 0)
+		if (ret == 0 || ret == NCCL_IN_PROGRESS)
 			remember_comms(api, tgid, e, ev);
 	} else if (e->comm) {
 		struct comm_key key = {.comm = e->comm, .tgid = tgid};
