@@ -279,7 +279,9 @@ enum nccl_api {
 	NCCL_RECV = 14,
 	NCCL_GROUP_START = 15,
 	NCCL_GROUP_END = 16,
-	NCCL_API_COUNT = 17,
+	NCCL_COMM_COUNT = 17,     /* queries: only fill in what a split left unknown; no event */
+	NCCL_COMM_USER_RANK = 18,
+	NCCL_API_COUNT = 19,
 };
 
 #define NCCL_NO_PEER -1

@@ -297,6 +297,34 @@ int BPF_KPROBE(enter_nccl_peer)
 	return 0;
 }
 
+/* ncclCommCount(comm, int *count), ncclCommUserRank(comm, int *rank): the out-pointer
+ * is kept in count and read back at return. */
+SEC("uprobe")
+int BPF_KPROBE(enter_nccl_comm_query)
+{
+	struct nccl_entry *e = begin(ctx, NULL);
+	if (!e)
+		return 0;
+	e->comm = PT_REGS_PARM1(ctx);
+	e->count = PT_REGS_PARM2(ctx);
+	return 0;
+}
+
+/* A communicator made by ncclCommSplit has no known rank or size until the program asks
+ * NCCL for them (PyTorch and most frameworks do, right after the split). */
+static __always_inline void learn_from_query(__u32 api, __u32 tgid, struct nccl_entry *e)
+{
+	struct comm_key key = {.comm = e->comm, .tgid = tgid};
+	struct comm_state *st = bpf_map_lookup_elem(&nccl_comms, &key);
+	__s32 v = -1;
+	if (!st || !e->count || bpf_probe_read_user(&v, sizeof(v), (void *)e->count) || v < 0)
+		return;
+	if (api == NCCL_COMM_USER_RANK && st->rank < 0)
+		st->rank = v;
+	else if (api == NCCL_COMM_COUNT && st->nranks < 0)
+		st->nranks = v;
+}
+
 /* ncclGroupStart(void), ncclGroupEnd(void). */
 SEC("uprobe")
 int BPF_KPROBE(enter_nccl_group)
@@ -390,6 +418,12 @@ int BPF_KRETPROBE(leave_nccl)
 		t->group_depth--; /* NCCL closes the group even when it reports an error */
 
 	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
+	if (api == NCCL_COMM_COUNT || api == NCCL_COMM_USER_RANK) {
+		if (ret == 0)
+			learn_from_query(api, tgid, e);
+		e->ts = 0;
+		return 0;
+	}
 	__u64 now = bpf_ktime_get_ns();
 	struct nccl_call_event *ev = reserve_event(sizeof(*ev));
 	if (!ev) {

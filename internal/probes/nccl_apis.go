@@ -27,6 +27,7 @@ func ncclBroadcast(p *ncclPrograms) *ebpf.Program { return p.EnterNcclBroadcast 
 func ncclReduce(p *ncclPrograms) *ebpf.Program    { return p.EnterNcclReduce }
 func ncclPeer(p *ncclPrograms) *ebpf.Program      { return p.EnterNcclPeer }
 func ncclGroup(p *ncclPrograms) *ebpf.Program     { return p.EnterNcclGroup }
+func ncclQuery(p *ncclPrograms) *ebpf.Program     { return p.EnterNcclCommQuery }
 
 // NCCL API IDs, for callers that single some out.
 const (
@@ -46,6 +47,8 @@ const (
 	NCCLRecv               = uint32(ncclNcclApiNCCL_RECV)
 	NCCLGroupStart         = uint32(ncclNcclApiNCCL_GROUP_START)
 	NCCLGroupEnd           = uint32(ncclNcclApiNCCL_GROUP_END)
+	NCCLCommCount          = uint32(ncclNcclApiNCCL_COMM_COUNT)
+	NCCLCommUserRank       = uint32(ncclNcclApiNCCL_COMM_USER_RANK)
 	// NCCLAPICount bounds NCCL API IDs: every ID is in [1, NCCLAPICount).
 	NCCLAPICount = int(ncclNcclApiNCCL_API_COUNT)
 )
@@ -68,6 +71,9 @@ var NCCLAPIs = []NCCLAPI{
 	{NCCLRecv, "ncclRecv", ncclPeer},
 	{NCCLGroupStart, "ncclGroupStart", ncclGroup},
 	{NCCLGroupEnd, "ncclGroupEnd", ncclGroup},
+	// Probed to learn a split communicator's rank and size; they make no event.
+	{NCCLCommCount, "ncclCommCount", ncclQuery},
+	{NCCLCommUserRank, "ncclCommUserRank", ncclQuery},
 }
 
 var ncclNames = func() [NCCLAPICount]string {

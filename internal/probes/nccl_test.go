@@ -341,8 +341,10 @@ func TestNCCLEveryLayoutDecoded(t *testing.T) {
 	}
 	onSplit := byAPI["ncclAllReduce"][1]
 	split := one("ncclCommSplit")
-	if split.Comm != got.Split || split.CommHash == 0 || split.CommHash == hash || onSplit.Comm != got.Split ||
-		onSplit.CommHash != split.CommHash || onSplit.Seq != 0 || onSplit.Count != 18 {
+	// The split's own record cannot know rank and size; the all-reduce after the program
+	// asked ncclCommUserRank and ncclCommCount does.
+	if split.Comm != got.Split || split.CommHash == 0 || split.CommHash == hash || split.Rank != -1 || onSplit.Comm != got.Split ||
+		onSplit.CommHash != split.CommHash || onSplit.Seq != 0 || onSplit.Count != 18 || onSplit.Rank != 0 || onSplit.Nranks != 1 {
 		t.Errorf("split: %+v; all-reduce on it: %+v", split, onSplit)
 	}
 	cfg := one("ncclCommInitRankConfig")

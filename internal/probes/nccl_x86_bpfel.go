@@ -49,7 +49,9 @@ const (
 	ncclNcclApiNCCL_RECV                  ncclNcclApi = 14
 	ncclNcclApiNCCL_GROUP_START           ncclNcclApi = 15
 	ncclNcclApiNCCL_GROUP_END             ncclNcclApi = 16
-	ncclNcclApiNCCL_API_COUNT             ncclNcclApi = 17
+	ncclNcclApiNCCL_COMM_COUNT            ncclNcclApi = 17
+	ncclNcclApiNCCL_COMM_USER_RANK        ncclNcclApi = 18
+	ncclNcclApiNCCL_API_COUNT             ncclNcclApi = 19
 )
 
 type ncclNcclCallEvent struct {
@@ -142,6 +144,7 @@ const (
 	ncclProgEnterNcclAllGather = "enter_nccl_all_gather"
 	ncclProgEnterNcclBroadcast = "enter_nccl_broadcast"
 	ncclProgEnterNcclComm      = "enter_nccl_comm"
+	ncclProgEnterNcclCommQuery = "enter_nccl_comm_query"
 	ncclProgEnterNcclGroup     = "enter_nccl_group"
 	ncclProgEnterNcclInitAll   = "enter_nccl_init_all"
 	ncclProgEnterNcclInitRank  = "enter_nccl_init_rank"
@@ -200,6 +203,7 @@ type ncclProgramSpecs struct {
 	EnterNcclAllGather *ebpf.ProgramSpec `ebpf:"enter_nccl_all_gather"`
 	EnterNcclBroadcast *ebpf.ProgramSpec `ebpf:"enter_nccl_broadcast"`
 	EnterNcclComm      *ebpf.ProgramSpec `ebpf:"enter_nccl_comm"`
+	EnterNcclCommQuery *ebpf.ProgramSpec `ebpf:"enter_nccl_comm_query"`
 	EnterNcclGroup     *ebpf.ProgramSpec `ebpf:"enter_nccl_group"`
 	EnterNcclInitAll   *ebpf.ProgramSpec `ebpf:"enter_nccl_init_all"`
 	EnterNcclInitRank  *ebpf.ProgramSpec `ebpf:"enter_nccl_init_rank"`
@@ -292,6 +296,7 @@ type ncclPrograms struct {
 	EnterNcclAllGather *ebpf.Program `ebpf:"enter_nccl_all_gather"`
 	EnterNcclBroadcast *ebpf.Program `ebpf:"enter_nccl_broadcast"`
 	EnterNcclComm      *ebpf.Program `ebpf:"enter_nccl_comm"`
+	EnterNcclCommQuery *ebpf.Program `ebpf:"enter_nccl_comm_query"`
 	EnterNcclGroup     *ebpf.Program `ebpf:"enter_nccl_group"`
 	EnterNcclInitAll   *ebpf.Program `ebpf:"enter_nccl_init_all"`
 	EnterNcclInitRank  *ebpf.Program `ebpf:"enter_nccl_init_rank"`
@@ -307,6 +312,7 @@ func (p *ncclPrograms) Close() error {
 		p.EnterNcclAllGather,
 		p.EnterNcclBroadcast,
 		p.EnterNcclComm,
+		p.EnterNcclCommQuery,
 		p.EnterNcclGroup,
 		p.EnterNcclInitAll,
 		p.EnterNcclInitRank,

@@ -42,6 +42,9 @@ int main(void)
 	CHECK(ncclRecv(buf_b, 17, ncclInt32, 0, comm, (cudaStream_t)((uintptr_t)s + 8)));
 	CHECK(ncclGroupEnd());
 	CHECK(ncclCommSplit(comm, 3, 0, &split, NULL));
+	int split_rank = -1, split_size = -1;
+	CHECK(ncclCommUserRank(split, &split_rank));
+	CHECK(ncclCommCount(split, &split_size));
 	CHECK(ncclAllReduce(buf_a, buf_b, 18, ncclFloat32, ncclSum, split, (cudaStream_t)((uintptr_t)s + 9)));
 	CHECK(ncclCommDestroy(split));
 	ncclUniqueId id2;
