@@ -22,6 +22,8 @@ enum event_kind {
 	EVENT_BLOCK_IO = 6,
 	EVENT_TCP_RETRANSMIT = 7,
 	EVENT_PROC_IDENTITY = 8,  /* a process's first traced call: its environment and comm */
+	EVENT_NCCL_CALL = 9,      /* one NCCL call: communicator, rank, op, bytes, sequence */
+	EVENT_RDMA_ASYNC = 10,    /* one verbs asynchronous event (port error, QP fatal ...) */
 };
 
 /* Why an event or a kernel-side sample was lost. Counted per CPU, read by userspace. */
@@ -255,3 +257,62 @@ static __always_inline void submit_event(void *e)
 {
 	bpf_ringbuf_submit(e, BPF_RB_NO_WAKEUP);
 }
+
+/* ---- NCCL and RDMA (bpf/nccl.bpf.c, bpf/rdma.bpf.c) ---- */
+
+/* Every NCCL function the uprobes decode; the attach cookie. Values are stable. */
+enum nccl_api {
+	NCCL_API_UNKNOWN = 0,
+	NCCL_COMM_INIT_RANK = 1,
+	NCCL_COMM_INIT_RANK_CONFIG = 2,
+	NCCL_COMM_INIT_ALL = 3,
+	NCCL_COMM_SPLIT = 4,
+	NCCL_COMM_DESTROY = 5,
+	NCCL_COMM_ABORT = 6,
+	NCCL_ALL_REDUCE = 7,
+	NCCL_ALL_GATHER = 8,
+	NCCL_REDUCE_SCATTER = 9,
+	NCCL_BROADCAST = 10,
+	NCCL_BCAST = 11,
+	NCCL_REDUCE = 12,
+	NCCL_SEND = 13,
+	NCCL_RECV = 14,
+	NCCL_GROUP_START = 15,
+	NCCL_GROUP_END = 16,
+	NCCL_COMM_COUNT = 17,     /* queries: only fill in what a split left unknown; no event */
+	NCCL_COMM_USER_RANK = 18,
+	NCCL_API_COUNT = 19,
+};
+
+#define NCCL_NO_PEER -1
+#define NCCL_NO_VALUE 0xff
+
+struct nccl_call_event {
+	struct event_header hdr;  /* ts_ns is the call's entry time */
+	__u64 duration_ns;        /* entry to return */
+	__u64 comm;               /* ncclComm_t: process-local, tells communicators of one process apart */
+	__u64 comm_hash;          /* FNV-1a 64 of the 128-byte ncclUniqueId: the same on every rank; 0 = unknown */
+	__u64 count;              /* element count argument */
+	__u64 bytes;              /* count x element size */
+	__u64 stream;             /* cudaStream_t */
+	__u64 seq;                /* collectives: per (comm, rank); send/recv: per (comm, peer, direction) */
+	__s32 rank;               /* in the communicator; -1 = unknown */
+	__s32 nranks;             /* -1 = unknown */
+	__s32 peer;               /* send/recv peer, broadcast/reduce root; -1 otherwise */
+	__s32 ret;                /* ncclResult_t */
+	__u32 api;                /* enum nccl_api */
+	__u32 group_depth;        /* ncclGroupStart nesting at entry; > 0: the call only queued work */
+	__u8 datatype;            /* ncclDataType_t; NCCL_NO_VALUE when the call has none */
+	__u8 redop;               /* ncclRedOp_t; NCCL_NO_VALUE when the call has none */
+	__u8 has_seq;             /* seq is meaningful (a call on a known communicator) */
+	__u8 _pad[5];
+};
+
+#define RDMA_DEVICE_NAME_MAX 64
+
+struct rdma_async_event {
+	struct event_header hdr;  /* ts_ns: when ibv_get_async_event returned the event */
+	__u32 event_type;         /* enum ibv_event_type */
+	__s32 port;               /* element.port_num for port events, -1 otherwise */
+	char device[RDMA_DEVICE_NAME_MAX]; /* context->device->name, e.g. mlx5_0 */
+};

@@ -5,6 +5,7 @@
  * emulate the probed `push %rbp` instead of single-stepping. At entry %rsp points at the
  * return address, so the first stack-passed argument is at 8(%rsp). */
 #include "common.h"
+#include "traced.h"
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
 
@@ -21,43 +22,6 @@ const enum drop_reason *unused_drop_reason __attribute__((unused));
 
 const struct process_identity_event *unused_process_identity_event __attribute__((unused));
 
-static __always_inline void emit_identity(void)
-{
-	struct process_identity_event *ev = reserve_event(sizeof(*ev));
-	if (!ev)
-		return;
-	fill_header(&ev->hdr, EVENT_PROC_IDENTITY, bpf_ktime_get_ns());
-	bpf_get_current_comm(ev->comm, sizeof(ev->comm));
-	struct task_struct *task = bpf_get_current_task_btf();
-	__u64 start = BPF_CORE_READ(task, mm, env_start), end = BPF_CORE_READ(task, mm, env_end);
-	__u64 len = end > start ? end - start : 0;
-	if (len > IDENTITY_ENV_MAX)
-		len = IDENTITY_ENV_MAX;
-	ev->env_len = 0;
-	if (len > 0 && bpf_probe_read_user(ev->env, len, (void *)start) == 0)
-		ev->env_len = len;
-	submit_event(ev);
-}
-
-static __always_inline bool should_trace(__u32 tgid)
-{
-	if (pid_traced(tgid))
-		return true;
-	__u8 source = TRACED_BY_PROBE;
-	if (!trace_all_cuda) {
-		__u64 cg = bpf_get_current_cgroup_id();
-		if (!bpf_map_lookup_elem(&traced_cgroups, &cg))
-			return false;
-		source = TRACED_BY_CONFIG;
-	}
-	/* First call of a new process: from now on its threads' host events are traced too. */
-	if (bpf_map_update_elem(&traced_pids, &tgid, &source, BPF_NOEXIST) == 0)
-		emit_identity();
-	else if (!pid_traced(tgid))
-		count_drop(DROP_TRACED_SET_FULL);
-	return true;
-}
-
 /* begin claims this thread's slot for the API being entered and stamps the entry
  * time, or returns NULL when the process is not traced. */
 static __always_inline struct call_entry *begin(struct pt_regs *ctx)
@@ -66,7 +30,7 @@ static __always_inline struct call_entry *begin(struct pt_regs *ctx)
 	struct thread_calls *tc = bpf_task_storage_get(&thread_calls, task, 0, 0);
 	if (!tc) {
 		/* A thread's first call: decide once whether its process is traced. */
-		if (!should_trace(bpf_get_current_pid_tgid() >> 32))
+		if (!process_traced(bpf_get_current_pid_tgid() >> 32, trace_all_cuda))
 			return NULL;
 		tc = bpf_task_storage_get(&thread_calls, task, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
 		if (!tc) {

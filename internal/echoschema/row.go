@@ -33,8 +33,8 @@ const (
 	AttrProcess       = semconv.ProcessExecutableName
 	AttrThreadID      = semconv.ThreadID
 	AttrCUDAAPI       = semconv.CUDAAPIName
-	AttrNCCLOp        = "nccl.op"
-	AttrNCCLCommID    = "nccl.comm.id"
+	AttrNCCLOp        = semconv.NCCLOp
+	AttrNCCLCommID    = semconv.NCCLCommID
 	AttrEventName     = semconv.EventName
 	EventCausalChain  = semconv.EventCausalChain
 	AttrChainRoot     = semconv.ChainRootCause

@@ -110,3 +110,5 @@ func (discard) Process(probes.EventKind, *probes.ProcessEvent) {}
 func (discard) BlockIO(*probes.BlockIO)                        {}
 func (discard) Identity(*probes.ProcessIdentity)               {}
 func (discard) TCPRetransmit(*probes.TCPRetransmit)            {}
+func (discard) NCCLCall(*probes.NCCLCall)                      {}
+func (discard) RDMAAsync(*probes.RDMAAsyncEvent)               {}

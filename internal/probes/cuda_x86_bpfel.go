@@ -97,6 +97,8 @@ const (
 	cudaEventKindEVENT_BLOCK_IO       cudaEventKind = 6
 	cudaEventKindEVENT_TCP_RETRANSMIT cudaEventKind = 7
 	cudaEventKindEVENT_PROC_IDENTITY  cudaEventKind = 8
+	cudaEventKindEVENT_NCCL_CALL      cudaEventKind = 9
+	cudaEventKindEVENT_RDMA_ASYNC     cudaEventKind = 10
 )
 
 type cudaMemcpyKind uint32

@@ -16,6 +16,10 @@ type (
 	// ProcessIdentity is a process's environment and comm, copied by the kernel at its
 	// first traced call (Env[:EnvLen] is NUL-separated KEY=VALUE).
 	ProcessIdentity = cudaProcessIdentityEvent
+	// NCCLCall is one NCCL call; Hdr.TsNs is its entry, Hdr.TsNs+DurationNs its return.
+	NCCLCall = ncclNcclCallEvent
+	// RDMAAsyncEvent is one verbs asynchronous event a process received.
+	RDMAAsyncEvent = rdmaRdmaAsyncEvent
 )
 
 // EventKind is enum event_kind.
@@ -30,6 +34,8 @@ const (
 	KindBlockIO       = EventKind(cudaEventKindEVENT_BLOCK_IO)
 	KindTCPRetransmit = EventKind(cudaEventKindEVENT_TCP_RETRANSMIT)
 	KindIdentity      = EventKind(cudaEventKindEVENT_PROC_IDENTITY)
+	KindNCCLCall      = EventKind(cudaEventKindEVENT_NCCL_CALL)
+	KindRDMAAsync     = EventKind(cudaEventKindEVENT_RDMA_ASYNC)
 )
 
 // Handler receives decoded events. Pointers are valid only during the call: the
@@ -41,6 +47,8 @@ type Handler interface {
 	BlockIO(*BlockIO)
 	TCPRetransmit(*TCPRetransmit)
 	Identity(*ProcessIdentity)
+	NCCLCall(*NCCLCall)
+	RDMAAsync(*RDMAAsyncEvent)
 }
 
 var kindOffset = unsafe.Offsetof(EventHeader{}.Kind)
@@ -83,6 +91,16 @@ func Decode(raw []byte, h Handler) error {
 			h.Identity(ev)
 			return nil
 		}
+	case KindNCCLCall:
+		if ev, ok := cast[NCCLCall](raw); ok {
+			h.NCCLCall(ev)
+			return nil
+		}
+	case KindRDMAAsync:
+		if ev, ok := cast[RDMAAsyncEvent](raw); ok {
+			h.RDMAAsync(ev)
+			return nil
+		}
 	default:
 		return fmt.Errorf("unknown event kind %d", kind)
 	}
@@ -107,6 +125,21 @@ func (ev *ProcessIdentity) EnvBytes() []byte {
 func Comm(c [16]int8) string {
 	b := make([]byte, 0, len(c))
 	for _, ch := range c {
+		if ch == 0 {
+			break
+		}
+		b = append(b, byte(ch))
+	}
+	return string(b)
+}
+
+// HasPeer says whether the call names a peer (send/recv) or root (broadcast, reduce).
+func (ev *NCCLCall) HasPeer() bool { return ev.Peer >= 0 }
+
+// DeviceName is the verbs device the event came from (mlx5_0 ...).
+func (ev *RDMAAsyncEvent) DeviceName() string {
+	b := make([]byte, 0, len(ev.Device))
+	for _, ch := range ev.Device {
 		if ch == 0 {
 			break
 		}

@@ -33,6 +33,8 @@ type Options struct {
 type Probes struct {
 	cuda cudaObjects
 	host hostObjects
+	nccl ncclObjects
+	rdma rdmaObjects
 
 	mu          sync.Mutex
 	links       []link.Link
@@ -95,6 +97,11 @@ func Load(opts Options) (*Probes, error) {
 		p.cuda.Close()
 		return nil, explainLoadError("host probes", err)
 	}
+	if err := p.loadFabric(opts, shared); err != nil {
+		p.host.Close()
+		p.cuda.Close()
+		return nil, err
+	}
 	if p.reader, err = ringbuf.NewReader(p.cuda.Events); err != nil {
 		p.Close()
 		return nil, fmt.Errorf("open event ring: %w", err)
@@ -149,11 +156,10 @@ func (p *Probes) AttachLibrary(path string, lib Library) (att LibraryAttachment,
 	if prev, seen := p.attached[id]; seen {
 		return prev, false, nil
 	}
-	var wanted []string
-	for _, a := range APIs {
-		if a.Library == lib {
-			wanted = append(wanted, a.Symbol)
-		}
+	points := p.attachPoints(lib)
+	wanted := make([]string, 0, len(points))
+	for _, pt := range points {
+		wanted = append(wanted, pt.symbol)
 	}
 	syms, err := readSymbols(path, wanted)
 	if err != nil {
@@ -165,33 +171,26 @@ func (p *Probes) AttachLibrary(path string, lib Library) (att LibraryAttachment,
 	}
 	att = LibraryAttachment{Path: path, Library: lib}
 	var added []link.Link
-	for _, a := range APIs {
-		if a.Library != lib {
-			continue
-		}
-		offset, defined := syms[a.Symbol]
+	for _, pt := range points {
+		offset, defined := syms[pt.symbol]
 		if !defined {
-			att.Missing = append(att.Missing, a.Symbol)
+			att.Missing = append(att.Missing, pt.symbol)
 			continue
 		}
-		entryProg, returnProg := a.entry(&p.cuda.cudaPrograms), p.cuda.LeaveCall
-		if p.baseline {
-			entryProg, returnProg = p.cuda.EmptyEntry, p.cuda.EmptyReturn
-		}
-		entry, err := ex.Uprobe(a.Symbol, entryProg, &link.UprobeOptions{Offset: offset, Cookie: uint64(a.ID)})
+		entry, err := ex.Uprobe(pt.symbol, pt.entry, &link.UprobeOptions{Offset: offset, Cookie: pt.cookie})
 		if err != nil {
 			closeAll(added)
-			return att, false, fmt.Errorf("uprobe %s in %s: %w", a.Symbol, path, err)
+			return att, false, fmt.Errorf("uprobe %s in %s: %w", pt.symbol, path, err)
 		}
 		// The return probe goes on the symbol itself: it only replaces the return
 		// address, which is the same wherever in the prologue it is taken.
-		ret, err := ex.Uretprobe(a.Symbol, returnProg, &link.UprobeOptions{Offset: offset, Cookie: uint64(a.ID)})
+		ret, err := ex.Uretprobe(pt.symbol, pt.ret, &link.UprobeOptions{Offset: offset, Cookie: pt.cookie})
 		if err != nil {
 			closeAll(append(added, entry))
-			return att, false, fmt.Errorf("uretprobe %s in %s: %w", a.Symbol, path, err)
+			return att, false, fmt.Errorf("uretprobe %s in %s: %w", pt.symbol, path, err)
 		}
 		added = append(added, entry, ret)
-		att.APIs = append(att.APIs, a.Symbol)
+		att.APIs = append(att.APIs, pt.symbol)
 	}
 	p.links = append(p.links, added...)
 	p.attached[id] = att
@@ -271,6 +270,8 @@ func (p *Probes) Close() error {
 	if p.reader != nil {
 		_ = p.reader.Close()
 	}
+	p.rdma.Close()
+	p.nccl.Close()
 	p.host.Close()
 	return p.cuda.Close()
 }

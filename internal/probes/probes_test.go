@@ -40,6 +40,8 @@ func (r *recorder) Process(kind probes.EventKind, ev *probes.ProcessEvent) {
 func (r *recorder) BlockIO(*probes.BlockIO)             {}
 func (r *recorder) TCPRetransmit(*probes.TCPRetransmit) {}
 func (r *recorder) Identity(*probes.ProcessIdentity)    {}
+func (r *recorder) NCCLCall(*probes.NCCLCall)           {}
+func (r *recorder) RDMAAsync(*probes.RDMAAsyncEvent)    {}
 
 func loadAndAttach(t *testing.T, paths fakegpu.Paths) *probes.Probes {
 	t.Helper()

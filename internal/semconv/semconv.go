@@ -62,6 +62,29 @@ const (
 	DestAddress       = "destination.address"
 	DestPort          = "destination.port"
 	ReceiverDropCause = "fathom.drop.reason"
+
+	NCCLCommID       = "nccl.comm.id"
+	NCCLRank         = "nccl.rank"
+	NCCLNRanks       = "nccl.nranks"
+	NCCLOp           = "nccl.op"
+	NCCLSeq          = "nccl.seq"
+	NCCLPeer         = "nccl.peer"
+	NCCLCount        = "nccl.count"
+	NCCLBytes        = "nccl.bytes"
+	NCCLDataType     = "nccl.datatype"
+	NCCLReduceOp     = "nccl.reduce_op"
+	NCCLStream       = "nccl.stream"
+	NCCLGroupDepth   = "nccl.group.depth"
+	NCCLResult       = "nccl.result"
+	NCCLEntryTime    = "nccl.entry.time_unix_nano"
+	NCCLReturnTime   = "nccl.return.time_unix_nano"
+	RDMADevice       = "rdma.device"
+	RDMAPort         = "rdma.port"
+	RDMATransport    = "rdma.transport"
+	RDMACounter      = "rdma.counter"
+	NetworkDirection = "network.io.direction"
+	RDMAEventType    = "rdma.async_event.type"
+	RDMAFabricError  = "rdma.async_event.fabric_error"
 )
 
 // Metric names.
@@ -84,16 +107,28 @@ const (
 	MetricReceiverEvents      = "fathom.receiver.events"
 	MetricReceiverDrops       = "fathom.receiver.drops"
 	MetricReceiverProbes      = "fathom.receiver.probes"
+	MetricNCCLDuration        = "nccl.call.duration"
+	MetricNCCLCalls           = "nccl.calls"
+	MetricNCCLBytes           = "nccl.bytes"
+	MetricNCCLErrors          = "nccl.errors"
+	MetricRDMAPortErrors      = "rdma.port.errors"
+	MetricRDMAPortIO          = "rdma.port.io"
+	MetricRDMAPortPackets     = "rdma.port.packets"
+	MetricRDMAPortXmitWait    = "rdma.port.xmit_wait"
+	MetricRDMAAsyncEvents     = "rdma.async_events"
 )
 
 // Log event names (event.name).
 const (
-	EventCUDACall      = "cuda.api.call"
-	EventProcessFork   = "process.fork"
-	EventProcessExec   = "process.exec"
-	EventProcessExit   = "process.exit"
-	EventBlockIO       = "host.block.io"
-	EventTCPRetransmit = "host.tcp.retransmit"
+	EventCUDACall       = "cuda.api.call"
+	EventProcessFork    = "process.fork"
+	EventProcessExec    = "process.exec"
+	EventProcessExit    = "process.exit"
+	EventBlockIO        = "host.block.io"
+	EventTCPRetransmit  = "host.tcp.retransmit"
+	EventNCCLCollective = "nccl.collective"
+	EventNCCLCall       = "nccl.call"
+	EventRDMAAsync      = "rdma.async_event"
 )
 
 // Doc is one row of the generated convention tables.
@@ -145,7 +180,29 @@ var Attributes = []Doc{
 	{SourcePort, "log", "", "local port"},
 	{DestAddress, "log", "", "peer address"},
 	{DestPort, "log", "", "peer port"},
-	{ReceiverDropCause, "point", "", "why events were lost: ringbuf_full, entry_missing, traced_set_full, log_rate, cardinality, decode"},
+	{ReceiverDropCause, "point", "", "why events were lost: ringbuf_full, entry_missing, traced_set_full, log_rate, nccl_log_rate, cardinality, decode"},
+	{NCCLCommID, "point/log", "", "communicator: 16 hex digits of FNV-1a 64 over its 128-byte ncclUniqueId, the same on every rank"},
+	{NCCLRank, "point/log", "", "rank in the communicator (-1: unknown, e.g. after ncclCommSplit)"},
+	{NCCLNRanks, "point/log", "", "ranks in the communicator (-1: unknown)"},
+	{NCCLOp, "point/log", "", "all_reduce, all_gather, reduce_scatter, broadcast, bcast, reduce, send, recv, group_start, group_end, comm_init_rank, comm_init_rank_config, comm_init_all, comm_split, comm_destroy, comm_abort"},
+	{NCCLSeq, "log", "", "collectives: per (communicator, rank) call number, equal on every rank for the same collective; send/recv: per (communicator, peer, direction)"},
+	{NCCLPeer, "log", "", "send/recv peer rank, or broadcast/reduce root"},
+	{NCCLCount, "log", "", "element count argument"},
+	{NCCLBytes, "log", "By", "count x element size"},
+	{NCCLDataType, "log", "", "ncclDataType_t: float32, bfloat16 ..."},
+	{NCCLReduceOp, "log", "", "ncclRedOp_t: sum, prod, max, min, avg, custom"},
+	{NCCLStream, "log", "", "CUDA stream the operation was enqueued on"},
+	{NCCLGroupDepth, "log", "", "ncclGroupStart nesting at the call; > 0: the call only queued work, ncclGroupEnd ran it"},
+	{NCCLResult, "log", "", "ncclResult_t returned"},
+	{NCCLEntryTime, "log", "ns", "wall-clock time the call was entered (also the record's timestamp)"},
+	{NCCLReturnTime, "log", "ns", "wall-clock time the call returned"},
+	{RDMADevice, "point/log", "", "RDMA device, e.g. mlx5_0"},
+	{RDMAPort, "point/log", "", "port number of the device"},
+	{RDMATransport, "point", "", "infiniband or roce (from the port's link_layer)"},
+	{RDMACounter, "point", "", "sysfs error counter: port_rcv_errors, symbol_error, link_downed, port_xmit_discards, local_link_integrity_errors ..."},
+	{NetworkDirection, "point", "", "receive or transmit"},
+	{RDMAEventType, "point/log", "", "enum ibv_event_type without IBV_EVENT_: PORT_ERR, PORT_ACTIVE, QP_FATAL, DEVICE_FATAL, GID_CHANGE ..."},
+	{RDMAFabricError, "point/log", "", "true for events that mean something failed (port, QP, CQ, SRQ, WQ, device, path migration)"},
 }
 
 // Metrics documents every metric.
@@ -168,6 +225,15 @@ var Metrics = []Doc{
 	{MetricReceiverEvents, "sum", "{event}", "events the receiver decoded, by event.name"},
 	{MetricReceiverDrops, "sum", "{event}", "events lost, by reason"},
 	{MetricReceiverProbes, "gauge", "{probe}", "attached probes (uprobes, uretprobes, tracepoints)"},
+	{MetricNCCLDuration, "exponential histogram", "s", "duration of NCCL calls per process, communicator, rank and op"},
+	{MetricNCCLCalls, "sum", "{call}", "NCCL calls per process, communicator, rank and op"},
+	{MetricNCCLBytes, "sum", "By", "bytes named by NCCL calls (count x element size) per communicator, rank and op"},
+	{MetricNCCLErrors, "sum", "{call}", "NCCL calls that returned an error"},
+	{MetricRDMAPortErrors, "sum", "{error}", "sysfs error counters of RDMA ports, by device, port, transport and counter"},
+	{MetricRDMAPortIO, "sum", "By", "bytes through RDMA ports (port_rcv_data / port_xmit_data x 4), by direction"},
+	{MetricRDMAPortPackets, "sum", "{packet}", "packets through RDMA ports, by direction"},
+	{MetricRDMAPortXmitWait, "sum", "{tick}", "ticks an RDMA port had data to send but no credits (congestion)"},
+	{MetricRDMAAsyncEvents, "sum", "{event}", "verbs asynchronous events received on the node, by type and fabric_error"},
 }
 
 // Events documents every log event name.
@@ -179,4 +245,7 @@ var Events = []Doc{
 	{EventBlockIO, "log", "", "a block I/O request of a traced process completed"},
 	{EventTCPRetransmit, "log", "", "a TCP segment was retransmitted on the node"},
 	{EventCausalChain, "log", "", "a host event tied to CUDA/NCCL tail latency, with root cause and fix"},
+	{EventNCCLCollective, "log", "", "one collective or send/recv: communicator, rank, op, seq, entry and return times, bytes, peer (docs/nccl.md)"},
+	{EventNCCLCall, "log", "", "one other NCCL call: communicator setup and teardown, group start/end"},
+	{EventRDMAAsync, "log", "", "a verbs asynchronous event on the node: device, type, port"},
 }

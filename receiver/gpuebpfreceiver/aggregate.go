@@ -40,6 +40,7 @@ type processSeries struct {
 	cudaTIDs  map[uint32]bool
 	forks     uint64
 	blockIO   [2]expohisto.Histogram // read, write
+	nccl      map[ncclKey]*ncclSeries
 	exited    bool
 	hasSched  bool
 	hasBlock  bool
@@ -60,16 +61,18 @@ type aggregator struct {
 	events              eventCounters
 	drops               counterSet
 	processStartDefault pcommon.Timestamp
+	rdmaEvents          map[uint32]uint64 // verbs async events on the node, by enum ibv_event_type
 }
 
 // eventCounters counts decoded events by kind without a lock: they are bumped once per
 // event on the hot path.
-type eventCounters [probes.KindIdentity + 1]atomic.Uint64
+type eventCounters [probes.KindRDMAAsync + 1]atomic.Uint64
 
 var eventCounterNames = map[probes.EventKind]string{
 	probes.KindCUDACall: "cuda.api.call", probes.KindSched: "host.sched", probes.KindFork: "process.fork",
 	probes.KindExec: "process.exec", probes.KindExit: "process.exit", probes.KindBlockIO: "host.block.io",
 	probes.KindTCPRetransmit: "host.tcp.retransmit", probes.KindIdentity: "process.identity",
+	probes.KindNCCLCall: "nccl.call", probes.KindRDMAAsync: "rdma.async_event",
 }
 
 func (e *eventCounters) add(kind probes.EventKind) { e[kind].Add(1) }
@@ -121,6 +124,7 @@ func newAggregator(cfg *Config, clock *wallClock, logs *logSink, synthetic bool)
 		logs:                logs,
 		synthetic:           synthetic,
 		processStartDefault: pcommon.NewTimestampFromTime(time.Now()),
+		rdmaEvents:          map[uint32]uint64{},
 	}
 }
 
@@ -138,6 +142,7 @@ func (a *aggregator) process(pid uint32) *processSeries {
 		start:     pcommon.NewTimestampFromTime(time.Now()),
 		threads:   map[uint32]*threadSeries{},
 		cudaTIDs:  map[uint32]bool{},
+		nccl:      map[ncclKey]*ncclSeries{},
 		synthetic: a.synthetic,
 	}
 	if a.synthetic {

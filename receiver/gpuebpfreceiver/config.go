@@ -44,6 +44,7 @@ type Config struct {
 	Logs      LogsConfig      `mapstructure:"logs"`
 	Limits    LimitsConfig    `mapstructure:"limits"`
 	Synthetic SyntheticConfig `mapstructure:"synthetic"`
+	RDMA      RDMAConfig      `mapstructure:"rdma"`
 
 	_ struct{}
 }
@@ -86,6 +87,31 @@ type LogsConfig struct {
 	// OutlierMinDuration ignores outliers shorter than this (microsecond jitter on
 	// microsecond calls is not news).
 	OutlierMinDuration time.Duration `mapstructure:"outlier_min_duration"`
+	// NCCL shapes the per-call records of collectives (event.name nccl.collective).
+	NCCL NCCLLogsConfig `mapstructure:"nccl"`
+}
+
+// NCCLLogsConfig shapes the nccl.collective records the gateway matches across ranks
+// (docs/nccl.md explains the choice).
+type NCCLLogsConfig struct {
+	// SampleEvery keeps, under the notable policy, the collectives whose sequence number
+	// is a multiple of it. The sequence is the same on every rank for the same
+	// collective, so every rank keeps the same instances and each kept instance can be
+	// matched in full. 1 keeps all. Errors and communicator setup are always kept.
+	SampleEvery int `mapstructure:"sample_every"`
+	// MaxPerSecond caps nccl.* records per second on the node, apart from the other
+	// records' cap; the rest are counted as dropped (nccl_log_rate).
+	MaxPerSecond int `mapstructure:"max_per_second"`
+}
+
+// RDMAConfig controls the RDMA port counter poller.
+type RDMAConfig struct {
+	// SysfsRoot is where the RDMA devices are listed (/sys/class/infiniband; a DaemonSet
+	// mounting the host's /sys elsewhere points it there). Missing: no RDMA on this host.
+	SysfsRoot string `mapstructure:"sysfs_root"`
+	// PollInterval is how often port counters are read (at most once per metrics
+	// collection).
+	PollInterval time.Duration `mapstructure:"poll_interval"`
 }
 
 // LimitsConfig bounds every table the receiver keeps, in the kernel and in Go.
@@ -127,7 +153,9 @@ func createDefaultConfig() *Config {
 			MaxPerSecond:       1000,
 			OutlierFactor:      4,
 			OutlierMinDuration: time.Millisecond,
+			NCCL:               NCCLLogsConfig{SampleEvery: 16, MaxPerSecond: 500},
 		},
+		RDMA: RDMAConfig{SysfsRoot: "/sys/class/infiniband", PollInterval: 10 * time.Second},
 		Limits: LimitsConfig{
 			RingBufferBytes:      8 << 20,
 			MaxProcesses:         512,
@@ -177,6 +205,18 @@ func (c *Config) Validate() error {
 	}
 	if c.Logs.OutlierFactor <= 1 {
 		errs = append(errs, fmt.Errorf("logs.outlier_factor must be greater than 1, got %g", c.Logs.OutlierFactor))
+	}
+	if c.Logs.NCCL.SampleEvery < 1 {
+		errs = append(errs, fmt.Errorf("logs.nccl.sample_every must be at least 1 (1 keeps every collective), got %d", c.Logs.NCCL.SampleEvery))
+	}
+	if c.Logs.NCCL.MaxPerSecond < 0 {
+		errs = append(errs, fmt.Errorf("logs.nccl.max_per_second must not be negative, got %d", c.Logs.NCCL.MaxPerSecond))
+	}
+	if c.RDMA.SysfsRoot == "" {
+		errs = append(errs, errors.New("rdma.sysfs_root must not be empty (normally /sys/class/infiniband)"))
+	}
+	if c.RDMA.PollInterval < 100*time.Millisecond {
+		errs = append(errs, fmt.Errorf("rdma.poll_interval must be at least 100ms, got %s", c.RDMA.PollInterval))
 	}
 	if rb := c.Limits.RingBufferBytes; rb < 4096 || rb&(rb-1) != 0 {
 		errs = append(errs, fmt.Errorf("limits.ring_buffer_bytes must be a power of two of at least 4096, got %d", rb))

@@ -46,7 +46,9 @@ func TestLoadConfig(t *testing.T) {
 	if custom.Temporality != TemporalityDelta || custom.ClusterName != "train-a" || custom.Targets.All ||
 		len(custom.Targets.PIDs) != 1 || custom.Targets.PIDs[0] != 4242 || custom.Discovery.ProcRoot != "/host/proc" ||
 		custom.Logs.MaxPerSecond != 50 || custom.Logs.OutlierMinDuration != 5*time.Millisecond ||
-		custom.Limits.RingBufferBytes != 16<<20 || custom.Limits.MaxProcesses != 64 {
+		custom.Limits.RingBufferBytes != 16<<20 || custom.Limits.MaxProcesses != 64 ||
+		custom.Logs.NCCL != (NCCLLogsConfig{SampleEvery: 4, MaxPerSecond: 2000}) ||
+		custom.RDMA != (RDMAConfig{SysfsRoot: "/host/sys/class/infiniband", PollInterval: 30 * time.Second}) {
 		t.Errorf("custom: %+v", custom)
 	}
 
@@ -62,8 +64,9 @@ func TestLoadConfig(t *testing.T) {
 // Each mistake is named in the error, in the words of the YAML.
 func TestInvalidConfigsSayWhatIsWrong(t *testing.T) {
 	cases := map[string][]string{
-		"bad_mode":   {`mode must be "ebpf" or "synthetic", not "kprobe"`},
-		"bad_limits": {"with all: false, name at least one of pids or cgroups", `logs.policy must be "all", "notable" or "none", not "some"`, "limits.ring_buffer_bytes must be a power of two of at least 4096, got 5000"},
+		"bad_mode": {`mode must be "ebpf" or "synthetic", not "kprobe"`},
+		"bad_limits": {"with all: false, name at least one of pids or cgroups", `logs.policy must be "all", "notable" or "none", not "some"`, "limits.ring_buffer_bytes must be a power of two of at least 4096, got 5000",
+			"logs.nccl.sample_every must be at least 1", "rdma.poll_interval must be at least 100ms, got 1ms"},
 	}
 	for name, wants := range cases {
 		_, err := loadConfig(t, name)

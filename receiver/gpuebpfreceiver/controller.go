@@ -15,6 +15,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/fathom-gpu/fathom/internal/probes"
+	"github.com/fathom-gpu/fathom/internal/rdmasysfs"
 	"github.com/fathom-gpu/fathom/receiver/gpuebpfreceiver/internal/metadata"
 )
 
@@ -49,6 +50,10 @@ type controller struct {
 
 	lastEmit pcommon.Timestamp
 	prevHost hostTotals
+
+	rdmaPoller   *rdmasysfs.Poller
+	rdmaPolledAt time.Time
+	rdmaPorts    []rdmasysfs.Port
 }
 
 var (
@@ -96,6 +101,7 @@ func (c *controller) start(ctx context.Context) error {
 		return err
 	}
 	c.hostRes = hostIdentity(c.cfg.ClusterName, synthetic)
+	c.rdmaPoller = rdmasysfs.NewPoller(c.cfg.RDMA.SysfsRoot)
 	c.agg = newAggregator(c.cfg, c.clock, nil, synthetic)
 	c.agg.logs = newLogSink(c.cfg, c.clock, &c.agg.drops, c.hostRes)
 	if synthetic {
@@ -195,7 +201,8 @@ func (c *controller) flushMetrics(ctx context.Context) {
 		return
 	}
 	kernel, kernelDrops, haveKernel := c.source.hostTotals()
-	host := hostTotals{kernel: kernel, haveKernel: haveKernel, events: c.agg.events.snapshot(), drops: c.agg.drops.snapshot(), probes: c.source.probeCount()}
+	c.pollRDMA()
+	host := hostTotals{kernel: kernel, haveKernel: haveKernel, events: c.agg.events.snapshot(), drops: c.agg.drops.snapshot(), probes: c.source.probeCount(), rdmaPorts: c.rdmaPorts}
 	for k, v := range kernelDrops {
 		host.drops[k] += v
 	}
@@ -208,6 +215,22 @@ func (c *controller) flushMetrics(ctx context.Context) {
 	if err := next.ConsumeMetrics(ctx, md); err != nil {
 		c.settings.Logger.Warn("metrics refused by the next consumer", zap.Int("points", md.DataPointCount()), zap.Error(err))
 	}
+}
+
+// pollRDMA reads the RDMA port counters when poll_interval has passed; between polls
+// the last reading stands.
+func (c *controller) pollRDMA() {
+	if time.Since(c.rdmaPolledAt) < c.cfg.RDMA.PollInterval {
+		return
+	}
+	c.rdmaPolledAt = time.Now()
+	ports, err := c.rdmaPoller.Poll()
+	if err != nil {
+		c.agg.drops.add("rdma_sysfs", 1)
+		c.settings.Logger.Warn("cannot read RDMA port counters", zap.String("sysfs_root", c.cfg.RDMA.SysfsRoot), zap.Error(err))
+		return
+	}
+	c.rdmaPorts = ports
 }
 
 func (c *controller) shutdown() error {

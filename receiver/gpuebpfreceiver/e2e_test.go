@@ -297,12 +297,12 @@ func TestReceiverThroughTheRealCollector(t *testing.T) {
 		}
 		// 10 tracepoints, and an entry and a return probe for each of the 16 functions of
 		// every libcudart and libcuda file in use on the host (at least the fake pair).
-		if got := host[semconv.MetricReceiverProbes]; got < 74 || (got-10)%32 != 0 {
+		if got := host.series[semconv.MetricReceiverProbes+"{}"].value; got < 74 || (got-10)%32 != 0 {
 			t.Errorf("%s = %d, want 10 + 32 per library file, at least 74", semconv.MetricReceiverProbes, got)
 		}
-		for key, n := range host {
-			if strings.HasPrefix(key, semconv.MetricReceiverDrops) && n != 0 {
-				t.Errorf("%s = %d", key, n)
+		for key, p := range host.series {
+			if strings.HasPrefix(key, semconv.MetricReceiverDrops) && p.value != 0 {
+				t.Errorf("%s = %d", key, p.value)
 			}
 		}
 	})
@@ -310,33 +310,6 @@ func TestReceiverThroughTheRealCollector(t *testing.T) {
 	if code := col.Terminate(t, 30*time.Second); code != 0 {
 		t.Fatalf("collector exit code %d", code)
 	}
-}
-
-// hostView is the latest value of each series of the host resource (no process.pid).
-func hostView(sink *collectortest.Sink) map[string]int64 {
-	out := map[string]int64{}
-	for _, md := range sink.Metrics() {
-		for i := 0; i < md.ResourceMetrics().Len(); i++ {
-			rm := md.ResourceMetrics().At(i)
-			if _, ok := rm.Resource().Attributes().Get(semconv.ProcessPID); ok {
-				continue
-			}
-			ms := rm.ScopeMetrics().At(0).Metrics()
-			for j := 0; j < ms.Len(); j++ {
-				m := ms.At(j)
-				switch m.Type() {
-				case pmetric.MetricTypeSum:
-					for k := 0; k < m.Sum().DataPoints().Len(); k++ {
-						dp := m.Sum().DataPoints().At(k)
-						out[seriesKey(m.Name(), dp.Attributes())] = dp.IntValue()
-					}
-				case pmetric.MetricTypeGauge:
-					out[m.Name()] = m.Gauge().DataPoints().At(0).IntValue()
-				}
-			}
-		}
-	}
-	return out
 }
 
 func exportedPIDs(sink *collectortest.Sink) []int64 {

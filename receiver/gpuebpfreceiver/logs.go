@@ -20,13 +20,17 @@ const maxPendingLogs = 65536
 // logSink applies the log policy and the rate cap, and holds records until the next
 // flush. Called with the aggregator's lock held.
 type logSink struct {
-	policy       string
-	factor       float64
-	minDuration  float64
-	limiter      *rate.Limiter
-	clock        *wallClock
-	drops        *counterSet
-	hostResource func(pcommon.Resource)
+	policy      string
+	factor      float64
+	minDuration float64
+	limiter     *rate.Limiter
+	clock       *wallClock
+	// NCCL records have their own budget: a busy all-reduce loop must not starve the
+	// CUDA outliers of theirs, nor the reverse.
+	ncclLimiter     *rate.Limiter
+	ncclSampleEvery uint64
+	drops           *counterSet
+	hostResource    func(pcommon.Resource)
 
 	mu      sync.Mutex
 	pending plog.Logs
@@ -37,13 +41,15 @@ type logSink struct {
 func newLogSink(cfg *Config, clock *wallClock, drops *counterSet, hostResource func(pcommon.Resource)) *logSink {
 	limit := rate.Limit(cfg.Logs.MaxPerSecond)
 	s := &logSink{
-		policy:       cfg.Logs.Policy,
-		factor:       cfg.Logs.OutlierFactor,
-		minDuration:  cfg.Logs.OutlierMinDuration.Seconds(),
-		limiter:      rate.NewLimiter(limit, max(cfg.Logs.MaxPerSecond, 1)),
-		clock:        clock,
-		drops:        drops,
-		hostResource: hostResource,
+		policy:          cfg.Logs.Policy,
+		factor:          cfg.Logs.OutlierFactor,
+		minDuration:     cfg.Logs.OutlierMinDuration.Seconds(),
+		limiter:         rate.NewLimiter(limit, max(cfg.Logs.MaxPerSecond, 1)),
+		ncclLimiter:     rate.NewLimiter(rate.Limit(cfg.Logs.NCCL.MaxPerSecond), max(cfg.Logs.NCCL.MaxPerSecond, 1)),
+		ncclSampleEvery: uint64(max(cfg.Logs.NCCL.SampleEvery, 1)),
+		clock:           clock,
+		drops:           drops,
+		hostResource:    hostResource,
 	}
 	s.reset()
 	return s

@@ -13,6 +13,7 @@ import (
 	"github.com/fathom-gpu/fathom/internal/expohisto"
 	"github.com/fathom-gpu/fathom/internal/probes"
 	"github.com/fathom-gpu/fathom/internal/procinfo"
+	"github.com/fathom-gpu/fathom/internal/rdmasysfs"
 	"github.com/fathom-gpu/fathom/internal/semconv"
 )
 
@@ -164,6 +165,7 @@ type hostTotals struct {
 	events     map[string]uint64
 	drops      map[string]uint64
 	probes     int
+	rdmaPorts  []rdmasysfs.Port
 }
 
 // emit builds one interval's metrics. Called with the aggregator's lock held.
@@ -195,6 +197,7 @@ func (a *aggregator) emit(now time.Time, lastEmit pcommon.Timestamp, host hostTo
 	hostResource(rm.Resource())
 	set := newSet(rm, a.processStartDefault)
 	emitHost(set, host, prevHost, delta)
+	a.emitRDMA(set, host, prevHost, delta)
 	return md
 }
 
@@ -258,6 +261,7 @@ func (a *aggregator) emitProcess(set *metricSet, p *processSeries, pageAllocs ma
 			set.sum(semconv.MetricProcessPageAllocs, "{page}", "Pages allocated by the process", n)
 		}
 	}
+	emitNCCL(set, p)
 }
 
 func emitThread(set *metricSet, t *threadSeries, role string, tid int64) {
@@ -294,6 +298,9 @@ func (p *processSeries) resetSeries() {
 	p.other = threadSeries{}
 	p.forks = 0
 	p.blockIO = [2]expohisto.Histogram{}
+	for _, s := range p.nccl {
+		*s = ncclSeries{}
+	}
 }
 
 func isAlloc(id uint32) bool {

@@ -91,7 +91,7 @@ func (s *ebpfSource) setUp() error {
 	for _, lib := range s.cfg.Targets.Libraries {
 		kind, ok := discovery.MatchLibrary(lib)
 		if !ok {
-			return fmt.Errorf("gpuebpf: targets.libraries: %s is not a library Fathom probes (libcudart*, libcuda*)", lib)
+			return fmt.Errorf("gpuebpf: targets.libraries: %s is not a library Fathom probes (libcudart*, libcuda*, libnccl*, libibverbs*)", lib)
 		}
 		if _, _, err := s.probes.AttachLibrary(lib, kind); err != nil {
 			return fmt.Errorf("gpuebpf: targets.libraries: %w", err)

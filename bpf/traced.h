@@ -1,0 +1,45 @@
+/* SPDX-License-Identifier: GPL-2.0 OR Apache-2.0 */
+/* Whether the calling process is traced, for every uprobe family (CUDA, NCCL): the traced
+ * set, configured cgroups, or every caller; and the identity record at a process's first
+ * traced call. Each object that includes this has its own `trace_all` constant, set by
+ * the loader. */
+#pragma once
+
+#include "common.h"
+
+static __always_inline void emit_process_identity(void)
+{
+	struct process_identity_event *ev = reserve_event(sizeof(*ev));
+	if (!ev)
+		return;
+	fill_header(&ev->hdr, EVENT_PROC_IDENTITY, bpf_ktime_get_ns());
+	bpf_get_current_comm(ev->comm, sizeof(ev->comm));
+	struct task_struct *task = bpf_get_current_task_btf();
+	__u64 start = BPF_CORE_READ(task, mm, env_start), end = BPF_CORE_READ(task, mm, env_end);
+	__u64 len = end > start ? end - start : 0;
+	if (len > IDENTITY_ENV_MAX)
+		len = IDENTITY_ENV_MAX;
+	ev->env_len = 0;
+	if (len > 0 && bpf_probe_read_user(ev->env, len, (void *)start) == 0)
+		ev->env_len = len;
+	submit_event(ev);
+}
+
+/* process_traced decides for a thread's first call; trace_all is the object's constant. */
+static __always_inline bool process_traced(__u32 tgid, bool trace_all)
+{
+	if (pid_traced(tgid))
+		return true;
+	__u8 source = TRACED_BY_PROBE;
+	if (!trace_all) {
+		__u64 cg = bpf_get_current_cgroup_id();
+		if (!bpf_map_lookup_elem(&traced_cgroups, &cg))
+			return false;
+		source = TRACED_BY_CONFIG;
+	}
+	if (bpf_map_update_elem(&traced_pids, &tgid, &source, BPF_NOEXIST) == 0)
+		emit_process_identity();
+	else if (!pid_traced(tgid))
+		count_drop(DROP_TRACED_SET_FULL);
+	return true;
+}
