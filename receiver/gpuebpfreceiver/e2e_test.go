@@ -295,10 +295,11 @@ func TestReceiverThroughTheRealCollector(t *testing.T) {
 		if n := strings.Count(col.Output(), "gpuebpf receiver started"); n != 1 {
 			t.Errorf("the receiver started %d times for two pipelines, want once", n)
 		}
-		// 10 tracepoints, and an entry and a return probe for each of the 16 functions of
-		// every libcudart and libcuda file in use on the host (at least the fake pair).
-		if got := host.series[semconv.MetricReceiverProbes+"{}"].value; got < 74 || (got-10)%32 != 0 {
-			t.Errorf("%s = %d, want 10 + 32 per library file, at least 74", semconv.MetricReceiverProbes, got)
+		// At least 10 tracepoints and an entry and a return probe for each of the 32
+		// functions of the fake libcudart and libcuda; more when other processes on the
+		// host (other tests' NCCL ranks) have GPU libraries of their own loaded.
+		if got := host.series[semconv.MetricReceiverProbes+"{}"].value; got < 74 {
+			t.Errorf("%s = %d, want at least 74", semconv.MetricReceiverProbes, got)
 		}
 		for key, p := range host.series {
 			if strings.HasPrefix(key, semconv.MetricReceiverDrops) && p.value != 0 {
