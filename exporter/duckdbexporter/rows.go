@@ -288,11 +288,19 @@ type bucket struct {
 	count        uint64
 }
 
-// A histogram is stored as count, sum, min, max, mean and p50/p95/p99 estimated by
-// linear interpolation inside the bucket where each quantile falls, clamped to the
-// recorded min and max. That keeps one row per point and lets SQL rank nodes by tail
-// latency without unpacking buckets.
-func summariseHistogram(r *echoschema.Row, dp pmetric.HistogramDataPoint) {
+// histogramPoint is what explicit and exponential histogram points have in common.
+type histogramPoint interface {
+	Count() uint64
+	HasSum() bool
+	Sum() float64
+	HasMin() bool
+	Min() float64
+	HasMax() bool
+	Max() float64
+}
+
+// summariseMoments stores count, sum, mean, min and max; quantiles come from buckets.
+func summariseMoments(r *echoschema.Row, dp histogramPoint) {
 	r.Count = int64(dp.Count())
 	if dp.HasSum() {
 		r.Sum = dp.Sum()
@@ -306,6 +314,14 @@ func summariseHistogram(r *echoschema.Row, dp pmetric.HistogramDataPoint) {
 	if dp.HasMax() {
 		r.Max = dp.Max()
 	}
+}
+
+// A histogram is stored as count, sum, min, max, mean and p50/p95/p99 estimated by
+// linear interpolation inside the bucket where each quantile falls, clamped to the
+// recorded min and max. That keeps one row per point and lets SQL rank nodes by tail
+// latency without unpacking buckets.
+func summariseHistogram(r *echoschema.Row, dp pmetric.HistogramDataPoint) {
+	summariseMoments(r, dp)
 	bounds, counts := dp.ExplicitBounds(), dp.BucketCounts()
 	buckets := make([]bucket, 0, counts.Len())
 	for i := 0; i < counts.Len(); i++ {
@@ -322,19 +338,7 @@ func summariseHistogram(r *echoschema.Row, dp pmetric.HistogramDataPoint) {
 }
 
 func summariseExpHistogram(r *echoschema.Row, dp pmetric.ExponentialHistogramDataPoint) {
-	r.Count = int64(dp.Count())
-	if dp.HasSum() {
-		r.Sum = dp.Sum()
-		if dp.Count() > 0 {
-			r.Value = dp.Sum() / float64(dp.Count())
-		}
-	}
-	if dp.HasMin() {
-		r.Min = dp.Min()
-	}
-	if dp.HasMax() {
-		r.Max = dp.Max()
-	}
+	summariseMoments(r, dp)
 	base := math.Pow(2, math.Pow(2, -float64(dp.Scale())))
 	var buckets []bucket
 	neg := dp.Negative()
