@@ -4,11 +4,9 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"syscall"
@@ -131,7 +129,7 @@ type DDPRun struct {
 	// Ranks holds each rank's pid and dispatcher tid, indexed by rank (gated runs only).
 	Ranks []RankProcess
 
-	waitFile       string
+	gate           gate
 	stdout, stderr bytes.Buffer
 	done           chan struct{}
 	waitErr        error
@@ -146,13 +144,9 @@ func StartDDP(t testing.TB, p Paths, o DDPOptions) *DDPRun {
 	}
 	args := o.Args()
 	run := &DDPRun{done: make(chan struct{})}
-	var readyPrefix string
 	if o.Gate {
-		dir := t.TempDir()
-		run.waitFile = filepath.Join(dir, "go")
-		readyPrefix = filepath.Join(dir, "ready")
-		args = append(args, "--wait-file", run.waitFile, "--ready-file", readyPrefix,
-			"--wait-timeout-ms", strconv.FormatInt(gateTimeout.Milliseconds(), 10))
+		run.gate = newGate(t)
+		args = append(args, run.gate.args()...)
 	}
 	run.Cmd = exec.Command(p.DDP, args...)
 	run.Cmd.Env = append(os.Environ(), o.Env...)
@@ -173,7 +167,7 @@ func StartDDP(t testing.TB, p Paths, o DDPOptions) *DDPRun {
 	if o.Gate {
 		deadline := time.Now().Add(gateTimeout)
 		for r := 0; r < o.Ranks; r++ {
-			data, err := waitForFile(readyPrefix+"."+strconv.Itoa(r), run.done, time.Until(deadline))
+			data, err := waitForFile(run.gate.ready+"."+strconv.Itoa(r), run.done, time.Until(deadline))
 			if err != nil {
 				run.kill()
 				<-run.done
@@ -201,12 +195,7 @@ func (d *DDPRun) kill() {
 }
 
 // Release opens the gate of every rank of a gated run.
-func (d *DDPRun) Release() error {
-	if d.waitFile == "" {
-		return errors.New("run was not started with a gate")
-	}
-	return os.WriteFile(d.waitFile, nil, 0o644)
-}
+func (d *DDPRun) Release() error { return d.gate.open() }
 
 // Wait waits for the launcher, at most timeout, and returns the ranks' reports in rank
 // order.

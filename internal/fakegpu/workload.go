@@ -226,7 +226,7 @@ type Workload struct {
 	// its gate (Options.Gate), else 0 until the report says.
 	Pid, Tid int
 
-	waitFile       string
+	gate           gate
 	stdout, stderr bytes.Buffer
 	done           chan struct{}
 	waitErr        error
@@ -243,13 +243,9 @@ func Start(t testing.TB, p Paths, o Options) *Workload {
 	t.Helper()
 	args := o.Args()
 	w := &Workload{done: make(chan struct{})}
-	var readyFile string
 	if o.Gate {
-		dir := t.TempDir()
-		w.waitFile = filepath.Join(dir, "go")
-		readyFile = filepath.Join(dir, "ready")
-		args = append(args, "--wait-file", w.waitFile, "--ready-file", readyFile,
-			"--wait-timeout-ms", strconv.FormatInt(gateTimeout.Milliseconds(), 10))
+		w.gate = newGate(t)
+		args = append(args, w.gate.args()...)
 	}
 	w.Cmd = exec.Command(p.Workload, args...)
 	w.Cmd.Env = append(os.Environ(), o.Env...)
@@ -268,7 +264,7 @@ func Start(t testing.TB, p Paths, o Options) *Workload {
 		<-w.done
 	})
 	if o.Gate {
-		ready, err := waitForFile(readyFile, w.done, gateTimeout)
+		ready, err := waitForFile(w.gate.ready, w.done, gateTimeout)
 		if err != nil {
 			w.Kill()
 			<-w.done
@@ -301,11 +297,30 @@ func waitForFile(path string, exited <-chan struct{}, timeout time.Duration) ([]
 }
 
 // Release opens the gate of a workload started with Options.Gate.
-func (w *Workload) Release() error {
-	if w.waitFile == "" {
-		return errors.New("workload was not started with a gate")
+func (w *Workload) Release() error { return w.gate.open() }
+
+// gate holds a program before its first CUDA call: it writes ready (for fakegpu-ddp,
+// ready.RANK per rank) once it waits, and goes on when waitFile exists.
+type gate struct {
+	waitFile, ready string
+}
+
+func newGate(t testing.TB) gate {
+	dir := t.TempDir()
+	return gate{waitFile: filepath.Join(dir, "go"), ready: filepath.Join(dir, "ready")}
+}
+
+// args are the program's flags for this gate.
+func (g gate) args() []string {
+	return []string{"--wait-file", g.waitFile, "--ready-file", g.ready,
+		"--wait-timeout-ms", strconv.FormatInt(gateTimeout.Milliseconds(), 10)}
+}
+
+func (g gate) open() error {
+	if g.waitFile == "" {
+		return errors.New("not started with a gate")
 	}
-	return os.WriteFile(w.waitFile, nil, 0o644)
+	return os.WriteFile(g.waitFile, nil, 0o644)
 }
 
 // Kill sends SIGKILL (a no-op once the process has exited).
