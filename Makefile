@@ -5,6 +5,8 @@ SHELL := /bin/bash
 GO    ?= go
 CLANG ?= clang-19
 export CGO_ENABLED := 1
+# The Echo store reads Arrow batches, which duckdb-go builds only with this tag.
+export GOFLAGS += -tags=duckdb_arrow
 
 BIN       := bin/fathom
 BUILD_DIR := build

@@ -15,7 +15,8 @@ type Config struct {
 	Path string `mapstructure:"path"`
 	// MemoryLimit caps DuckDB's memory (DuckDB syntax, e.g. "2GB").
 	MemoryLimit string `mapstructure:"memory_limit"`
-	// Threads caps DuckDB's worker threads; 0 means one per core.
+	// Threads is DuckDB's thread count; 0 means one per core left after the two
+	// writers (at least 1), so that queries do not slow ingest on a small gateway.
 	Threads int `mapstructure:"threads"`
 
 	Retention RetentionConfig `mapstructure:"retention"`
@@ -90,7 +91,7 @@ func (c *Config) Validate() error {
 		errs = append(errs, errors.New("echo: `path` must name the DuckDB file (e.g. /var/lib/fathom/echo.duckdb)"))
 	}
 	if c.Threads < 0 {
-		errs = append(errs, errors.New("echo: `threads` must be 0 (one per core) or positive"))
+		errs = append(errs, errors.New("echo: `threads` must be 0 (the cores the writers leave) or positive"))
 	}
 	if c.Retention.MaxAge < 0 || c.Retention.MaxSizeMiB < 0 {
 		errs = append(errs, errors.New("echo: `retention.max_age` and `retention.max_size_mib` must be positive, or 0 to keep everything"))

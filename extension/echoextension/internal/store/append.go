@@ -14,22 +14,24 @@ import (
 	"github.com/fathom-gpu/fathom/internal/echoschema"
 )
 
-// appenderConn is one Appender on its own connection. Several of them write in
+// appenderConn is one writer on its own connection. Several of them write in
 // parallel: DuckDB appends into per-connection local storage and serialises only the
-// commit, so two writers use two cores for the per-value work of filling chunks.
+// commit, so two writers use two cores for the per-value work of filling columns.
 type appenderConn struct {
-	conn     *sql.Conn
-	raw      driver.Conn
-	appender *duckdb.Appender
-	rollup   *duckdb.Appender
-	signals  *duckdb.Appender
+	conn *sql.Conn
+	raw  driver.Conn
+	// batch carries the rows into the events table; the rollups, a few rows per
+	// batch, go through Appenders.
+	batch   *rowBatch
+	rollup  *duckdb.Appender
+	signals *duckdb.Appender
 }
 
 func (a *appenderConn) close() error {
 	var errs []error
-	if a.appender != nil {
-		errs = append(errs, a.appender.Close())
-		a.appender = nil
+	if a.batch != nil {
+		a.batch.release()
+		a.batch = nil
 	}
 	if a.rollup != nil {
 		errs = append(errs, a.rollup.Close())
@@ -89,15 +91,8 @@ func (a *appenderConn) write(ctx context.Context, rows []echoschema.Row) error {
 			_, _ = exec.ExecContext(context.Background(), "ROLLBACK", nil)
 		}
 	}()
-	values := make([]driver.Value, len(Columns))
-	for i := range rows {
-		rowValues(&rows[i], values)
-		if err := a.appender.AppendRow(values...); err != nil {
-			return fmt.Errorf("append row: %w", err)
-		}
-	}
-	if err := a.appender.FlushWithCancel(ctx); err != nil {
-		return fmt.Errorf("flush rows: %w", err)
+	if err := a.batch.insertRows(ctx, a.raw, rows); err != nil {
+		return err
 	}
 	calls, signals := rollupOf(rows)
 	for key, n := range calls {
@@ -186,7 +181,7 @@ func BucketBounds(b int32) (float64, float64) {
 }
 
 func (s *Store) ensureAppender(ctx context.Context, a *appenderConn) error {
-	if a.appender != nil {
+	if a.batch != nil {
 		return nil
 	}
 	conn, err := s.db.Conn(ctx)
@@ -198,9 +193,6 @@ func (s *Store) ensureAppender(ctx context.Context, a *appenderConn) error {
 	err = conn.Raw(func(dc any) error {
 		a.raw = dc.(driver.Conn)
 		var err error
-		if a.appender, err = duckdb.NewAppenderFromConn(a.raw, "", "events"); err != nil {
-			return err
-		}
 		if a.rollup, err = duckdb.NewAppenderFromConn(a.raw, "", "trace_rollup"); err != nil {
 			return err
 		}
@@ -208,51 +200,12 @@ func (s *Store) ensureAppender(ctx context.Context, a *appenderConn) error {
 		return err
 	})
 	a.conn = conn
+	a.batch = newRowBatch()
 	if err != nil {
 		_ = a.close()
 		return fmt.Errorf("create appender: %w", err)
 	}
 	return nil
-}
-
-func rowValues(r *echoschema.Row, v []driver.Value) {
-	v[0] = r.Time.UTC()
-	v[1] = r.Kind
-	v[2] = str(r.Cluster)
-	v[3] = str(r.Node)
-	v[4] = str(r.Job)
-	v[5] = str(r.Cohort)
-	v[6] = i32(r.Rank)
-	v[7] = i32(r.LocalRank)
-	v[8] = i32(r.WorldSize)
-	v[9] = i64(r.PID)
-	v[10] = str(r.Process)
-	v[11] = i64(r.ThreadID)
-	v[12] = r.Name
-	v[13] = str(r.API)
-	v[14] = str(r.CommID)
-	v[15] = f64(r.Value)
-	v[16] = i64(r.Count)
-	v[17] = f64(r.Sum)
-	v[18] = f64(r.Min)
-	v[19] = f64(r.Max)
-	v[20] = f64(r.P50)
-	v[21] = f64(r.P95)
-	v[22] = f64(r.P99)
-	v[23] = str(r.Unit)
-	v[24] = str(r.Severity)
-	if r.SeverityNumber > 0 {
-		v[25] = r.SeverityNumber
-	} else {
-		v[25] = nil
-	}
-	v[26] = str(r.Body)
-	v[27] = str(r.TraceID)
-	if r.Attributes == "" {
-		v[28] = "{}"
-	} else {
-		v[28] = r.Attributes
-	}
 }
 
 func str(s string) driver.Value {
@@ -267,18 +220,4 @@ func i32(n int32) driver.Value {
 		return nil
 	}
 	return n
-}
-
-func i64(n int64) driver.Value {
-	if n < 0 {
-		return nil
-	}
-	return n
-}
-
-func f64(f float64) driver.Value {
-	if math.IsNaN(f) || math.IsInf(f, 0) {
-		return nil
-	}
-	return f
 }

@@ -27,7 +27,7 @@ func benchLogRows(n int, start time.Time) []echoschema.Row {
 }
 
 // BenchmarkAppend is the store's own ceiling: pre-built rows (NCCL events) through the
-// Appender pool, by number of parallel writers, rollups included.
+// writer pool, by number of parallel writers, rollups included.
 func BenchmarkAppend(b *testing.B) {
 	for _, writers := range []int{1, 2} {
 		b.Run(fmt.Sprintf("writers=%d", writers), func(b *testing.B) {

@@ -12,6 +12,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -29,7 +30,7 @@ type Options struct {
 	Path string
 	// MemoryLimit is DuckDB's memory_limit (e.g. "2GB"); empty keeps DuckDB's default.
 	MemoryLimit string
-	// Threads caps DuckDB's worker threads; 0 keeps DuckDB's default (all cores).
+	// Threads is DuckDB's thread count; 0 means DefaultThreads.
 	Threads int
 	// Writers is how many Appenders write in parallel; 0 means 2.
 	Writers int
@@ -65,6 +66,9 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 	if writers <= 0 {
 		writers = 2
 	}
+	if opts.Threads <= 0 {
+		opts.Threads = DefaultThreads(runtime.NumCPU(), writers)
+	}
 	s := &Store{path: opts.Path, lockFile: lock, appenders: make(chan *appenderConn, writers)}
 	for range writers {
 		s.appenders <- &appenderConn{}
@@ -74,6 +78,16 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 		return nil, err
 	}
 	return s, nil
+}
+
+// DefaultThreads leaves a core to each writer. Each INSERT already runs on its writer's
+// own thread; DuckDB's workers on top of that split every batch across the cores the
+// writers are using. On 2 cores with 2 writers, threads=1 ingests ~200k rows/s between
+// checkpoints against ~135k with one thread per core (BenchmarkIngestWhileQuerying,
+// 600k rows, back to back); queries on a bigger gateway still get the cores the
+// writers leave.
+func DefaultThreads(cores, writers int) int {
+	return max(1, cores-writers)
 }
 
 // lockFile takes a BSD flock on a sidecar file. DuckDB's own fcntl lock catches a second
@@ -122,9 +136,7 @@ func dsn(opts Options) string {
 	if opts.MemoryLimit != "" {
 		q.Set("memory_limit", opts.MemoryLimit)
 	}
-	if opts.Threads > 0 {
-		q.Set("threads", strconv.Itoa(opts.Threads))
-	}
+	q.Set("threads", strconv.Itoa(opts.Threads))
 	q.Set("lock_configuration", "true")
 	return opts.Path + "?" + q.Encode()
 }

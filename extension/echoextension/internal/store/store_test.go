@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"testing"
 	"time"
 
@@ -174,6 +175,7 @@ func TestQueryReadOnlyHostileSuite(t *testing.T) {
 		"use":                ErrNotReadOnly,
 		"begin":              ErrNotReadOnly,
 		"getenv":             ErrQueryFailed,
+		"arrow_scan":         ErrQueryFailed,
 		"huge result":        ErrResultTooLarge,
 		"long query":         ErrQueryTimeout,
 	}
@@ -210,8 +212,10 @@ func TestQueryReadOnlyHostileSuite(t *testing.T) {
 		"use":                `USE memory`,
 		"begin":              `BEGIN TRANSACTION`,
 		"getenv":             `SELECT getenv('HOME')`,
-		"huge result":        `SELECT repeat('x', 100000) FROM range(100)`,
-		"long query":         `SELECT count(*) FROM range(100000) a, range(100000) b WHERE a.range * b.range = -1`,
+		// The writers scan Arrow memory by pointer; SQL has no way to name a pointer.
+		"arrow_scan":  `SELECT * FROM arrow_scan(140000000000000, 140000000000008, 140000000000016)`,
+		"huge result": `SELECT repeat('x', 100000) FROM range(100)`,
+		"long query":  `SELECT count(*) FROM range(100000) a, range(100000) b WHERE a.range * b.range = -1`,
 	}
 	for name, want := range hostile {
 		t.Run(name, func(t *testing.T) {
@@ -300,5 +304,25 @@ func TestRetentionBesideIngest(t *testing.T) {
 	}
 	if res.DeletedByAge != 5000 || count(t, s) != appended {
 		t.Fatalf("deleted %d (want 5000); %d rows left, %d appended", res.DeletedByAge, count(t, s), appended)
+	}
+}
+
+func TestDefaultThreadsLeaveTheWritersTheirCores(t *testing.T) {
+	for _, c := range []struct{ cores, writers, want int }{{1, 2, 1}, {2, 2, 1}, {4, 2, 2}, {16, 2, 14}, {16, 4, 12}} {
+		if got := DefaultThreads(c.cores, c.writers); got != c.want {
+			t.Errorf("DefaultThreads(%d cores, %d writers) = %d, want %d", c.cores, c.writers, got, c.want)
+		}
+	}
+	s, err := Open(context.Background(), Options{Path: filepath.Join(t.TempDir(), "echo.duckdb")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	var threads int
+	if err := s.DB().QueryRow(`SELECT current_setting('threads')::INTEGER`).Scan(&threads); err != nil {
+		t.Fatal(err)
+	}
+	if want := DefaultThreads(runtime.NumCPU(), 2); threads != want {
+		t.Fatalf("threads = %d on %d cores, want %d", threads, runtime.NumCPU(), want)
 	}
 }
