@@ -24,6 +24,7 @@ enum event_kind {
 	EVENT_PROC_IDENTITY = 8,  /* a process's first traced call: its environment and comm */
 	EVENT_NCCL_CALL = 9,      /* one NCCL call: communicator, rank, op, bytes, sequence */
 	EVENT_RDMA_ASYNC = 10,    /* one verbs asynchronous event (port error, QP fatal ...) */
+	EVENT_CUDA_THREAD = 11,   /* a thread's first traced CUDA call: it drives a GPU */
 };
 
 /* Why an event or a kernel-side sample was lost. Counted per CPU, read by userspace. */
@@ -31,7 +32,8 @@ enum drop_reason {
 	DROP_RINGBUF_FULL = 0,      /* bpf_ringbuf_reserve failed: the reader fell behind */
 	DROP_ENTRY_MISSING = 1,     /* a return without its entry (evicted from the LRU, or attached mid-call) */
 	DROP_TRACED_SET_FULL = 2,   /* no room to add a process to the traced set */
-	DROP_REASON_COUNT = 3,
+	DROP_CALL_STATS_FULL = 3,   /* a call of a process without call statistics (all PROC_SLOTS taken): it went out as a record */
+	DROP_REASON_COUNT = 4,
 };
 
 /* Where a process in the traced set came from. */
@@ -111,7 +113,27 @@ struct cuda_call_event {
 	__u32 api;         /* enum cuda_api */
 	__s32 ret;         /* cudaError_t / CUresult */
 	__u8 memcpy_kind;  /* enum memcpy_kind */
-	__u8 _pad[7];
+	__u8 counted;      /* 1: already in call_stats; 0: userspace must count it (the map was full) */
+	__u8 _pad[6];
+};
+
+/* Call statistics kept in the kernel, per (process, API): a call only becomes a ring
+ * record when it is notable, so the common case costs an array lookup and a few atomic
+ * adds instead of a ring reservation. Durations are bucketed on OTLP's exponential
+ * scale; the loader writes the bucket bounds (duration_bounds), so the kernel and
+ * userspace agree on them exactly. */
+#define DURATION_BUCKETS 320
+#define DURATION_BOUNDS 512 /* the bounds table, padded to a power of two for the search */
+#define COPY_KINDS 6        /* calls and bytes by enum memcpy_kind 0..4, then "no copy" */
+#define PROC_SLOTS 64       /* processes with call statistics at once */
+#define NO_PROC_SLOT 0xffffffff
+
+struct call_stats {
+	__u64 calls[COPY_KINDS];
+	__u64 bytes[COPY_KINDS];
+	__u64 errors;
+	__u64 duration_ns;                  /* sum */
+	__u32 buckets[DURATION_BUCKETS];    /* wrap at 2^32: userspace reads deltas every second */
 };
 
 struct sched_event {
@@ -188,6 +210,8 @@ struct {
 
 struct call_entry {
 	__u64 ts;          /* entry time; 0 = no call of this API in flight */
+	__u64 sp;          /* stack pointer at entry: stack-passed arguments are read from it, for records only */
+	__u64 config;      /* launch config pointer (the *Ex launches), read through for records only */
 	__u64 bytes;
 	__u64 stream;
 	__u64 handle;
@@ -204,6 +228,8 @@ struct call_entry {
 #define API_SLOTS 64 /* ≥ API_COUNT, a power of two: a masked index is provably in bounds */
 
 struct thread_calls {
+	__u32 proc_slot;  /* the process's call statistics (cuda.bpf.c), NO_PROC_SLOT if none */
+	__u32 _pad;
 	struct call_entry calls[API_SLOTS];
 };
 

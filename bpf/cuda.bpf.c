@@ -3,7 +3,12 @@
  * argument layout and one return program for all, told apart by the attach cookie
  * (= enum cuda_api). The loader attaches past a leading endbr64 so the kernel can
  * emulate the probed `push %rbp` instead of single-stepping. At entry %rsp points at the
- * return address, so the first stack-passed argument is at 8(%rsp). */
+ * return address, so the first stack-passed argument is at 8(%rsp).
+ *
+ * Every call is counted in call_stats (calls, errors, bytes, a duration histogram); only
+ * notable calls become ring records: failed ones, and those at least as long as the
+ * API's threshold in notable_ns, which the receiver derives from its log policy and the
+ * running median (0 records every call, ~0 none). */
 #include "common.h"
 #include "traced.h"
 
@@ -13,14 +18,77 @@ char LICENSE[] SEC("license") = "Dual BSD/GPL";
  * already in traced_pids / traced_cgroups (false). */
 const volatile bool trace_all_cuda = true;
 
+/* Set by the loader: duration_bounds[b] is the inclusive upper bound, in ns, of
+ * call_stats bucket b; entries from DURATION_BUCKETS - 1 on are ~0, so the last bucket
+ * takes everything longer. */
+const volatile __u64 duration_bounds[DURATION_BOUNDS];
+
+/* Set by the loader: how many of the PROC_SLOTS slots are used (tests use fewer). */
+const volatile __u32 proc_slots_used = PROC_SLOTS;
+
 /* Force the generator to emit Go types for the shared event structs and enums. */
 const struct cuda_call_event *unused_cuda_call_event __attribute__((unused));
 const enum cuda_api *unused_cuda_api __attribute__((unused));
 const enum memcpy_kind *unused_memcpy_kind __attribute__((unused));
 const enum event_kind *unused_event_kind __attribute__((unused));
 const enum drop_reason *unused_drop_reason __attribute__((unused));
+const struct call_stats *unused_call_stats __attribute__((unused));
 
 const struct process_identity_event *unused_process_identity_event __attribute__((unused));
+
+/* Call statistics, PROC_SLOTS x API_COUNT, indexed by slot * API_COUNT + api. An array
+ * and not a hash keyed by process: the lookup is inlined, which is most of what the
+ * statistics cost per call. Userspace reads it through mmap. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(map_flags, BPF_F_MMAPABLE);
+	__uint(max_entries, PROC_SLOTS * API_COUNT);
+	__type(key, __u32);
+	__type(value, struct call_stats);
+} call_stats_table SEC(".maps");
+
+/* Which process owns each slot (tgid, 0 = free). The first thread of a process to call
+ * CUDA claims one; userspace frees it once the process is gone and its last counts are
+ * read, after zeroing the slot's statistics. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(map_flags, BPF_F_MMAPABLE);
+	__uint(max_entries, PROC_SLOTS);
+	__type(key, __u32);
+	__type(value, __u64); /* array elements are 8-byte aligned anyway; 64-bit CAS everywhere */
+} proc_slots SEC(".maps");
+
+/* Per API: a call lasting at least this many ns becomes a record (written by userspace). */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, API_SLOTS);
+	__type(key, __u32);
+	__type(value, __u64);
+} notable_ns SEC(".maps");
+
+/* proc_slot finds the statistics slot of process tgid, claiming a free one if it has
+ * none; once per thread. */
+static __always_inline __u32 proc_slot(__u32 tgid)
+{
+	__u32 used = proc_slots_used;
+	if (used == 0 || used > PROC_SLOTS)
+		used = PROC_SLOTS;
+	for (__u32 i = 0; i < PROC_SLOTS && i < used; i++) {
+		__u32 s = (tgid + i) % used;
+		__u64 *owner = bpf_map_lookup_elem(&proc_slots, &s);
+		if (!owner)
+			break;
+		if (*owner == tgid)
+			return s;
+		if (*owner == 0) {
+			/* Another thread of the same process may claim it first: that is a find too. */
+			__u64 prev = __sync_val_compare_and_swap(owner, 0, (__u64)tgid);
+			if (prev == 0 || prev == tgid)
+				return s;
+		}
+	}
+	return NO_PROC_SLOT;
+}
 
 /* begin claims this thread's slot for the API being entered and stamps the entry
  * time, or returns NULL when the process is not traced. */
@@ -37,12 +105,21 @@ static __always_inline struct call_entry *begin(struct pt_regs *ctx)
 			count_drop(DROP_TRACED_SET_FULL);
 			return NULL;
 		}
+		tc->proc_slot = proc_slot(bpf_get_current_pid_tgid() >> 32);
+		/* Userspace learns which threads drive the GPU from this, not from every call. */
+		struct event_header *ev = reserve_event(sizeof(*ev));
+		if (ev) {
+			fill_header(ev, EVENT_CUDA_THREAD, bpf_ktime_get_ns());
+			submit_event(ev);
+		}
 	}
 	__u64 api = bpf_get_attach_cookie(ctx);
 	if (api >= API_COUNT)
 		return NULL;
 	struct call_entry *e = &tc->calls[api & (API_SLOTS - 1)];
 	e->ts = bpf_ktime_get_ns();
+	e->sp = PT_REGS_SP(ctx);
+	e->config = 0;
 	e->bytes = 0;
 	e->stream = 0;
 	e->handle = 0;
@@ -50,15 +127,9 @@ static __always_inline struct call_entry *begin(struct pt_regs *ctx)
 	return e;
 }
 
-static __always_inline __u64 stack_arg(struct pt_regs *ctx, int n)
-{
-	__u64 v = 0;
-	bpf_probe_read_user(&v, sizeof(v), (void *)(PT_REGS_SP(ctx) + 8 * n));
-	return v;
-}
-
 /* cudaLaunchKernel(func, dim3 grid, dim3 block, args, sharedMem, stream): a 12-byte
- * dim3 by value takes two registers (x|y<<32, then z); sharedMem and stream go on the stack. */
+ * dim3 by value takes two registers (x|y<<32, then z); sharedMem and stream go on the
+ * stack, read at return and only for a call that becomes a record (read_launch_args). */
 SEC("uprobe")
 int BPF_KPROBE(enter_cuda_launch_kernel)
 {
@@ -72,7 +143,6 @@ int BPF_KPROBE(enter_cuda_launch_kernel)
 	e->block[0] = (__u32)bxy;
 	e->block[1] = bxy >> 32;
 	e->block[2] = (__u32)PT_REGS_PARM5(ctx);
-	e->stream = stack_arg(ctx, 2);
 	return 0;
 }
 
@@ -91,16 +161,13 @@ int BPF_KPROBE(enter_cuda_launch_kernel_exc)
 	struct call_entry *e = begin(ctx);
 	if (!e)
 		return 0;
-	struct cuda_launch_config cfg = {};
-	bpf_probe_read_user(&cfg, sizeof(cfg), (void *)PT_REGS_PARM1(ctx));
-	__builtin_memcpy(e->grid, cfg.grid, sizeof(e->grid));
-	__builtin_memcpy(e->block, cfg.block, sizeof(e->block));
-	e->stream = cfg.stream;
+	e->config = PT_REGS_PARM1(ctx); /* read at return, for records only */
 	return 0;
 }
 
 /* cuLaunchKernel(f, gx, gy, gz, bx, by, bz, sharedMem, hStream, params, extra) and
- * cuLaunchKernel_ptsz: six in registers, blockDimZ at 8(%rsp), hStream at 24(%rsp). */
+ * cuLaunchKernel_ptsz: six in registers, blockDimZ at 8(%rsp), hStream at 24(%rsp), both
+ * read at return for records only (read_launch_args). */
 SEC("uprobe")
 int BPF_KPROBE(enter_cu_launch_kernel)
 {
@@ -112,11 +179,6 @@ int BPF_KPROBE(enter_cu_launch_kernel)
 	e->grid[2] = (__u32)PT_REGS_PARM4(ctx);
 	e->block[0] = (__u32)PT_REGS_PARM5(ctx);
 	e->block[1] = (__u32)ctx->r9; /* the sixth argument; libbpf 1.1 has no PT_REGS_PARM6 */
-	/* One read for blockDimZ, sharedMemBytes and hStream: helper calls dominate the cost. */
-	__u64 stack[3] = {};
-	bpf_probe_read_user(stack, sizeof(stack), (void *)(PT_REGS_SP(ctx) + 8));
-	e->block[2] = (__u32)stack[0];
-	e->stream = stack[2];
 	return 0;
 }
 
@@ -136,11 +198,7 @@ int BPF_KPROBE(enter_cu_launch_kernel_ex)
 	struct call_entry *e = begin(ctx);
 	if (!e)
 		return 0;
-	struct cu_launch_config cfg = {};
-	bpf_probe_read_user(&cfg, sizeof(cfg), (void *)PT_REGS_PARM1(ctx));
-	__builtin_memcpy(e->grid, cfg.grid, sizeof(e->grid));
-	__builtin_memcpy(e->block, cfg.block, sizeof(e->block));
-	e->stream = cfg.stream;
+	e->config = PT_REGS_PARM1(ctx); /* read at return, for records only */
 	return 0;
 }
 
@@ -254,6 +312,76 @@ static __always_inline bool returns_handle_through_pointer(__u32 api)
 	       api == API_CUDA_STREAM_END_CAPTURE || api == API_CUDA_GRAPH_INSTANTIATE;
 }
 
+/* duration_bucket finds the first bucket whose upper bound holds ns: a binary search
+ * of the loader's table, nine steps for 320 buckets. */
+static __always_inline __u32 duration_bucket(__u64 ns)
+{
+	__u32 lo = 0, hi = DURATION_BUCKETS - 1;
+#pragma unroll
+	for (int i = 0; i < 9; i++) {
+		__u32 mid = (lo + hi) / 2;
+		if (ns <= duration_bounds[mid & (DURATION_BOUNDS - 1)])
+			hi = mid;
+		else
+			lo = mid + 1;
+	}
+	return hi;
+}
+
+/* count_call adds the call to its process's statistics; false when the process has
+ * none (the caller then sends the call as a record so userspace counts it). */
+static __always_inline bool count_call(struct thread_calls *tc, __u32 api, struct call_entry *e, __u64 ns, __s32 ret)
+{
+	if (tc->proc_slot >= PROC_SLOTS) {
+		count_drop(DROP_CALL_STATS_FULL);
+		return false;
+	}
+	__u32 idx = tc->proc_slot * API_COUNT + api;
+	struct call_stats *s = bpf_map_lookup_elem(&call_stats_table, &idx);
+	if (!s)
+		return false;
+	__u32 kind = e->kind < COPY_KINDS - 1 ? e->kind : COPY_KINDS - 1;
+	/* Atomic: the threads of one process share the slot and run on several CPUs. */
+	__sync_fetch_and_add(&s->calls[kind], 1);
+	__sync_fetch_and_add(&s->duration_ns, ns);
+	__sync_fetch_and_add(&s->buckets[duration_bucket(ns)], 1);
+	if (e->bytes)
+		__sync_fetch_and_add(&s->bytes[kind], e->bytes);
+	if (ret)
+		__sync_fetch_and_add(&s->errors, 1);
+	return true;
+}
+
+/* read_launch_args fills in what the launch APIs pass in memory: on the stack (from the
+ * stack pointer saved at entry) or in a launch config (through the pointer saved at
+ * entry). Both belong to the caller, whose frame is still live at return; neither the
+ * fake libraries nor, as far as known (docs/gpuebpf.md), the CUDA libraries write to
+ * them. Reading them here, for records only, keeps a user-memory read off every launch. */
+static __always_inline void read_launch_args(__u32 api, struct call_entry *e, struct cuda_call_event *ev)
+{
+	if (api == API_CUDA_LAUNCH_KERNEL_EXC) {
+		struct cuda_launch_config cfg = {};
+		bpf_probe_read_user(&cfg, sizeof(cfg), (void *)e->config);
+		__builtin_memcpy(ev->grid, cfg.grid, sizeof(ev->grid));
+		__builtin_memcpy(ev->block, cfg.block, sizeof(ev->block));
+		ev->stream = cfg.stream;
+	} else if (api == API_CU_LAUNCH_KERNEL_EX) {
+		struct cu_launch_config cfg = {};
+		bpf_probe_read_user(&cfg, sizeof(cfg), (void *)e->config);
+		__builtin_memcpy(ev->grid, cfg.grid, sizeof(ev->grid));
+		__builtin_memcpy(ev->block, cfg.block, sizeof(ev->block));
+		ev->stream = cfg.stream;
+	} else if (api == API_CUDA_LAUNCH_KERNEL) {
+		bpf_probe_read_user(&ev->stream, sizeof(ev->stream), (void *)(e->sp + 16));
+	} else if (api == API_CU_LAUNCH_KERNEL || api == API_CU_LAUNCH_KERNEL_PTSZ) {
+		/* blockDimZ, sharedMemBytes, hStream */
+		__u64 stack[3] = {};
+		bpf_probe_read_user(stack, sizeof(stack), (void *)(e->sp + 8));
+		ev->block[2] = (__u32)stack[0];
+		ev->stream = stack[2];
+	}
+}
+
 SEC("uretprobe")
 int BPF_KRETPROBE(leave_call)
 {
@@ -268,25 +396,32 @@ int BPF_KRETPROBE(leave_call)
 		count_drop(DROP_ENTRY_MISSING); /* attached while the call was in flight */
 		return 0;
 	}
-	__u64 now = bpf_ktime_get_ns();
-	struct cuda_call_event *ev = reserve_event(sizeof(*ev));
-	if (ev) {
-		fill_header(&ev->hdr, EVENT_CUDA_CALL, e->ts);
-		ev->duration_ns = now - e->ts;
-		ev->bytes = e->bytes;
-		ev->stream = e->stream;
-		ev->handle = e->handle;
-		__builtin_memcpy(ev->grid, e->grid, sizeof(ev->grid));
-		__builtin_memcpy(ev->block, e->block, sizeof(ev->block));
-		ev->api = api;
-		ev->ret = (__s32)PT_REGS_RC(ctx);
-		ev->memcpy_kind = e->kind;
-		if (returns_handle_through_pointer(api) && e->handle) {
-			__u64 out = 0;
-			bpf_probe_read_user(&out, sizeof(out), (void *)e->handle);
-			ev->handle = out;
+	__u64 ns = bpf_ktime_get_ns() - e->ts;
+	__s32 ret = (__s32)PT_REGS_RC(ctx);
+	bool counted = count_call(tc, api, e, ns, ret);
+	__u64 *threshold = bpf_map_lookup_elem(&notable_ns, &api);
+	if (!counted || ret || (threshold && ns >= *threshold)) {
+		struct cuda_call_event *ev = reserve_event(sizeof(*ev));
+		if (ev) {
+			fill_header(&ev->hdr, EVENT_CUDA_CALL, e->ts);
+			ev->duration_ns = ns;
+			ev->bytes = e->bytes;
+			ev->stream = e->stream;
+			ev->handle = e->handle;
+			__builtin_memcpy(ev->grid, e->grid, sizeof(ev->grid));
+			__builtin_memcpy(ev->block, e->block, sizeof(ev->block));
+			ev->api = api;
+			ev->ret = ret;
+			ev->memcpy_kind = e->kind;
+			ev->counted = counted;
+			read_launch_args(api, e, ev);
+			if (returns_handle_through_pointer(api) && e->handle) {
+				__u64 out = 0;
+				bpf_probe_read_user(&out, sizeof(out), (void *)e->handle);
+				ev->handle = out;
+			}
+			submit_event(ev);
 		}
-		submit_event(ev);
 	}
 	e->ts = 0;
 	return 0;

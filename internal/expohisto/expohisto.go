@@ -9,6 +9,7 @@ package expohisto
 
 import (
 	"math"
+	"math/big"
 
 	"go.opentelemetry.io/collector/pdata/pmetric"
 )
@@ -23,7 +24,8 @@ const maxBuckets = 44 << Scale
 type Histogram struct {
 	Count     uint64
 	Sum       float64
-	Min, Max  float64
+	Min, Max  float64 // meaningful only while HasMinMax
+	HasMinMax bool    // false once buckets counted elsewhere were added (AddBuckets)
 	ZeroCount uint64
 	offset    int32    // bucket index of counts[0]
 	counts    []uint64 // dense, grows both ways up to maxBuckets
@@ -41,11 +43,10 @@ func bucketIndex(v float64) int32 {
 
 // Record adds one value.
 func (h *Histogram) Record(v float64) {
-	if h.Count == 0 || v < h.Min {
-		h.Min = v
-	}
-	if h.Count == 0 || v > h.Max {
-		h.Max = v
+	if h.Count == 0 {
+		h.Min, h.Max, h.HasMinMax = v, v, true
+	} else if h.HasMinMax {
+		h.Min, h.Max = math.Min(h.Min, v), math.Max(h.Max, v)
 	}
 	h.Count++
 	h.Sum += v
@@ -53,7 +54,53 @@ func (h *Histogram) Record(v float64) {
 		h.ZeroCount++
 		return
 	}
-	idx := bucketIndex(v)
+	h.add(bucketIndex(v), 1)
+}
+
+// AddBuckets adds counts[i] values to bucket firstIndex+i, and sum to the sum: buckets
+// counted elsewhere on the same scale (the kernel's, see UpperBoundsNS). Their extremes
+// are unknown, so the histogram reports no min and max from then on.
+func (h *Histogram) AddBuckets(firstIndex int32, counts []uint64, sum float64) {
+	added := uint64(0)
+	for i, n := range counts {
+		if n != 0 {
+			h.add(firstIndex+int32(i), n)
+			added += n
+		}
+	}
+	if added == 0 {
+		return
+	}
+	h.Count += added
+	h.Sum += sum
+	h.HasMinMax = false
+}
+
+// Merge adds o's values to h (both on the fixed scale).
+func (h *Histogram) Merge(o *Histogram) {
+	if o.Count == 0 {
+		return
+	}
+	switch {
+	case h.Count == 0:
+		h.Min, h.Max, h.HasMinMax = o.Min, o.Max, o.HasMinMax
+	case h.HasMinMax && o.HasMinMax:
+		h.Min, h.Max = math.Min(h.Min, o.Min), math.Max(h.Max, o.Max)
+	default:
+		h.HasMinMax = false
+	}
+	h.Count += o.Count
+	h.Sum += o.Sum
+	h.ZeroCount += o.ZeroCount
+	for i, n := range o.counts {
+		if n != 0 {
+			h.add(o.offset+int32(i), n)
+		}
+	}
+}
+
+// add puts n values in bucket idx.
+func (h *Histogram) add(idx int32, n uint64) {
 	if len(h.counts) == 0 {
 		h.offset = idx
 		h.counts = append(h.counts, 0)
@@ -62,7 +109,7 @@ func (h *Histogram) Record(v float64) {
 	case idx < h.offset:
 		grow := int(h.offset - idx)
 		if len(h.counts)+grow > maxBuckets {
-			h.counts[0]++ // clamp into the lowest bucket rather than grow without bound
+			h.counts[0] += n // clamp into the lowest bucket rather than grow without bound
 			return
 		}
 		h.counts = append(make([]uint64, grow, grow+len(h.counts)), h.counts...)
@@ -70,12 +117,12 @@ func (h *Histogram) Record(v float64) {
 	case int(idx-h.offset) >= len(h.counts):
 		need := int(idx-h.offset) + 1
 		if need > maxBuckets {
-			h.counts[len(h.counts)-1]++
+			h.counts[len(h.counts)-1] += n
 			return
 		}
 		h.counts = append(h.counts, make([]uint64, need-len(h.counts))...)
 	}
-	h.counts[idx-h.offset]++
+	h.counts[idx-h.offset] += n
 }
 
 // Quantile estimates the q-quantile (0 < q < 1) as the midpoint of the bucket that
@@ -94,10 +141,17 @@ func (h *Histogram) Quantile(q float64) float64 {
 		if seen >= rank {
 			lower := math.Exp2(float64(h.offset+int32(i)) / (1 << Scale))
 			upper := math.Exp2(float64(h.offset+int32(i)+1) / (1 << Scale))
-			return math.Min(math.Max((lower+upper)/2, h.Min), h.Max)
+			mid := (lower + upper) / 2
+			if h.HasMinMax {
+				mid = math.Min(math.Max(mid, h.Min), h.Max)
+			}
+			return mid
 		}
 	}
-	return h.Max
+	if h.HasMinMax {
+		return h.Max
+	}
+	return math.Exp2(float64(h.offset+int32(len(h.counts))) / (1 << Scale))
 }
 
 // Reset empties the histogram, keeping its memory.
@@ -110,11 +164,42 @@ func (h *Histogram) CopyTo(dp pmetric.ExponentialHistogramDataPoint) {
 	dp.SetScale(Scale)
 	dp.SetCount(h.Count)
 	dp.SetSum(h.Sum)
-	if h.Count > 0 {
+	if h.Count > 0 && h.HasMinMax {
 		dp.SetMin(h.Min)
 		dp.SetMax(h.Max)
 	}
 	dp.SetZeroCount(h.ZeroCount)
 	dp.Positive().SetOffset(h.offset)
 	dp.Positive().BucketCounts().FromRaw(h.counts)
+}
+
+// UpperBoundsNS returns the inclusive upper bounds, in whole nanoseconds, of n buckets
+// of durations in seconds starting at bucket index firstIndex: bound i is the largest
+// integer number of nanoseconds in bucket firstIndex+i, floor(1e9 * base^(firstIndex+i+1)).
+// A count of integer nanoseconds v belongs to bucket i exactly when
+// bound[i-1] < v <= bound[i], which lets the kernel bucket durations with integer
+// comparisons alone. The bounds are computed at 256-bit precision: float64 could round
+// the floor the wrong way where a bound falls just above an integer.
+func UpperBoundsNS(firstIndex int32, n int) []uint64 {
+	const prec = 256
+	bounds := make([]uint64, n)
+	billion := new(big.Float).SetPrec(prec).SetInt64(1_000_000_000)
+	for i := range bounds {
+		exp := int64(firstIndex) + int64(i) + 1 // base^exp = 2^(exp / 2^Scale)
+		whole, frac := exp>>Scale, exp&(1<<Scale-1)
+		// 2^(frac/2^Scale) by repeated square roots of 2^frac.
+		root := new(big.Float).SetPrec(prec).SetMantExp(big.NewFloat(1).SetPrec(prec), int(frac))
+		for s := 0; s < Scale; s++ {
+			root.Sqrt(root)
+		}
+		v := new(big.Float).SetPrec(prec).Mul(billion, root)
+		v.SetMantExp(v, int(whole))
+		floor, _ := v.Int(nil) // truncates toward zero: the floor of a positive number
+		if !floor.IsUint64() {
+			bounds[i] = math.MaxUint64
+			continue
+		}
+		bounds[i] = floor.Uint64()
+	}
+	return bounds
 }

@@ -2,6 +2,8 @@ package expohisto
 
 import (
 	"math"
+	"slices"
+	"sort"
 	"testing"
 
 	"go.opentelemetry.io/collector/pdata/pmetric"
@@ -76,5 +78,88 @@ func BenchmarkRecord(b *testing.B) {
 	var h Histogram
 	for i := 0; i < b.N; i++ {
 		h.Record(float64(i%5000+1) * 1e-6)
+	}
+}
+
+// The kernel buckets integer nanoseconds by comparing them with UpperBoundsNS; that must
+// put every value where Record puts the same duration in seconds.
+func TestUpperBoundsNSAgreeWithRecord(t *testing.T) {
+	const first, n = -208, 320
+	bounds := UpperBoundsNS(first, n)
+	bucketOf := func(ns uint64) int32 {
+		i := sort.Search(len(bounds), func(i int) bool { return ns <= bounds[i] })
+		return first + int32(i)
+	}
+	check := func(ns uint64) {
+		want := bucketIndex(float64(ns) / 1e9)
+		if want < first || want >= first+n {
+			return // outside the table: the kernel clamps into its end buckets
+		}
+		if got := bucketOf(ns); got != want {
+			t.Fatalf("%d ns: bounds put it in bucket %d, Record in %d", ns, got, want)
+		}
+	}
+	for ns := uint64(15); ns < 2_000_000; ns++ {
+		check(ns)
+	}
+	// Around every bound, where a rounding error would show.
+	for _, b := range bounds {
+		for d := uint64(0); d < 3 && b > d; d++ {
+			check(b - d)
+			check(b + d + 1)
+		}
+	}
+	// Powers of two seconds times 1e9 are integers and the inclusive upper bound of
+	// their bucket: 1 s ends bucket -1, 2 s ends bucket 7 (scale 3).
+	if got := bucketOf(1_000_000_000); got != -1 {
+		t.Errorf("1 s in bucket %d, want -1", got)
+	}
+	if got := bucketOf(2_000_000_000); got != 7 {
+		t.Errorf("2 s in bucket %d, want 7", got)
+	}
+	if got := bucketOf(2_000_000_001); got != 8 {
+		t.Errorf("2 s + 1 ns in bucket %d, want 8", got)
+	}
+}
+
+func TestAddBucketsDropsExtremes(t *testing.T) {
+	var h Histogram
+	h.Record(0.1) // bucket -27
+	h.AddBuckets(-80, []uint64{2, 0, 3}, 4e-3)
+	if h.Count != 6 || h.HasMinMax {
+		t.Fatalf("count %d hasMinMax %v, want 6 false", h.Count, h.HasMinMax)
+	}
+	if math.Abs(h.Sum-0.104) > 1e-12 {
+		t.Errorf("sum %g, want 0.104", h.Sum)
+	}
+	dp := pmetric.NewExponentialHistogramDataPoint()
+	h.CopyTo(dp)
+	if dp.HasMin() || dp.HasMax() {
+		t.Error("a histogram with kernel buckets must not claim a min or max")
+	}
+	if got := dp.Positive().BucketCounts().At(int(-80 - dp.Positive().Offset())); got != 2 {
+		t.Errorf("bucket -80 holds %d, want 2", got)
+	}
+}
+
+func TestMergeKeepsCountsAndExtremes(t *testing.T) {
+	var a, b, both Histogram
+	for _, v := range []float64{1e-6, 3e-6, 2e-3} {
+		a.Record(v)
+		both.Record(v)
+	}
+	for _, v := range []float64{5e-9, 0.7, 0} {
+		b.Record(v)
+		both.Record(v)
+	}
+	a.Merge(&b)
+	if a.Count != both.Count || a.ZeroCount != both.ZeroCount || a.Min != both.Min || a.Max != both.Max || !a.HasMinMax {
+		t.Fatalf("merged %+v, want %+v", a, both)
+	}
+	da, db := pmetric.NewExponentialHistogramDataPoint(), pmetric.NewExponentialHistogramDataPoint()
+	a.CopyTo(da)
+	both.CopyTo(db)
+	if da.Positive().Offset() != db.Positive().Offset() || !slices.Equal(da.Positive().BucketCounts().AsRaw(), db.Positive().BucketCounts().AsRaw()) {
+		t.Errorf("merged buckets %d %v, want %d %v", da.Positive().Offset(), da.Positive().BucketCounts().AsRaw(), db.Positive().Offset(), db.Positive().BucketCounts().AsRaw())
 	}
 }

@@ -13,6 +13,15 @@ import (
 	"github.com/cilium/ebpf"
 )
 
+type cudaCallStats struct {
+	_          structs.HostLayout
+	Calls      [6]uint64
+	Bytes      [6]uint64
+	Errors     uint64
+	DurationNs uint64
+	Buckets    [320]uint32
+}
+
 type cudaCudaApi uint32
 
 const (
@@ -64,7 +73,8 @@ type cudaCudaCallEvent struct {
 	Api        uint32
 	Ret        int32
 	MemcpyKind uint8
-	Pad        [7]uint8
+	Counted    uint8
+	Pad        [6]uint8
 }
 
 type cudaDropReason uint32
@@ -73,7 +83,8 @@ const (
 	cudaDropReasonDROP_RINGBUF_FULL    cudaDropReason = 0
 	cudaDropReasonDROP_ENTRY_MISSING   cudaDropReason = 1
 	cudaDropReasonDROP_TRACED_SET_FULL cudaDropReason = 2
-	cudaDropReasonDROP_REASON_COUNT    cudaDropReason = 3
+	cudaDropReasonDROP_CALL_STATS_FULL cudaDropReason = 3
+	cudaDropReasonDROP_REASON_COUNT    cudaDropReason = 4
 )
 
 type cudaEventHeader struct {
@@ -99,6 +110,7 @@ const (
 	cudaEventKindEVENT_PROC_IDENTITY  cudaEventKind = 8
 	cudaEventKindEVENT_NCCL_CALL      cudaEventKind = 9
 	cudaEventKindEVENT_RDMA_ASYNC     cudaEventKind = 10
+	cudaEventKindEVENT_CUDA_THREAD    cudaEventKind = 11
 )
 
 type cudaMemcpyKind uint32
@@ -122,10 +134,14 @@ type cudaProcessIdentityEvent struct {
 }
 
 type cudaThreadCalls struct {
-	_     structs.HostLayout
-	Calls [64]struct {
+	_        structs.HostLayout
+	ProcSlot uint32
+	Pad      uint32
+	Calls    [64]struct {
 		_      structs.HostLayout
 		Ts     uint64
+		Sp     uint64
+		Config uint64
 		Bytes  uint64
 		Stream uint64
 		Handle uint64
@@ -140,8 +156,11 @@ type cudaThreadCalls struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
+	cudaMapCallStatsTable             = "call_stats_table"
 	cudaMapDrops                      = "drops"
 	cudaMapEvents                     = "events"
+	cudaMapNotableNs                  = "notable_ns"
+	cudaMapProcSlots                  = "proc_slots"
 	cudaMapThreadCalls                = "thread_calls"
 	cudaMapTracedCgroups              = "traced_cgroups"
 	cudaMapTracedPids                 = "traced_pids"
@@ -158,7 +177,10 @@ const (
 	cudaProgEnterNoArgs               = "enter_no_args"
 	cudaProgEnterStreamHandle         = "enter_stream_handle"
 	cudaProgLeaveCall                 = "leave_call"
+	cudaVarDurationBounds             = "duration_bounds"
+	cudaVarProcSlotsUsed              = "proc_slots_used"
 	cudaVarTraceAllCuda               = "trace_all_cuda"
+	cudaVarUnusedCallStats            = "unused_call_stats"
 	cudaVarUnusedCudaApi              = "unused_cuda_api"
 	cudaVarUnusedCudaCallEvent        = "unused_cuda_call_event"
 	cudaVarUnusedDropReason           = "unused_drop_reason"
@@ -228,18 +250,24 @@ type cudaProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type cudaMapSpecs struct {
-	Drops         *ebpf.MapSpec `ebpf:"drops"`
-	Events        *ebpf.MapSpec `ebpf:"events"`
-	ThreadCalls   *ebpf.MapSpec `ebpf:"thread_calls"`
-	TracedCgroups *ebpf.MapSpec `ebpf:"traced_cgroups"`
-	TracedPids    *ebpf.MapSpec `ebpf:"traced_pids"`
+	CallStatsTable *ebpf.MapSpec `ebpf:"call_stats_table"`
+	Drops          *ebpf.MapSpec `ebpf:"drops"`
+	Events         *ebpf.MapSpec `ebpf:"events"`
+	NotableNs      *ebpf.MapSpec `ebpf:"notable_ns"`
+	ProcSlots      *ebpf.MapSpec `ebpf:"proc_slots"`
+	ThreadCalls    *ebpf.MapSpec `ebpf:"thread_calls"`
+	TracedCgroups  *ebpf.MapSpec `ebpf:"traced_cgroups"`
+	TracedPids     *ebpf.MapSpec `ebpf:"traced_pids"`
 }
 
 // cudaVariableSpecs contains global variables before they are loaded into the kernel.
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type cudaVariableSpecs struct {
+	DurationBounds             *ebpf.VariableSpec `ebpf:"duration_bounds"`
+	ProcSlotsUsed              *ebpf.VariableSpec `ebpf:"proc_slots_used"`
 	TraceAllCuda               *ebpf.VariableSpec `ebpf:"trace_all_cuda"`
+	UnusedCallStats            *ebpf.VariableSpec `ebpf:"unused_call_stats"`
 	UnusedCudaApi              *ebpf.VariableSpec `ebpf:"unused_cuda_api"`
 	UnusedCudaCallEvent        *ebpf.VariableSpec `ebpf:"unused_cuda_call_event"`
 	UnusedDropReason           *ebpf.VariableSpec `ebpf:"unused_drop_reason"`
@@ -268,17 +296,23 @@ func (o *cudaObjects) Close() error {
 //
 // It can be passed to loadCudaObjects or ebpf.CollectionSpec.LoadAndAssign.
 type cudaMaps struct {
-	Drops         *ebpf.Map `ebpf:"drops"`
-	Events        *ebpf.Map `ebpf:"events"`
-	ThreadCalls   *ebpf.Map `ebpf:"thread_calls"`
-	TracedCgroups *ebpf.Map `ebpf:"traced_cgroups"`
-	TracedPids    *ebpf.Map `ebpf:"traced_pids"`
+	CallStatsTable *ebpf.Map `ebpf:"call_stats_table"`
+	Drops          *ebpf.Map `ebpf:"drops"`
+	Events         *ebpf.Map `ebpf:"events"`
+	NotableNs      *ebpf.Map `ebpf:"notable_ns"`
+	ProcSlots      *ebpf.Map `ebpf:"proc_slots"`
+	ThreadCalls    *ebpf.Map `ebpf:"thread_calls"`
+	TracedCgroups  *ebpf.Map `ebpf:"traced_cgroups"`
+	TracedPids     *ebpf.Map `ebpf:"traced_pids"`
 }
 
 func (m *cudaMaps) Close() error {
 	return _CudaClose(
+		m.CallStatsTable,
 		m.Drops,
 		m.Events,
+		m.NotableNs,
+		m.ProcSlots,
 		m.ThreadCalls,
 		m.TracedCgroups,
 		m.TracedPids,
@@ -289,7 +323,10 @@ func (m *cudaMaps) Close() error {
 //
 // It can be passed to loadCudaObjects or ebpf.CollectionSpec.LoadAndAssign.
 type cudaVariables struct {
+	DurationBounds             *ebpf.Variable `ebpf:"duration_bounds"`
+	ProcSlotsUsed              *ebpf.Variable `ebpf:"proc_slots_used"`
 	TraceAllCuda               *ebpf.Variable `ebpf:"trace_all_cuda"`
+	UnusedCallStats            *ebpf.Variable `ebpf:"unused_call_stats"`
 	UnusedCudaApi              *ebpf.Variable `ebpf:"unused_cuda_api"`
 	UnusedCudaCallEvent        *ebpf.Variable `ebpf:"unused_cuda_call_event"`
 	UnusedDropReason           *ebpf.Variable `ebpf:"unused_drop_reason"`

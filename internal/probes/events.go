@@ -36,12 +36,18 @@ const (
 	KindIdentity      = EventKind(cudaEventKindEVENT_PROC_IDENTITY)
 	KindNCCLCall      = EventKind(cudaEventKindEVENT_NCCL_CALL)
 	KindRDMAAsync     = EventKind(cudaEventKindEVENT_RDMA_ASYNC)
+	KindCUDAThread    = EventKind(cudaEventKindEVENT_CUDA_THREAD)
 )
 
 // Handler receives decoded events. Pointers are valid only during the call: the
 // record buffer is reused for the next event.
 type Handler interface {
+	// CUDACall is a call the kernel recorded: a notable one, or any when the
+	// threshold is 0. Counted says whether it is already in the kernel's call
+	// statistics (ReadCallStats); if not, the handler must count it.
 	CUDACall(*CUDACall)
+	// CUDAThread is a thread's first traced CUDA call: the thread drives a GPU.
+	CUDAThread(*EventHeader)
 	Sched(*SchedSwitchIn)
 	Process(EventKind, *ProcessEvent)
 	BlockIO(*BlockIO)
@@ -64,6 +70,11 @@ func Decode(raw []byte, h Handler) error {
 	case KindCUDACall:
 		if ev, ok := cast[CUDACall](raw); ok {
 			h.CUDACall(ev)
+			return nil
+		}
+	case KindCUDAThread:
+		if ev, ok := cast[EventHeader](raw); ok {
+			h.CUDAThread(ev)
 			return nil
 		}
 	case KindSched:

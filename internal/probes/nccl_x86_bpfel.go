@@ -115,10 +115,14 @@ type ncclP2pKey struct {
 }
 
 type ncclThreadCalls struct {
-	_     structs.HostLayout
-	Calls [64]struct {
+	_        structs.HostLayout
+	ProcSlot uint32
+	Pad      uint32
+	Calls    [64]struct {
 		_      structs.HostLayout
 		Ts     uint64
+		Sp     uint64
+		Config uint64
 		Bytes  uint64
 		Stream uint64
 		Handle uint64

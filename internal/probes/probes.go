@@ -27,6 +27,9 @@ type Options struct {
 	// Baseline attaches programs that do nothing in place of the real ones, on the same
 	// attach points: what a probe costs by merely existing, for overhead benchmarks.
 	Baseline bool
+	// ProcSlots limits how many processes get call statistics in the kernel (1 to
+	// ProcSlots; 0 means all): the calls of further processes go out as records.
+	ProcSlots uint32
 }
 
 // Probes is the loaded BPF programs and their links. One Probes serves a whole host.
@@ -41,6 +44,8 @@ type Probes struct {
 	attached    map[fileID]LibraryAttachment
 	hostLinks   int
 	reader      *ringbuf.Reader
+	callStats   *ebpf.Memory // call_stats_table, mapped
+	procSlots   *ebpf.Memory // proc_slots, mapped
 	pollTimeout time.Duration
 	baseline    bool
 }
@@ -77,6 +82,17 @@ func Load(opts Options) (*Probes, error) {
 	if err := cudaSpec.Variables["trace_all_cuda"].Set(opts.TraceAllCUDA); err != nil {
 		return nil, fmt.Errorf("configure trace_all_cuda: %w", err)
 	}
+	if opts.ProcSlots > ProcSlots {
+		return nil, fmt.Errorf("at most %d process slots, not %d", ProcSlots, opts.ProcSlots)
+	}
+	if opts.ProcSlots != 0 {
+		if err := cudaSpec.Variables["proc_slots_used"].Set(opts.ProcSlots); err != nil {
+			return nil, fmt.Errorf("configure proc_slots_used: %w", err)
+		}
+	}
+	if err := cudaSpec.Variables["duration_bounds"].Set(durationBounds); err != nil {
+		return nil, fmt.Errorf("configure duration_bounds: %w", err)
+	}
 	p := &Probes{attached: map[fileID]LibraryAttachment{}, pollTimeout: 10 * time.Millisecond, baseline: opts.Baseline}
 	if err := cudaSpec.LoadAndAssign(&p.cuda, nil); err != nil {
 		return nil, explainLoadError("cuda probes", err)
@@ -101,6 +117,14 @@ func Load(opts Options) (*Probes, error) {
 		p.host.Close()
 		p.cuda.Close()
 		return nil, err
+	}
+	if p.callStats, err = p.cuda.CallStatsTable.Memory(); err != nil {
+		p.Close()
+		return nil, fmt.Errorf("map call statistics: %w", err)
+	}
+	if p.procSlots, err = p.cuda.ProcSlots.Memory(); err != nil {
+		p.Close()
+		return nil, fmt.Errorf("map process slots: %w", err)
 	}
 	if p.reader, err = ringbuf.NewReader(p.cuda.Events); err != nil {
 		p.Close()

@@ -5,10 +5,12 @@ package probes_test
 import (
 	"context"
 	"path/filepath"
+	"sort"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/fathom-gpu/fathom/internal/expohisto"
 	"github.com/fathom-gpu/fathom/internal/fakegpu"
 	"github.com/fathom-gpu/fathom/internal/privtest"
 	"github.com/fathom-gpu/fathom/internal/probes"
@@ -16,10 +18,11 @@ import (
 
 // recorder keeps copies of the CUDA calls of one process.
 type recorder struct {
-	mu    sync.Mutex
-	pid   uint32
-	calls []probes.CUDACall
-	exits int
+	mu      sync.Mutex
+	pid     uint32
+	calls   []probes.CUDACall
+	threads []uint32
+	exits   int
 }
 
 func (r *recorder) CUDACall(ev *probes.CUDACall) {
@@ -27,6 +30,13 @@ func (r *recorder) CUDACall(ev *probes.CUDACall) {
 	defer r.mu.Unlock()
 	if ev.Hdr.Pid == r.pid {
 		r.calls = append(r.calls, *ev)
+	}
+}
+func (r *recorder) CUDAThread(h *probes.EventHeader) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if h.Pid == r.pid {
+		r.threads = append(r.threads, h.Tid)
 	}
 }
 func (r *recorder) Sched(*probes.SchedSwitchIn) {}
@@ -117,9 +127,13 @@ func TestEveryAPICallIsSeenOnceWithItsArguments(t *testing.T) {
 	seen := map[string]int64{}
 	requestedAllocs := map[string]int{}
 	bytesByDir := map[probes.MemcpyKind]uint64{}
+	launchStreams := map[string]map[uint64]int{}
 	for _, c := range rec.calls {
 		name := probes.APIName(c.Api)
 		seen[name]++
+		if c.Counted != 1 {
+			t.Fatalf("%s: a record of a call the kernel did not count", name)
+		}
 		if c.Hdr.Tid != uint32(report.Tid) {
 			t.Fatalf("%s on thread %d, the workload's dispatcher is %d", name, c.Hdr.Tid, report.Tid)
 		}
@@ -131,6 +145,10 @@ func TestEveryAPICallIsSeenOnceWithItsArguments(t *testing.T) {
 			if c.Grid != [3]uint32{96, 1, 1} || c.Block != [3]uint32{128, 1, 1} {
 				t.Fatalf("%s grid %v block %v, want [96 1 1] [128 1 1]", name, c.Grid, c.Block)
 			}
+			if launchStreams[name] == nil {
+				launchStreams[name] = map[uint64]int{}
+			}
+			launchStreams[name][c.Stream]++
 		case "cudaMalloc", "cudaMallocAsync", "cuMemAlloc_v2":
 			// The handle is the device pointer read back through the out-parameter.
 			if c.Bytes == 0 || c.Handle == 0 {
@@ -174,12 +192,76 @@ func TestEveryAPICallIsSeenOnceWithItsArguments(t *testing.T) {
 	if got, want := bytesByDir[probes.MemcpyDeviceToDevice], uint64(report.Bytes.D2D+report.DriverBytes.D2D); got != want {
 		t.Errorf("device_to_device bytes %d, want %d", got, want)
 	}
+	// Launches are read from the stack (cudaLaunchKernel, cuLaunchKernel*) or through
+	// the launch config (the *Ex forms) at return. The workload issues them all on its
+	// compute stream; cudaLaunchKernel also on the capture stream, for graph kernels.
+	compute := launchStreams["cudaLaunchKernelExC"]
+	if len(compute) != 1 {
+		t.Fatalf("cudaLaunchKernelExC on streams %v, want one", compute)
+	}
+	for stream := range compute {
+		if stream == 0 {
+			t.Fatal("launch stream read as 0 (the legacy stream); the workload uses its own")
+		}
+		for _, api := range []string{"cuLaunchKernel", "cuLaunchKernel_ptsz", "cuLaunchKernelEx"} {
+			if launchStreams[api][stream] != int(seen[api]) {
+				t.Errorf("%s streams %v, want all %d on %#x", api, launchStreams[api], seen[api], stream)
+			}
+		}
+		if n := launchStreams["cudaLaunchKernel"][stream]; n != opts.Launches || len(launchStreams["cudaLaunchKernel"]) != 2 {
+			t.Errorf("cudaLaunchKernel streams %v, want %d on %#x and the graph kernels on the capture stream", launchStreams["cudaLaunchKernel"], opts.Launches, stream)
+		}
+	}
+	if len(rec.threads) != 1 || rec.threads[0] != uint32(report.Tid) {
+		t.Errorf("threads announced %v, want only the dispatcher %d", rec.threads, report.Tid)
+	}
+	checkCallStats(t, p, uint32(w.Pid), rec.calls)
 	if n := p.InFlightCalls(uint32(report.Tid)); n != 0 {
 		t.Errorf("%d calls still in flight after the workload exited", n)
 	}
 	drops, err := p.Drops()
-	if err != nil || drops["ringbuf_full"] != 0 {
+	if err != nil || drops["ringbuf_full"] != 0 || drops["call_stats_full"] != 0 {
 		t.Errorf("drops %v err %v", drops, err)
+	}
+}
+
+// checkCallStats compares the kernel's statistics of pid with the records of every call
+// (threshold 0): per API the same calls and bytes by copy kind, failures and summed
+// duration, and a histogram holding each call in the bucket its duration belongs to.
+func checkCallStats(t *testing.T, p *probes.Probes, pid uint32, calls []probes.CUDACall) {
+	t.Helper()
+	procs, err := p.ReadCallStats(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got *probes.ProcessCallStats
+	for i := range procs {
+		if procs[i].PID == pid {
+			got = &procs[i]
+		}
+	}
+	if got == nil {
+		t.Fatalf("no call statistics for pid %d among %d processes", pid, len(procs))
+	}
+	var want [probes.APICount]probes.CallStats
+	bounds := expohisto.UpperBoundsNS(probes.DurationFirstIndex, probes.DurationBuckets-1)
+	for _, c := range calls {
+		s := &want[c.Api]
+		k := probes.CopyKindIndex(probes.MemcpyKind(c.MemcpyKind))
+		s.Calls[k]++
+		s.Bytes[k] += c.Bytes
+		s.DurationNs += c.DurationNs
+		if c.Ret != 0 {
+			s.Errors++
+		}
+		s.Buckets[sort.Search(len(bounds), func(i int) bool { return c.DurationNs <= bounds[i] })]++
+	}
+	for api := range want {
+		if got.ByAPI[api] != want[api] {
+			g, w := got.ByAPI[api], want[api]
+			t.Errorf("%s: kernel counted %v calls, %v bytes, %d ns; records say %v, %v, %d (or the buckets differ)",
+				probes.APIName(uint32(api)), g.Calls, g.Bytes, g.DurationNs, w.Calls, w.Bytes, w.DurationNs)
+		}
 	}
 }
 

@@ -5,9 +5,12 @@ package probes
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"time"
+	"unsafe"
 
+	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/ringbuf"
 )
 
@@ -43,6 +46,7 @@ func (p *Probes) Drops() (map[string]uint64, error) {
 		uint32(cudaDropReasonDROP_RINGBUF_FULL):    "ringbuf_full",
 		uint32(cudaDropReasonDROP_ENTRY_MISSING):   "entry_missing",
 		uint32(cudaDropReasonDROP_TRACED_SET_FULL): "traced_set_full",
+		uint32(cudaDropReasonDROP_CALL_STATS_FULL): "call_stats_full",
 	}
 	out := make(map[string]uint64, len(names))
 	for reason, name := range names {
@@ -100,4 +104,57 @@ func (p *Probes) ReadHostAggregates() (HostAggregates, error) {
 		agg.PagesByPID[pid] = pages
 	}
 	return agg, it.Err()
+}
+
+// ReadCallStats reads the call statistics of every process that has a slot, reusing
+// dst. The programs update them while this reads: a total can be one call ahead in
+// one field of another, never behind an earlier reading.
+func (p *Probes) ReadCallStats(dst []ProcessCallStats) ([]ProcessCallStats, error) {
+	var owners [ProcSlots]uint64
+	if _, err := p.procSlots.ReadAt(asBytes(owners[:]), 0); err != nil {
+		return dst, fmt.Errorf("read process slots: %w", err)
+	}
+	dst = dst[:0]
+	for slot, pid := range owners {
+		if pid == 0 {
+			continue
+		}
+		if len(dst) < cap(dst) {
+			dst = dst[:len(dst)+1]
+		} else {
+			dst = append(dst, ProcessCallStats{})
+		}
+		s := &dst[len(dst)-1]
+		s.PID, s.slot = uint32(pid), uint32(slot)
+		off := int64(slot) * int64(len(s.ByAPI)) * int64(unsafe.Sizeof(CallStats{}))
+		if _, err := p.callStats.ReadAt(asBytes(s.ByAPI[:]), off); err != nil {
+			return dst, fmt.Errorf("read call statistics: %w", err)
+		}
+	}
+	return dst, nil
+}
+
+// ReleaseCallStats gives an exited process's slot back, once its last counts have been
+// read: its statistics are zeroed first, so the next owner starts from nothing.
+func (p *Probes) ReleaseCallStats(s *ProcessCallStats) error {
+	var zero [APICount]CallStats
+	off := int64(s.slot) * int64(len(zero)) * int64(unsafe.Sizeof(CallStats{}))
+	if _, err := p.callStats.WriteAt(asBytes(zero[:]), off); err != nil {
+		return fmt.Errorf("zero call statistics: %w", err)
+	}
+	// Only a free slot is ever claimed by the kernel, so this owner cannot change under us.
+	var free uint64
+	_, err := p.procSlots.WriteAt(asBytes([]uint64{free}), int64(s.slot)*8)
+	return err
+}
+
+func asBytes[T any](s []T) []byte {
+	var zero T
+	return unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(s))), len(s)*int(unsafe.Sizeof(zero)))
+}
+
+// SetNotableThreshold makes calls of api lasting at least ns become records (0: every
+// call; NeverNotable: failed calls only). Until set, every call is recorded.
+func (p *Probes) SetNotableThreshold(api uint32, ns uint64) error {
+	return p.cuda.NotableNs.Update(api, ns, ebpf.UpdateAny)
 }

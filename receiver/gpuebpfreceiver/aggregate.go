@@ -12,8 +12,9 @@ import (
 	"github.com/fathom-gpu/fathom/internal/procinfo"
 )
 
-// memcpyKinds is the number of cudaMemcpyKind values kept per API (0..4).
-const memcpyKinds = 5
+// memcpyKinds is the number of cudaMemcpyKind values kept per API (0..4); index
+// memcpyKinds is for calls that copy nothing (probes.CopyKindIndex).
+const memcpyKinds = probes.CopyKinds - 1
 
 // apiSeries is what one process's calls of one API add up to.
 type apiSeries struct {
@@ -62,17 +63,18 @@ type aggregator struct {
 	drops               counterSet
 	processStartDefault pcommon.Timestamp
 	rdmaEvents          map[uint32]uint64 // verbs async events on the node, by enum ibv_event_type
+	kernel              kernelCalls
 }
 
 // eventCounters counts decoded events by kind without a lock: they are bumped once per
 // event on the hot path.
-type eventCounters [probes.KindRDMAAsync + 1]atomic.Uint64
+type eventCounters [probes.KindCUDAThread + 1]atomic.Uint64
 
 var eventCounterNames = map[probes.EventKind]string{
 	probes.KindCUDACall: "cuda.api.call", probes.KindSched: "host.sched", probes.KindFork: "process.fork",
 	probes.KindExec: "process.exec", probes.KindExit: "process.exit", probes.KindBlockIO: "host.block.io",
 	probes.KindTCPRetransmit: "host.tcp.retransmit", probes.KindIdentity: "process.identity",
-	probes.KindNCCLCall: "nccl.call", probes.KindRDMAAsync: "rdma.async_event",
+	probes.KindNCCLCall: "nccl.call", probes.KindRDMAAsync: "rdma.async_event", probes.KindCUDAThread: "cuda.thread",
 }
 
 func (e *eventCounters) add(kind probes.EventKind) { e[kind].Add(1) }
@@ -156,6 +158,10 @@ func (a *aggregator) process(pid uint32) *processSeries {
 	return p
 }
 
+// CUDACall takes a call the kernel recorded. Most calls are only counted in the
+// kernel (mergeCallStats); a record comes for a notable call, for every call under the
+// "all" policy, and for a call the kernel could not count (Counted == 0), which is
+// counted here.
 func (a *aggregator) CUDACall(ev *probes.CUDACall) {
 	a.events.add(probes.KindCUDACall)
 	a.mu.Lock()
@@ -168,32 +174,42 @@ func (a *aggregator) CUDACall(ev *probes.CUDACall) {
 		a.drops.add("decode", 1)
 		return
 	}
-	s := p.apis[ev.Api]
-	if s == nil {
-		s = &apiSeries{}
-		p.apis[ev.Api] = s
-	}
 	seconds := float64(ev.DurationNs) / 1e9
-	// The running median is only worth its bucket walk for a call long enough to be
-	// an outlier, in a series with enough calls to have a median.
-	median := 0.0
-	if s.duration.Count >= 20 && seconds >= a.logs.minDuration {
-		median = s.duration.Quantile(0.5)
-	}
-	s.duration.Record(seconds)
-	dir := int(ev.MemcpyKind)
-	if dir >= memcpyKinds {
-		dir = memcpyKinds
-	}
-	s.calls[dir]++
-	s.bytes[dir] += ev.Bytes
-	if ev.Ret != 0 {
-		s.errors++
+	if ev.Counted == 0 {
+		s := p.apis[ev.Api]
+		if s == nil {
+			s = &apiSeries{}
+			p.apis[ev.Api] = s
+		}
+		s.duration.Record(seconds)
+		dir := probes.CopyKindIndex(probes.MemcpyKind(ev.MemcpyKind))
+		s.calls[dir]++
+		s.bytes[dir] += ev.Bytes
+		if ev.Ret != 0 {
+			s.errors++
+		}
 	}
 	if len(p.cudaTIDs) < a.cfg.Limits.MaxThreadsPerProcess {
 		p.cudaTIDs[ev.Hdr.Tid] = true
 	}
+	// An outlier is judged against the API's running median on the node, the one the
+	// kernel's threshold was derived from.
+	median := a.kernel.medians[ev.Api]
+	if seconds < a.logs.minDuration {
+		median = 0
+	}
 	a.logs.cudaCall(p, ev, seconds, median)
+}
+
+// CUDAThread marks a thread as one that drives a GPU: its scheduling gets its own series.
+func (a *aggregator) CUDAThread(h *probes.EventHeader) {
+	a.events.add(probes.KindCUDAThread)
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	p := a.process(h.Pid)
+	if p != nil && len(p.cudaTIDs) < a.cfg.Limits.MaxThreadsPerProcess {
+		p.cudaTIDs[h.Tid] = true
+	}
 }
 
 func (a *aggregator) Sched(ev *probes.SchedSwitchIn) {

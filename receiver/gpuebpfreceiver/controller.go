@@ -27,6 +27,12 @@ type eventSource interface {
 	// hostTotals reads the kernel-side aggregates and drop counters (empty if none).
 	hostTotals() (probes.HostAggregates, map[string]uint64, bool)
 	probeCount() int
+	// callStats reads the kernel's per-process call statistics into dst (none without
+	// a kernel); releaseCallStats gives a gone process's slot back.
+	callStats(dst []probes.ProcessCallStats) ([]probes.ProcessCallStats, error)
+	releaseCallStats(*probes.ProcessCallStats) error
+	// setNotableThreshold makes calls of api lasting at least ns become records.
+	setNotableThreshold(api uint32, ns uint64) error
 }
 
 // controller is the one BPF controller of a receiver ID: the metrics and the logs
@@ -54,6 +60,9 @@ type controller struct {
 	rdmaPoller   *rdmasysfs.Poller
 	rdmaPolledAt time.Time
 	rdmaPorts    []rdmasysfs.Port
+
+	pullMu    sync.Mutex // one kernel statistics reading at a time
+	callStats []probes.ProcessCallStats
 }
 
 var (
@@ -119,6 +128,7 @@ func (c *controller) start(ctx context.Context) error {
 		_ = c.source.stop()
 		return err
 	}
+	c.pullCallStats() // thresholds in place before the first second of calls
 	c.users++
 	c.registerTelemetry()
 	c.lastEmit = pcommon.NewTimestampFromTime(time.Now())
@@ -172,6 +182,7 @@ func (c *controller) emitLoop(ctx context.Context) {
 			return
 		case <-logsTick.C:
 			c.clock.refresh()
+			c.pullCallStats()
 			c.flushLogs(ctx)
 		case <-metricsTick.C:
 			c.flushMetrics(ctx)
@@ -200,6 +211,7 @@ func (c *controller) flushMetrics(ctx context.Context) {
 	if next == nil {
 		return
 	}
+	c.pullCallStats()
 	kernel, kernelDrops, haveKernel := c.source.hostTotals()
 	c.pollRDMA()
 	host := hostTotals{kernel: kernel, haveKernel: haveKernel, events: c.agg.events.snapshot(), drops: c.agg.drops.snapshot(), probes: c.source.probeCount(), rdmaPorts: c.rdmaPorts}
@@ -215,6 +227,43 @@ func (c *controller) flushMetrics(ctx context.Context) {
 	if err := next.ConsumeMetrics(ctx, md); err != nil {
 		c.settings.Logger.Warn("metrics refused by the next consumer", zap.Int("points", md.DataPointCount()), zap.Error(err))
 	}
+}
+
+// pullCallStats brings the kernel's call statistics into the series (every second, and
+// before each export), gives back the slots of exited processes, and writes back the
+// notable thresholds when the medians moved them.
+func (c *controller) pullCallStats() {
+	c.pullMu.Lock()
+	defer c.pullMu.Unlock()
+	stats, err := c.source.callStats(c.callStats[:0])
+	if err != nil {
+		c.agg.drops.add("call_stats_read", 1)
+		c.settings.Logger.Warn("cannot read the kernel's call statistics", zap.Error(err))
+		return
+	}
+	c.callStats = stats
+	c.agg.mu.Lock()
+	gone := c.agg.mergeCallStats(stats)
+	c.agg.refreshMedians()
+	thresholds, changed := c.agg.notableThresholds()
+	c.agg.mu.Unlock()
+	for _, s := range gone {
+		if err := c.source.releaseCallStats(s); err != nil {
+			c.settings.Logger.Warn("cannot free a process's call statistics", zap.Uint32("pid", s.PID), zap.Error(err))
+		}
+	}
+	if !changed {
+		return
+	}
+	for api, ns := range thresholds {
+		if err := c.source.setNotableThreshold(uint32(api), ns); err != nil {
+			c.settings.Logger.Warn("cannot set a notable-call threshold", zap.String("api", probes.APIName(uint32(api))), zap.Error(err))
+			return
+		}
+	}
+	c.agg.mu.Lock()
+	c.agg.kernel.thresholds, c.agg.kernel.written = thresholds, true
+	c.agg.mu.Unlock()
 }
 
 // pollRDMA reads the RDMA port counters when poll_interval has passed; between polls
@@ -250,6 +299,7 @@ func (c *controller) shutdown() error {
 	controllersMu.Unlock()
 	c.cancel()
 	c.wg.Wait()
+	c.pullCallStats() // the kernel's last counts, while the probes are still there
 	err := c.source.stop()
 	// A last flush, so what was seen before shutdown is not lost.
 	c.flushLogs(context.Background())

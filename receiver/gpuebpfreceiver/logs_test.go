@@ -1,6 +1,7 @@
 package gpuebpfreceiver
 
 import (
+	"math"
 	"testing"
 
 	"github.com/fathom-gpu/fathom/internal/probes"
@@ -18,7 +19,8 @@ func sinkFor(policy string, perSecond int) *aggregator {
 	return a
 }
 
-// feed sends 100 calls of 100 µs, then one of 50 ms (an outlier) and one that failed.
+// feed sends 100 calls of 100 µs, lets the running median refresh (as it does every
+// second), then sends one of 50 ms (an outlier) and one that failed.
 func feed(a *aggregator) {
 	ev := probes.CUDACall{Api: apiID("cudaStreamSynchronize"), MemcpyKind: uint8(probes.MemcpyNone)}
 	ev.Hdr.Pid, ev.Hdr.Tid = syntheticPIDBase, syntheticPIDBase
@@ -26,6 +28,7 @@ func feed(a *aggregator) {
 		ev.DurationNs = 100_000
 		a.CUDACall(&ev)
 	}
+	a.refreshMedians()
 	ev.DurationNs = 50_000_000
 	a.CUDACall(&ev)
 	ev.DurationNs, ev.Ret = 100_000, 700 // cudaErrorIllegalAddress
@@ -62,6 +65,46 @@ func TestLogPolicies(t *testing.T) {
 					t.Errorf("notable record %d: reason %q, want %q (body %q)", i, got.Str(), want, records.At(i).Body().Str())
 				}
 			}
+		}
+	}
+}
+
+// The thresholds written into the kernel follow the policy and the running median:
+// factor x median, never under the minimum outlier duration; graph capture always.
+func TestNotableThresholdsFollowPolicyAndMedian(t *testing.T) {
+	sync := apiID("cudaStreamSynchronize")
+	launch := apiID("cudaLaunchKernel")
+	capture := apiID("cudaStreamBeginCapture")
+	for _, c := range []struct {
+		policy                string
+		sync, launch, capture uint64
+	}{
+		{LogsNotable, 4 * 2_000_000, probes.NeverNotable, 0},
+		{LogsAll, 0, 0, 0},
+		{LogsNone, probes.NeverNotable, probes.NeverNotable, probes.NeverNotable},
+	} {
+		a := sinkFor(c.policy, 1000)
+		ev := probes.CUDACall{MemcpyKind: uint8(probes.MemcpyNone)}
+		ev.Hdr.Pid = syntheticPIDBase
+		for i := 0; i < 100; i++ {
+			ev.Api, ev.DurationNs = sync, 2_000_000 // 2 ms: 4x is over the 1 ms minimum
+			a.CUDACall(&ev)
+		}
+		for i := 0; i < 10; i++ { // too few for a median
+			ev.Api, ev.DurationNs = launch, 5_000
+			a.CUDACall(&ev)
+		}
+		a.refreshMedians()
+		got, changed := a.notableThresholds()
+		if !changed {
+			t.Errorf("%s: thresholds never written, yet reported unchanged", c.policy)
+		}
+		// Bucket midpoints make the median approximate: within the bucket's ±4.4%.
+		if d := math.Abs(float64(got[sync]) - float64(c.sync)); d > 0.05*float64(c.sync) {
+			t.Errorf("%s: cudaStreamSynchronize threshold %d ns, want about %d", c.policy, got[sync], c.sync)
+		}
+		if got[launch] != c.launch || got[capture] != c.capture {
+			t.Errorf("%s: launch %d capture %d, want %d %d", c.policy, got[launch], got[capture], c.launch, c.capture)
 		}
 	}
 }

@@ -245,3 +245,15 @@ func (s *ebpfSource) hostTotals() (probes.HostAggregates, map[string]uint64, boo
 }
 
 func (s *ebpfSource) probeCount() int { return s.probes.ProbeCount() }
+
+func (s *ebpfSource) callStats(dst []probes.ProcessCallStats) ([]probes.ProcessCallStats, error) {
+	return s.probes.ReadCallStats(dst)
+}
+
+func (s *ebpfSource) releaseCallStats(st *probes.ProcessCallStats) error {
+	return s.probes.ReleaseCallStats(st)
+}
+
+func (s *ebpfSource) setNotableThreshold(api uint32, ns uint64) error {
+	return s.probes.SetNotableThreshold(api, ns)
+}

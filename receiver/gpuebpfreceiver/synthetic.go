@@ -100,3 +100,12 @@ func (s *syntheticSource) hostTotals() (probes.HostAggregates, map[string]uint64
 }
 
 func (s *syntheticSource) probeCount() int { return 0 }
+
+// The simulation has no kernel: its calls come as records marked uncounted.
+func (s *syntheticSource) callStats(dst []probes.ProcessCallStats) ([]probes.ProcessCallStats, error) {
+	return dst[:0], nil
+}
+
+func (s *syntheticSource) releaseCallStats(*probes.ProcessCallStats) error { return nil }
+
+func (s *syntheticSource) setNotableThreshold(uint32, uint64) error { return nil }
