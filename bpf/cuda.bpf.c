@@ -90,9 +90,9 @@ static __always_inline __u32 proc_slot(__u32 tgid)
 	return NO_PROC_SLOT;
 }
 
-/* begin claims this thread's slot for the API being entered and stamps the entry
- * time, or returns NULL when the process is not traced. */
-static __always_inline struct call_entry *begin(struct pt_regs *ctx)
+/* begin claims this thread's slot for API api and stamps the entry time, or returns
+ * NULL when the process is not traced. */
+static __always_inline struct call_entry *begin_api(struct pt_regs *ctx, __u64 api)
 {
 	struct task_struct *task = bpf_get_current_task_btf();
 	struct thread_calls *tc = bpf_task_storage_get(&thread_calls, task, 0, 0);
@@ -113,7 +113,6 @@ static __always_inline struct call_entry *begin(struct pt_regs *ctx)
 			submit_event(ev);
 		}
 	}
-	__u64 api = bpf_get_attach_cookie(ctx);
 	if (api >= API_COUNT)
 		return NULL;
 	struct call_entry *e = &tc->calls[api & (API_SLOTS - 1)];
@@ -127,13 +126,20 @@ static __always_inline struct call_entry *begin(struct pt_regs *ctx)
 	return e;
 }
 
+/* begin is begin_api for a program that serves several APIs: the attach cookie says
+ * which. A program for one API names it instead, saving a helper call per launch. */
+static __always_inline struct call_entry *begin(struct pt_regs *ctx)
+{
+	return begin_api(ctx, bpf_get_attach_cookie(ctx));
+}
+
 /* cudaLaunchKernel(func, dim3 grid, dim3 block, args, sharedMem, stream): a 12-byte
  * dim3 by value takes two registers (x|y<<32, then z); sharedMem and stream go on the
  * stack, read at return and only for a call that becomes a record (read_launch_args). */
 SEC("uprobe")
 int BPF_KPROBE(enter_cuda_launch_kernel)
 {
-	struct call_entry *e = begin(ctx);
+	struct call_entry *e = begin_api(ctx, API_CUDA_LAUNCH_KERNEL);
 	if (!e)
 		return 0;
 	__u64 gxy = PT_REGS_PARM2(ctx), bxy = PT_REGS_PARM4(ctx);
@@ -158,7 +164,7 @@ struct cuda_launch_config {
 SEC("uprobe")
 int BPF_KPROBE(enter_cuda_launch_kernel_exc)
 {
-	struct call_entry *e = begin(ctx);
+	struct call_entry *e = begin_api(ctx, API_CUDA_LAUNCH_KERNEL_EXC);
 	if (!e)
 		return 0;
 	e->config = PT_REGS_PARM1(ctx); /* read at return, for records only */
@@ -195,7 +201,7 @@ struct cu_launch_config {
 SEC("uprobe")
 int BPF_KPROBE(enter_cu_launch_kernel_ex)
 {
-	struct call_entry *e = begin(ctx);
+	struct call_entry *e = begin_api(ctx, API_CU_LAUNCH_KERNEL_EX);
 	if (!e)
 		return 0;
 	e->config = PT_REGS_PARM1(ctx); /* read at return, for records only */

@@ -36,7 +36,7 @@ func BenchmarkProbeOverhead(b *testing.B) {
 	}
 	defer stats.Close()
 	paths := fakegpu.Build(b)
-	const calls = 20000
+	const calls = 40000
 	cases := []struct {
 		api  string
 		opts fakegpu.Options
@@ -51,7 +51,7 @@ func BenchmarkProbeOverhead(b *testing.B) {
 	for _, c := range cases {
 		b.Run(c.api, func(b *testing.B) {
 			c.opts.Steps = 1
-			// Programs load once per mode; the workload runs three times and the fastest
+			// Programs load once per mode; the workload runs five times and the fastest
 			// run counts, which keeps the other core's noise out of the numbers.
 			progNS := map[string]float64{}
 			measure := func(mode string) float64 {
@@ -79,7 +79,7 @@ func BenchmarkProbeOverhead(b *testing.B) {
 					go p.Run(ctx, discard{}, nil)
 				}
 				best := math.Inf(1)
-				for rep := 0; rep < 3; rep++ {
+				for rep := 0; rep < 5; rep++ {
 					r := fakegpu.Run(b, paths, c.opts)
 					if r.Calls[c.api] != calls {
 						b.Fatalf("%s: workload made %d calls, want %d", c.api, r.Calls[c.api], calls)
