@@ -172,7 +172,7 @@ var Attributes = []Doc{
 	{NetworkType, "point/log", "", "ipv4 or ipv6"},
 	{EventName, "log", "", "what the log record is about (see the event table)"},
 	{DurationSeconds, "log", "s", "duration of the call or I/O"},
-	{MedianSeconds, "log", "s", "running median of the same API in the same process, when the record is an outlier"},
+	{MedianSeconds, "log", "s", "running median of the same API across the node's traced processes, when the record is an outlier"},
 	{NotableReason, "log", "", "why a record passed the notable policy: outlier, error, lifecycle, graph, retransmit"},
 	{ParentPID, "log", "", "parent of a forked process"},
 	{ExitCode, "log", "", "exit code of an exited process"},

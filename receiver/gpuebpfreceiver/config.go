@@ -82,7 +82,8 @@ type LogsConfig struct {
 	// MaxPerSecond caps log records per second; the rest are counted as dropped.
 	MaxPerSecond int `mapstructure:"max_per_second"`
 	// OutlierFactor: a call is a tail outlier when it takes longer than this many times
-	// the running median of the same API in the same process.
+	// the running median of the same API across the node's traced processes (refreshed
+	// every second; the kernel records only calls over it).
 	OutlierFactor float64 `mapstructure:"outlier_factor"`
 	// OutlierMinDuration ignores outliers shorter than this (microsecond jitter on
 	// microsecond calls is not news).
