@@ -32,7 +32,16 @@ build:
 # Regenerates every committed generated file. CI runs `make check-generated`, which
 # fails when the committed files differ from what these generators produce.
 generate: generate-ocb
-	$(GO) generate ./...
+	ln -sfn $(CURDIR) $(BPF_GENERATE_ROOT)
+	cd $(BPF_GENERATE_ROOT)/internal/probes && $(GO) generate .
+	$(GO) generate $$($(GO) list ./... | grep -v '/internal/probes$$')
+
+# clang orders some BTF types (forward declarations) by where things sit in its memory,
+# which the length of the source's absolute path shifts: a clone elsewhere compiled
+# host.bpf.c with two types swapped. bpf2go runs through this fixed path (a symlink to
+# the checkout; cd keeps it in $$PWD, which Go's Getwd honours) so every clone
+# generates the same objects.
+BPF_GENERATE_ROOT := /tmp/fathom-bpf-generate
 
 # ocb writes a whole distribution (main.go, go.mod ...) into build/ocb; Fathom keeps its
 # own main.go (it adds subcommands) and commits only the generated component list.

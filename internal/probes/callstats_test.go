@@ -52,15 +52,7 @@ func TestOnlyNotableCallsBecomeRecordsAndAllAreCounted(t *testing.T) {
 		Syncs: 30, Stall: 80 * time.Millisecond, StallIn: "stream-sync"}
 	w := fakegpu.Start(t, paths, opts)
 	rec := &recorder{pid: uint32(w.Pid)}
-	stop := runReader(t, p, rec)
-	if err := w.Release(); err != nil {
-		t.Fatal(err)
-	}
-	report, err := w.Wait(time.Minute)
-	if err != nil {
-		t.Fatal(err)
-	}
-	stop()
+	report := traceWorkload(t, p, w, rec)
 
 	if len(rec.calls) != 1 {
 		t.Fatalf("%d records, want only the stalled synchronization", len(rec.calls))
@@ -130,15 +122,7 @@ func TestCallsWithoutAStatsSlotBecomeUncountedRecords(t *testing.T) {
 
 	w := fakegpu.Start(t, paths, fakegpu.Options{Gate: true, Steps: 1, Launches: 50, Syncs: 3})
 	rec := &recorder{pid: uint32(w.Pid)}
-	stop := runReader(t, p, rec)
-	if err := w.Release(); err != nil {
-		t.Fatal(err)
-	}
-	report, err := w.Wait(time.Minute)
-	if err != nil {
-		t.Fatal(err)
-	}
-	stop()
+	report := traceWorkload(t, p, w, rec)
 
 	if s := statsOf(t, p, uint32(w.Pid)); len(s) != 0 {
 		t.Fatalf("the second process has kernel statistics %v; there was no slot for it", s)

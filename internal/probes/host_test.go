@@ -79,15 +79,7 @@ func TestHostEventsOfATracedProcess(t *testing.T) {
 		Forks: 20, IOBurstMB: 4, IOEvery: 10 * time.Millisecond, IODir: ioDir, IOInline: true,
 	})
 	rec := &hostRecorder{pid: uint32(w.Pid)}
-	stop := runReader(t, p, rec)
-	if err := w.Release(); err != nil {
-		t.Fatal(err)
-	}
-	report, err := w.Wait(time.Minute)
-	if err != nil {
-		t.Fatal(err)
-	}
-	stop()
+	report := traceWorkload(t, p, w, rec)
 	after, err := p.ReadHostAggregates()
 	if err != nil {
 		t.Fatal(err)

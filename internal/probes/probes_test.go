@@ -91,6 +91,22 @@ func runReader(t *testing.T, p *probes.Probes, h probes.Handler) (stop func()) {
 	}
 }
 
+// traceWorkload releases a workload waiting at its gate, hands the events to h while
+// it runs, and returns its report once it has exited and the reader has drained.
+func traceWorkload(t *testing.T, p *probes.Probes, w *fakegpu.Workload, h probes.Handler) fakegpu.Result {
+	t.Helper()
+	stop := runReader(t, p, h)
+	defer stop()
+	if err := w.Release(); err != nil {
+		t.Fatal(err)
+	}
+	report, err := w.Wait(time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return report
+}
+
 // Every API is seen exactly as often as the workload called it, with its arguments
 // decoded from the real x86-64 SysV layout: dim3 by value in register pairs, stream
 // on the stack, launch configs read through their pointer, copy kinds and sizes.
@@ -114,15 +130,7 @@ func TestEveryAPICallIsSeenOnceWithItsArguments(t *testing.T) {
 	}
 	w := fakegpu.Start(t, paths, opts)
 	rec := &recorder{pid: uint32(w.Pid)}
-	stop := runReader(t, p, rec)
-	if err := w.Release(); err != nil {
-		t.Fatal(err)
-	}
-	report, err := w.Wait(time.Minute)
-	if err != nil {
-		t.Fatal(err)
-	}
-	stop()
+	report := traceWorkload(t, p, w, rec)
 
 	seen := map[string]int64{}
 	requestedAllocs := map[string]int{}
