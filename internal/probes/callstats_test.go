@@ -12,18 +12,26 @@ import (
 	"github.com/fathom-gpu/fathom/internal/probes"
 )
 
-// statsOf returns the kernel's call statistics of pid by API name.
-func statsOf(t *testing.T, p *probes.Probes, pid uint32) map[string]probes.CallStats {
+// procStats returns the kernel's call statistics of pid; nil when it has no slot.
+func procStats(t *testing.T, p *probes.Probes, pid uint32) *probes.ProcessCallStats {
 	t.Helper()
 	procs, err := p.ReadCallStats(nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	out := map[string]probes.CallStats{}
-	for _, proc := range procs {
-		if proc.PID != pid {
-			continue
+	for i := range procs {
+		if procs[i].PID == pid {
+			return &procs[i]
 		}
+	}
+	return nil
+}
+
+// statsOf returns the kernel's call statistics of pid by API name, the APIs it called.
+func statsOf(t *testing.T, p *probes.Probes, pid uint32) map[string]probes.CallStats {
+	t.Helper()
+	out := map[string]probes.CallStats{}
+	if proc := procStats(t, p, pid); proc != nil {
 		for api, s := range proc.ByAPI {
 			if s.TotalCalls() != 0 {
 				out[probes.APIName(uint32(api))] = s

@@ -238,18 +238,9 @@ func TestEveryAPICallIsSeenOnceWithItsArguments(t *testing.T) {
 // duration, and a histogram holding each call in the bucket its duration belongs to.
 func checkCallStats(t *testing.T, p *probes.Probes, pid uint32, calls []probes.CUDACall) {
 	t.Helper()
-	procs, err := p.ReadCallStats(nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var got *probes.ProcessCallStats
-	for i := range procs {
-		if procs[i].PID == pid {
-			got = &procs[i]
-		}
-	}
+	got := procStats(t, p, pid)
 	if got == nil {
-		t.Fatalf("no call statistics for pid %d among %d processes", pid, len(procs))
+		t.Fatalf("no call statistics for pid %d", pid)
 	}
 	var want [probes.APICount]probes.CallStats
 	bounds := expohisto.UpperBoundsNS(probes.DurationFirstIndex, probes.DurationBuckets-1)

@@ -119,15 +119,9 @@ func (p *Probes) ReadCallStats(dst []ProcessCallStats) ([]ProcessCallStats, erro
 		if pid == 0 {
 			continue
 		}
-		if len(dst) < cap(dst) {
-			dst = dst[:len(dst)+1]
-		} else {
-			dst = append(dst, ProcessCallStats{})
-		}
+		dst = append(dst, ProcessCallStats{PID: uint32(pid), slot: uint32(slot)})
 		s := &dst[len(dst)-1]
-		s.PID, s.slot = uint32(pid), uint32(slot)
-		off := int64(slot) * int64(len(s.ByAPI)) * int64(unsafe.Sizeof(CallStats{}))
-		if _, err := p.callStats.ReadAt(asBytes(s.ByAPI[:]), off); err != nil {
+		if _, err := p.callStats.ReadAt(asBytes(s.ByAPI[:]), slotOffset(s.slot)); err != nil {
 			return dst, fmt.Errorf("read call statistics: %w", err)
 		}
 	}
@@ -138,14 +132,19 @@ func (p *Probes) ReadCallStats(dst []ProcessCallStats) ([]ProcessCallStats, erro
 // read: its statistics are zeroed first, so the next owner starts from nothing.
 func (p *Probes) ReleaseCallStats(s *ProcessCallStats) error {
 	var zero [APICount]CallStats
-	off := int64(s.slot) * int64(len(zero)) * int64(unsafe.Sizeof(CallStats{}))
-	if _, err := p.callStats.WriteAt(asBytes(zero[:]), off); err != nil {
+	if _, err := p.callStats.WriteAt(asBytes(zero[:]), slotOffset(s.slot)); err != nil {
 		return fmt.Errorf("zero call statistics: %w", err)
 	}
 	// Only a free slot is ever claimed by the kernel, so this owner cannot change under us.
 	var free uint64
 	_, err := p.procSlots.WriteAt(asBytes([]uint64{free}), int64(s.slot)*8)
 	return err
+}
+
+// slotOffset is where a process slot's statistics start in the mapped call_stats_table
+// (indexed by slot * API_COUNT + api).
+func slotOffset(slot uint32) int64 {
+	return int64(slot) * int64(APICount) * int64(unsafe.Sizeof(CallStats{}))
 }
 
 func asBytes[T any](s []T) []byte {

@@ -48,6 +48,14 @@ type processSeries struct {
 	synthetic bool
 }
 
+// api returns the process's series of an API, creating it on first use.
+func (p *processSeries) api(id int) *apiSeries {
+	if p.apis[id] == nil {
+		p.apis[id] = &apiSeries{}
+	}
+	return p.apis[id]
+}
+
 // aggregator turns events into series. Events arrive on the reader goroutine; the
 // emitter takes the lock at each interval.
 type aggregator struct {
@@ -176,11 +184,7 @@ func (a *aggregator) CUDACall(ev *probes.CUDACall) {
 	}
 	seconds := float64(ev.DurationNs) / 1e9
 	if ev.Counted == 0 {
-		s := p.apis[ev.Api]
-		if s == nil {
-			s = &apiSeries{}
-			p.apis[ev.Api] = s
-		}
+		s := p.api(int(ev.Api))
 		s.duration.Record(seconds)
 		dir := probes.CopyKindIndex(probes.MemcpyKind(ev.MemcpyKind))
 		s.calls[dir]++

@@ -62,11 +62,7 @@ func (a *aggregator) mergeCallStats(stats []probes.ProcessCallStats) (gone []*pr
 
 // addCallDelta adds cur - prev of one API to the process's series.
 func (a *aggregator) addCallDelta(p *processSeries, api int, cur, prev *probes.CallStats) {
-	s := p.apis[api]
-	if s == nil {
-		s = &apiSeries{}
-		p.apis[api] = s
-	}
+	s := p.api(api)
 	for k := range cur.Calls {
 		s.calls[k] += cur.Calls[k] - prev.Calls[k]
 		s.bytes[k] += cur.Bytes[k] - prev.Bytes[k]
