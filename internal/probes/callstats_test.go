@@ -46,7 +46,7 @@ func statsOf(t *testing.T, p *probes.Probes, pid uint32) map[string]probes.CallS
 func TestOnlyNotableCallsBecomeRecordsAndAllAreCounted(t *testing.T) {
 	privtest.Require(t)
 	paths := fakegpu.Build(t)
-	p := loadAndAttach(t, paths)
+	p := loadAndAttach(t, paths, traceNamed)
 	for _, a := range probes.APIs {
 		threshold := uint64(probes.NeverNotable)
 		if a.Symbol == "cudaStreamSynchronize" {
@@ -60,6 +60,7 @@ func TestOnlyNotableCallsBecomeRecordsAndAllAreCounted(t *testing.T) {
 		Syncs: 30, Stall: 80 * time.Millisecond, StallIn: "stream-sync"}
 	w := fakegpu.Start(t, paths, opts)
 	rec := &recorder{pid: uint32(w.Pid)}
+	trace(t, p, w.Pid)
 	report := traceWorkload(t, p, w, rec)
 
 	if len(rec.calls) != 1 {
@@ -99,11 +100,12 @@ func TestOnlyNotableCallsBecomeRecordsAndAllAreCounted(t *testing.T) {
 
 // Calls of a process that finds every statistics slot taken go out as records for
 // userspace to count, and each is counted as a miss: nothing is lost. Here there is one
-// slot, held by another CUDA process.
+// slot, held by another CUDA process. Only the test's processes are traced: another
+// package's workload must neither take the slot nor add to the misses.
 func TestCallsWithoutAStatsSlotBecomeUncountedRecords(t *testing.T) {
 	privtest.Require(t)
 	paths := fakegpu.Build(t)
-	p, err := probes.Load(probes.Options{TraceAllCUDA: true, ProcSlots: 1})
+	p, err := probes.Load(probes.Options{TraceAllCUDA: false, ProcSlots: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -117,6 +119,7 @@ func TestCallsWithoutAStatsSlotBecomeUncountedRecords(t *testing.T) {
 		}
 	}
 	holder := fakegpu.Start(t, paths, fakegpu.Options{Gate: true, Steps: 1, Launches: 5, Stall: time.Minute, StallIn: "stream-sync"})
+	trace(t, p, holder.Pid)
 	if err := holder.Release(); err != nil {
 		t.Fatal(err)
 	}
@@ -130,6 +133,7 @@ func TestCallsWithoutAStatsSlotBecomeUncountedRecords(t *testing.T) {
 
 	w := fakegpu.Start(t, paths, fakegpu.Options{Gate: true, Steps: 1, Launches: 50, Syncs: 3})
 	rec := &recorder{pid: uint32(w.Pid)}
+	trace(t, p, w.Pid)
 	report := traceWorkload(t, p, w, rec)
 
 	if s := statsOf(t, p, uint32(w.Pid)); len(s) != 0 {
@@ -175,6 +179,7 @@ func TestCallsWithoutAStatsSlotBecomeUncountedRecords(t *testing.T) {
 		t.Fatalf("%d slots still owned after the release", len(procs))
 	}
 	next := fakegpu.Start(t, paths, fakegpu.Options{Gate: true, Steps: 1, Launches: 30})
+	trace(t, p, next.Pid)
 	if err := next.Release(); err != nil {
 		t.Fatal(err)
 	}

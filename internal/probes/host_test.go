@@ -68,7 +68,7 @@ func (r *hostRecorder) Identity(ev *probes.ProcessIdentity) {
 func TestHostEventsOfATracedProcess(t *testing.T) {
 	privtest.Require(t)
 	paths := fakegpu.Build(t)
-	p := loadAndAttach(t, paths)
+	p := loadAndAttach(t, paths, traceAllCUDA)
 	before, err := p.ReadHostAggregates()
 	if err != nil {
 		t.Fatal(err)

@@ -69,9 +69,9 @@ func (r *ncclRecorder) of(pid int, api uint32) []probes.NCCLCall {
 	return out
 }
 
-func loadNCCL(t *testing.T, paths fakegpu.Paths) *probes.Probes {
+func loadNCCL(t *testing.T, paths fakegpu.Paths, traceAll bool) *probes.Probes {
 	t.Helper()
-	p, err := probes.Load(probes.Options{TraceAllCUDA: true})
+	p, err := probes.Load(probes.Options{TraceAllCUDA: traceAll})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -105,7 +105,7 @@ func commHashOf(t *testing.T, uniqueIDHex string) uint64 {
 func TestNCCLEightRanksEveryCallExact(t *testing.T) {
 	privtest.Require(t)
 	paths := fakegpu.Build(t)
-	p := loadNCCL(t, paths)
+	p := loadNCCL(t, paths, traceNamed)
 	const ranks, steps, bucket, ring = 8, 200, 64 << 10, 4096
 	run := fakegpu.StartDDP(t, paths, fakegpu.DDPOptions{
 		Ranks: ranks, Steps: steps, BucketBytes: bucket, RingBytes: ring, KernelTime: 10 * time.Microsecond, Gate: true,
@@ -113,6 +113,7 @@ func TestNCCLEightRanksEveryCallExact(t *testing.T) {
 	rec := newNCCLRecorder()
 	for _, r := range run.Ranks {
 		rec.watch(r.Pid)
+		trace(t, p, r.Pid)
 	}
 	stop := runReader(t, p, rec)
 	if err := run.Release(); err != nil {
@@ -200,7 +201,7 @@ func TestNCCLEightRanksEveryCallExact(t *testing.T) {
 func TestNCCLSlowRankShowsInPerCallRecords(t *testing.T) {
 	privtest.Require(t)
 	paths := fakegpu.Build(t)
-	p := loadNCCL(t, paths)
+	p := loadNCCL(t, paths, traceNamed)
 	const ranks, steps, slow = 8, 100, 5
 	run := fakegpu.StartDDP(t, paths, fakegpu.DDPOptions{
 		Ranks: ranks, Steps: steps, BucketBytes: 64 << 10, KernelTime: 10 * time.Microsecond, Gate: true,
@@ -209,6 +210,7 @@ func TestNCCLSlowRankShowsInPerCallRecords(t *testing.T) {
 	rec := newNCCLRecorder()
 	for _, r := range run.Ranks {
 		rec.watch(r.Pid)
+		trace(t, p, r.Pid)
 	}
 	stop := runReader(t, p, rec)
 	if err := run.Release(); err != nil {
@@ -272,7 +274,7 @@ func TestNCCLSlowRankShowsInPerCallRecords(t *testing.T) {
 func TestNCCLEveryLayoutDecoded(t *testing.T) {
 	privtest.Require(t)
 	paths := fakegpu.Build(t)
-	p := loadNCCL(t, paths)
+	p := loadNCCL(t, paths, traceAllCUDA)
 	bin := filepath.Join(t.TempDir(), "nccl-ops")
 	src := filepath.Join("testdata", "nccl_ops.c")
 	cc := exec.Command("cc", "-O2", "-o", bin, src, "-I", filepath.Join(fakegpu.RepoRoot(), "internal", "fakegpu", "c"),
@@ -375,7 +377,7 @@ func TestNCCLEveryLayoutDecoded(t *testing.T) {
 func TestRDMAAsyncPortErrorSeenOnce(t *testing.T) {
 	privtest.Require(t)
 	paths := fakegpu.Build(t)
-	p, err := probes.Load(probes.Options{TraceAllCUDA: true})
+	p, err := probes.Load(probes.Options{TraceAllCUDA: false})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -400,6 +402,7 @@ func TestRDMAAsyncPortErrorSeenOnce(t *testing.T) {
 	})
 	rec := newNCCLRecorder()
 	rec.watch(run.Ranks[0].Pid)
+	trace(t, p, run.Ranks[0].Pid)
 	stop := runReader(t, p, rec)
 	if err := run.Release(); err != nil {
 		t.Fatal(err)

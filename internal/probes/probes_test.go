@@ -53,9 +53,21 @@ func (r *recorder) Identity(*probes.ProcessIdentity)    {}
 func (r *recorder) NCCLCall(*probes.NCCLCall)           {}
 func (r *recorder) RDMAAsync(*probes.RDMAAsyncEvent)    {}
 
-func loadAndAttach(t *testing.T, paths fakegpu.Paths) *probes.Probes {
+// Which processes a test's probes trace.
+const (
+	// traceNamed traces only the processes a test names with trace. Other packages'
+	// tests run the same fake libraries at the same time, and their calls must not
+	// reach node-wide counters such as drops.
+	traceNamed = false
+	// traceAllCUDA traces every process that calls CUDA, as a node collector does by
+	// default: for processes known only once they run, and for the identity event the
+	// kernel sends when it starts tracing a process itself.
+	traceAllCUDA = true
+)
+
+func loadAndAttach(t *testing.T, paths fakegpu.Paths, traceAll bool) *probes.Probes {
 	t.Helper()
-	p, err := probes.Load(probes.Options{TraceAllCUDA: true})
+	p, err := probes.Load(probes.Options{TraceAllCUDA: traceAll})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -91,6 +103,16 @@ func runReader(t *testing.T, p *probes.Probes, h probes.Handler) (stop func()) {
 	}
 }
 
+// trace adds processes to the kernel's traced set.
+func trace(t *testing.T, p *probes.Probes, pids ...int) {
+	t.Helper()
+	for _, pid := range pids {
+		if err := p.TracePID(uint32(pid)); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 // traceWorkload releases a workload waiting at its gate, hands the events to h while
 // it runs, and returns its report once it has exited and the reader has drained.
 func traceWorkload(t *testing.T, p *probes.Probes, w *fakegpu.Workload, h probes.Handler) fakegpu.Result {
@@ -113,7 +135,7 @@ func traceWorkload(t *testing.T, p *probes.Probes, w *fakegpu.Workload, h probes
 func TestEveryAPICallIsSeenOnceWithItsArguments(t *testing.T) {
 	privtest.Require(t)
 	paths := fakegpu.Build(t)
-	p := loadAndAttach(t, paths)
+	p := loadAndAttach(t, paths, traceNamed)
 	if got := p.ProbeCount(); got != 10+2*len(probes.APIs) {
 		t.Fatalf("probes attached: %d, want %d", got, 10+2*len(probes.APIs))
 	}
@@ -130,6 +152,7 @@ func TestEveryAPICallIsSeenOnceWithItsArguments(t *testing.T) {
 	}
 	w := fakegpu.Start(t, paths, opts)
 	rec := &recorder{pid: uint32(w.Pid)}
+	trace(t, p, w.Pid)
 	report := traceWorkload(t, p, w, rec)
 
 	seen := map[string]int64{}
@@ -269,9 +292,10 @@ func checkCallStats(t *testing.T, p *probes.Probes, pid uint32, calls []probes.C
 func TestKilledMidCallLeavesNoInFlightEntry(t *testing.T) {
 	privtest.Require(t)
 	paths := fakegpu.Build(t)
-	p := loadAndAttach(t, paths)
+	p := loadAndAttach(t, paths, traceNamed)
 	w := fakegpu.Start(t, paths, fakegpu.Options{Gate: true, Steps: 1, Launches: 1, Stall: time.Minute, StallIn: "stream-sync"})
 	rec := &recorder{pid: uint32(w.Pid)}
+	trace(t, p, w.Pid)
 	stop := runReader(t, p, rec)
 	defer stop()
 	if err := w.Release(); err != nil {
