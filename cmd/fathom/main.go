@@ -15,6 +15,8 @@ import (
 	"go.opentelemetry.io/collector/confmap/provider/httpsprovider"
 	"go.opentelemetry.io/collector/confmap/provider/yamlprovider"
 	"go.opentelemetry.io/collector/otelcol"
+
+	"github.com/fathom-gpu/fathom/internal/startpages"
 )
 
 // version is the distribution version; builder-config.yaml's dist.version must match
@@ -65,6 +67,10 @@ func newRootCommand() *cobra.Command {
 }
 
 func main() {
+	// Whatever role this process takes, the pages that C++ and Go initialisation
+	// touched before main are mostly never used again (startpages says why); a
+	// failure only leaves them resident.
+	_, _ = startpages.Release()
 	if err := newRootCommand().Execute(); err != nil {
 		// cobra has already printed the error.
 		os.Exit(1)

@@ -49,9 +49,9 @@ func BenchmarkNodeCollectorRSS(b *testing.B) {
 	}
 	peak := statusKB(b, col.Pid(), "VmHWM")
 	rss := statusKB(b, col.Pid(), "VmRSS")
-	// RSS splits into the collector's own memory (anonymous: heap, stacks, BPF maps
-	// mapped in) and the pages of its executable. The latter is the bulk of a 230 MB
-	// binary and depends on how the kernel caches it (whole 2 MB folios on ext4 here).
+	// RSS splits into the collector's own memory (anonymous: heap, stacks) and file
+	// pages: those of its 230 MB executable that it uses (main hands back what only
+	// start-up touched, internal/startpages) and the event ring, mapped twice.
 	anon := statusKB(b, col.Pid(), "RssAnon")
 	file := statusKB(b, col.Pid(), "RssFile")
 	rate := float64(calls) / wall.Seconds()
