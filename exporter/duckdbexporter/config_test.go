@@ -1,37 +1,18 @@
 package duckdbexporter
 
 import (
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"go.opentelemetry.io/collector/component"
-	"go.opentelemetry.io/collector/confmap"
-	"go.opentelemetry.io/collector/confmap/confmaptest"
 
-	"github.com/fathom-gpu/fathom/exporter/duckdbexporter/internal/metadata"
+	"github.com/fathom-gpu/fathom/internal/configtest"
 )
 
 func loadConfig(t *testing.T, name string) (*Config, error) {
 	t.Helper()
-	cm, err := confmaptest.LoadConf(filepath.Join("testdata", "config.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	id := component.NewID(metadata.Type)
-	if name != "" {
-		id = component.NewIDWithName(metadata.Type, name)
-	}
-	sub, err := cm.Sub(id.String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg := NewFactory().CreateDefaultConfig().(*Config)
-	if err := sub.Unmarshal(cfg); err != nil {
-		t.Fatal(err)
-	}
-	return cfg, confmap.Validate(cfg)
+	return configtest.Load[*Config](t, NewFactory(), name)
 }
 
 func TestLoadConfig(t *testing.T) {

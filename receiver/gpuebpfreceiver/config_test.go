@@ -1,33 +1,16 @@
 package gpuebpfreceiver
 
 import (
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
-	"go.opentelemetry.io/collector/component"
-	"go.opentelemetry.io/collector/confmap"
-	"go.opentelemetry.io/collector/confmap/confmaptest"
-
-	"github.com/fathom-gpu/fathom/receiver/gpuebpfreceiver/internal/metadata"
+	"github.com/fathom-gpu/fathom/internal/configtest"
 )
 
 func loadConfig(t *testing.T, name string) (*Config, error) {
 	t.Helper()
-	cm, err := confmaptest.LoadConf(filepath.Join("testdata", "config.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	sub, err := cm.Sub(component.NewIDWithName(metadata.Type, name).String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg := NewFactory().CreateDefaultConfig().(*Config)
-	if err := sub.Unmarshal(cfg); err != nil {
-		t.Fatal(err)
-	}
-	return cfg, confmap.Validate(cfg)
+	return configtest.Load[*Config](t, NewFactory(), name)
 }
 
 func TestLoadConfig(t *testing.T) {
