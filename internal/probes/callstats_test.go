@@ -105,7 +105,7 @@ func TestOnlyNotableCallsBecomeRecordsAndAllAreCounted(t *testing.T) {
 func TestCallsWithoutAStatsSlotBecomeUncountedRecords(t *testing.T) {
 	privtest.Require(t)
 	paths := fakegpu.Build(t)
-	p, err := probes.Load(probes.Options{TraceAllCUDA: false, ProcSlots: 1})
+	p, err := probes.Load(probes.Options{TraceAllCUDA: traceNamed, ProcSlots: 1})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -377,7 +377,7 @@ func TestNCCLEveryLayoutDecoded(t *testing.T) {
 func TestRDMAAsyncPortErrorSeenOnce(t *testing.T) {
 	privtest.Require(t)
 	paths := fakegpu.Build(t)
-	p, err := probes.Load(probes.Options{TraceAllCUDA: false})
+	p, err := probes.Load(probes.Options{TraceAllCUDA: traceNamed})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,10 +1,10 @@
 // Package startpages hands back the pages of the executable that only start-up used.
 //
 // One fathom binary serves both roles, so a node collector carries the gateway's DuckDB
-// too: ~150 MB of a ~230 MB executable. DuckDB never runs on a node, but its C++ static
+// too, in a ~230 MB executable. DuckDB never runs on a node, but its C++ static
 // initialisers run in every process before main, and with Go's own package
-// initialisation they leave ~80 MB of executable pages mapped that the node collector
-// never touches again. They are clean file pages: the kernel can drop them at any time
+// initialisation they leave 45-60 MB of executable pages mapped that an idle node
+// collector never touches again (docs/gpuebpf.md has the measurements). They are clean file pages: the kernel can drop them at any time
 // and read them back on use, but until it needs the memory they count in the
 // collector's RSS, which is what operators watch and set limits on.
 package startpages
