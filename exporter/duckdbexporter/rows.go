@@ -2,6 +2,7 @@ package duckdbexporter
 
 import (
 	"math"
+	"slices"
 	"strconv"
 	"time"
 	"unicode/utf8"
@@ -156,8 +157,8 @@ func appendJSONString(out []byte, s string) []byte {
 	return append(out, '"')
 }
 
-func logRows(ld plog.Logs) []echoschema.Row {
-	rows := make([]echoschema.Row, 0, ld.LogRecordCount())
+func logRows(rows []echoschema.Row, ld plog.Logs) []echoschema.Row {
+	rows = slices.Grow(rows[:0], ld.LogRecordCount())
 	var buf []byte
 	for _, rl := range ld.ResourceLogs().All() {
 		rc := newRowContext(rl.Resource())
@@ -206,8 +207,8 @@ func timeOf(ts, fallback pcommon.Timestamp) time.Time {
 	return ts.AsTime()
 }
 
-func metricRows(md pmetric.Metrics) []echoschema.Row {
-	rows := make([]echoschema.Row, 0, md.DataPointCount())
+func metricRows(rows []echoschema.Row, md pmetric.Metrics) []echoschema.Row {
+	rows = slices.Grow(rows[:0], md.DataPointCount())
 	var buf []byte
 	for _, rm := range md.ResourceMetrics().All() {
 		rc := newRowContext(rm.Resource())

@@ -56,7 +56,7 @@ func TestMetricRowsLiftColumnsAndSummariseHistograms(t *testing.T) {
 	ep.SetSum(50)
 	ep.Attributes().PutStr("nccl.op", "allreduce")
 
-	rows := metricRows(md)
+	rows := metricRows(nil, md)
 	if len(rows) != 3 {
 		t.Fatalf("%d rows, want 3", len(rows))
 	}

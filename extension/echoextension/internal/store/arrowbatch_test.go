@@ -63,3 +63,33 @@ func TestAppendStoresEveryColumn(t *testing.T) {
 		t.Fatalf("ingest views left after append: %d (%v)", views, err)
 	}
 }
+
+// The batches' column buffers live in C memory: every byte goes back when its INSERT
+// is done, also when the INSERT fails.
+func TestBatchesGiveBackTheirColumnMemory(t *testing.T) {
+	s := openTest(t, filepath.Join(t.TempDir(), "echo.duckdb"))
+	defer s.Close()
+	start := time.Now().UTC()
+	for i := range 5 {
+		if err := s.Append(context.Background(), testRows(3000+i, "gpu-01", start)); err != nil {
+			t.Fatal(err)
+		}
+		if n := columnMemory.AllocatedBytes(); n != 0 {
+			t.Fatalf("after batch %d: %d bytes of column memory still allocated", i, n)
+		}
+	}
+	canceled, cancel := context.WithCancel(context.Background())
+	cancel()
+	a := <-s.appenders
+	err := a.batch.insertRows(canceled, a.raw, testRows(100, "gpu-01", start))
+	s.appenders <- a
+	if err == nil {
+		t.Fatal("insert on a canceled context succeeded")
+	}
+	if n := columnMemory.AllocatedBytes(); n != 0 {
+		t.Fatalf("after a failed insert: %d bytes of column memory still allocated", n)
+	}
+	if got := count(t, s); got != 15010 {
+		t.Fatalf("events: %d rows, want 15010", got)
+	}
+}
