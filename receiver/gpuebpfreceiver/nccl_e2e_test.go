@@ -120,8 +120,31 @@ func waitForHost(t *testing.T, sink *collectortest.Sink, what string, cond func(
 		time.Sleep(100 * time.Millisecond)
 	}
 	v := hostView(sink)
-	t.Fatalf("node: %s never showed up; series:\n%s", what, v.keys())
+	t.Fatalf("node: %s never showed up; series:\n%s\n%s", what, v.keys(), sinkSummary(sink))
 	return v
+}
+
+// sinkSummary says what did arrive, for a failure whose series list is empty: how many
+// exports, and per resource kind (node or process) which metric names.
+func sinkSummary(sink *collectortest.Sink) string {
+	batches := sink.Metrics()
+	names := map[string]map[string]int{"node": {}, "process": {}}
+	for _, md := range batches {
+		for i := 0; i < md.ResourceMetrics().Len(); i++ {
+			rm := md.ResourceMetrics().At(i)
+			kind := "node"
+			if _, ok := rm.Resource().Attributes().Get(semconv.ProcessPID); ok {
+				kind = "process"
+			}
+			for j := 0; j < rm.ScopeMetrics().Len(); j++ {
+				ms := rm.ScopeMetrics().At(j).Metrics()
+				for k := 0; k < ms.Len(); k++ {
+					names[kind][ms.At(k).Name()+" ("+ms.At(k).Type().String()+")"]++
+				}
+			}
+		}
+	}
+	return fmt.Sprintf("%d metric exports; node resources carried %v; process resources carried %v", len(batches), names["node"], names["process"])
 }
 
 // ncclRecords returns pid's log records of one event name.
