@@ -198,6 +198,11 @@ struct cu_launch_config {
 	__u64 stream;
 };
 
+_Static_assert(__builtin_offsetof(struct cu_launch_config, block) == __builtin_offsetof(struct cuda_launch_config, block) &&
+		       __builtin_offsetof(struct cu_launch_config, stream) == __builtin_offsetof(struct cuda_launch_config, stream) &&
+		       sizeof(struct cu_launch_config) == sizeof(struct cuda_launch_config),
+	       "read_launch_args reads both launch configs through struct cuda_launch_config");
+
 SEC("uprobe")
 int BPF_KPROBE(enter_cu_launch_kernel_ex)
 {
@@ -365,14 +370,10 @@ static __always_inline bool count_call(struct thread_calls *tc, __u32 api, struc
  * them. Reading them here, for records only, keeps a user-memory read off every launch. */
 static __always_inline void read_launch_args(__u32 api, struct call_entry *e, struct cuda_call_event *ev)
 {
-	if (api == API_CUDA_LAUNCH_KERNEL_EXC) {
+	if (api == API_CUDA_LAUNCH_KERNEL_EXC || api == API_CU_LAUNCH_KERNEL_EX) {
+		/* The two configs differ only in how sharedMem is typed, not in where grid,
+		 * block and stream sit (asserted below), so one read serves both. */
 		struct cuda_launch_config cfg = {};
-		bpf_probe_read_user(&cfg, sizeof(cfg), (void *)e->config);
-		__builtin_memcpy(ev->grid, cfg.grid, sizeof(ev->grid));
-		__builtin_memcpy(ev->block, cfg.block, sizeof(ev->block));
-		ev->stream = cfg.stream;
-	} else if (api == API_CU_LAUNCH_KERNEL_EX) {
-		struct cu_launch_config cfg = {};
 		bpf_probe_read_user(&cfg, sizeof(cfg), (void *)e->config);
 		__builtin_memcpy(ev->grid, cfg.grid, sizeof(ev->grid));
 		__builtin_memcpy(ev->block, cfg.block, sizeof(ev->block));
