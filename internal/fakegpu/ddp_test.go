@@ -3,6 +3,7 @@ package fakegpu
 import (
 	"os"
 	"path/filepath"
+	"strconv"
 	"syscall"
 	"testing"
 	"time"
@@ -164,4 +165,78 @@ func TestDDPVerbsAsyncEvent(t *testing.T) {
 	if r.Pid != run.Ranks[0].Pid || r.Tid != run.Ranks[0].Tid || r.Tid != r.Pid {
 		t.Errorf("report pid %d tid %d, gate said %+v", r.Pid, r.Tid, run.Ranks[0])
 	}
+}
+
+// Ranks that share one event FIFO each take whole lines. All of them wait in read()
+// when an event is written, and all wake: reading byte by byte, "10 1" could reach one
+// rank as "1", a QP_FATAL, and another as "0 1", a CQ_ERR.
+func TestDDPRanksSharingAnEventFIFOTakeWholeEvents(t *testing.T) {
+	p := Build(t)
+	fifo := filepath.Join(t.TempDir(), "events")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.OpenFile(fifo, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	const ranks, events = 4, 10
+	// About three seconds of steps: the events go in during the first half second.
+	run := StartDDP(t, p, DDPOptions{Ranks: ranks, Steps: 150, BucketBytes: 4096, KernelTime: 2 * time.Millisecond, IB: true, Gate: true,
+		Env: []string{"FAKEIBV_EVENT_FIFO=" + fifo}})
+	if err := run.Release(); err != nil {
+		t.Fatal(err)
+	}
+	waitForFIFOReaders(t, run.Ranks, fifo)
+	for i := 0; i < events; i++ {
+		time.Sleep(30 * time.Millisecond)                  // every rank back in read()
+		if _, err := f.WriteString("10 1\n"); err != nil { // IBV_EVENT_PORT_ERR on port 1
+			t.Fatal(err)
+		}
+	}
+	reports, err := run.Wait(time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var total int64
+	for _, r := range reports {
+		total += r.IBEvents
+		if r.IBEvents > 0 && r.IBLastEvent != 10 {
+			t.Errorf("rank %d: %d events, the last of type %d; every event was type 10", r.Rank, r.IBEvents, r.IBLastEvent)
+		}
+	}
+	if total != events {
+		t.Errorf("the ranks saw %d events between them, want %d", total, events)
+	}
+}
+
+// waitForFIFOReaders waits until every rank holds the FIFO open, and gives their event
+// threads a moment to reach read().
+func waitForFIFOReaders(t *testing.T, ranks []RankProcess, fifo string) {
+	t.Helper()
+	holds := func(pid int) bool {
+		fds, _ := filepath.Glob(filepath.Join("/proc", strconv.Itoa(pid), "fd", "*"))
+		for _, fd := range fds {
+			if target, err := os.Readlink(fd); err == nil && target == fifo {
+				return true
+			}
+		}
+		return false
+	}
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		open := 0
+		for _, r := range ranks {
+			if holds(r.Pid) {
+				open++
+			}
+		}
+		if open == len(ranks) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d ranks opened %s", open, len(ranks), fifo)
+		}
+	}
+	time.Sleep(50 * time.Millisecond)
 }

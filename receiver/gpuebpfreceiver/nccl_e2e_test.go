@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -211,6 +212,15 @@ func TestNCCLAndRDMAThroughTheRealCollector(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	var ibEvents int64
+	for _, r := range reports {
+		if ibEvents += r.IBEvents; r.IBEvents > 0 && r.IBLastEvent != 10 {
+			t.Fatalf("rank %d got verbs event type %d, want 10 (PORT_ERR)", r.Rank, r.IBLastEvent)
+		}
+	}
+	if ibEvents != 1 {
+		t.Fatalf("the ranks got %d verbs events between them, want the 1 injected", ibEvents)
+	}
 	raw, _ := hex.DecodeString(reports[0].UniqueID)
 	h := fnv.New64a()
 	h.Write(raw)
@@ -297,8 +307,14 @@ func TestNCCLAndRDMAThroughTheRealCollector(t *testing.T) {
 	t.Run("the injected port error is one async event; sysfs counters are exact sums", func(t *testing.T) {
 		portErr := seriesKey(semconv.MetricRDMAAsyncEvents, attrs(semconv.RDMAEventType, "PORT_ERR", semconv.RDMAFabricError, "true"))
 		v := waitForHost(t, sink, "the port error", func(v processView) bool { return v.series[portErr].value > 0 })
-		if got := v.series[portErr].value; got != 1 {
-			t.Errorf("port errors %d, want 1", got)
+		var asyncEvents int64
+		for key, p := range v.series {
+			if strings.HasPrefix(key, semconv.MetricRDMAAsyncEvents+"{") {
+				asyncEvents += p.value
+			}
+		}
+		if got := v.series[portErr].value; got != 1 || asyncEvents != 1 {
+			t.Errorf("port errors %d and async events %d of any type, want 1 and 1", got, asyncEvents)
 		}
 		port := func(extra ...string) pcommon.Map {
 			return attrs(append([]string{semconv.RDMADevice, "mlx5_0", semconv.RDMAPort, "1", semconv.RDMATransport, "infiniband"}, extra...)...)

@@ -8,6 +8,11 @@
  * enum ibv_event_type value, e.g. `echo 10 1 > fifo` for IBV_EVENT_PORT_ERR on port 1.
  * Without it, ibv_get_async_event blocks forever, as on a healthy fabric. The FIFO is
  * also the context's async_fd, so poll() on it works as with the real library.
+ *
+ * Every rank of a run opens the same FIFO. Reading byte by byte, they would split one
+ * line between them ("10 1" read as "1" by one rank and "0 1", a CQ_ERR, by another),
+ * so a rank holds an flock on the FIFO while it reads a line: each injected event goes
+ * whole to exactly one rank.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -15,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -133,8 +139,35 @@ static int port_event(enum ibv_event_type t)
 	       t == IBV_EVENT_GID_CHANGE;
 }
 
-/* Reads one line byte by byte: the FIFO may hold several injected lines, and bytes past
- * this event's newline belong to the next call. */
+/* read_line reads one line byte by byte, under an exclusive flock so that no other
+ * process reading the same FIFO takes bytes from the middle of it; bytes past the
+ * newline stay for the next call. -1 when the FIFO is closed or unreadable. */
+static int read_line(int fd, char *line, size_t size)
+{
+	while (flock(fd, LOCK_EX) != 0)
+		if (errno != EINTR)
+			return -1;
+	size_t len = 0;
+	int ok = 0;
+	for (;;) {
+		char ch;
+		ssize_t n = read(fd, &ch, 1);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0) {
+			ok = -1;
+			break;
+		}
+		if (ch == '\n')
+			break;
+		if (len < size - 1)
+			line[len++] = ch;
+	}
+	line[len] = 0;
+	flock(fd, LOCK_UN);
+	return ok;
+}
+
 FAKEGPU_API int ibv_get_async_event(struct ibv_context *context, struct ibv_async_event *event)
 {
 	enter();
@@ -144,20 +177,8 @@ FAKEGPU_API int ibv_get_async_event(struct ibv_context *context, struct ibv_asyn
 	}
 	char line[64];
 	for (;;) {
-		size_t len = 0;
-		for (;;) {
-			char ch;
-			ssize_t n = read(context->async_fd, &ch, 1);
-			if (n < 0 && errno == EINTR)
-				continue;
-			if (n <= 0)
-				return -1;
-			if (ch == '\n')
-				break;
-			if (len < sizeof(line) - 1)
-				line[len++] = ch;
-		}
-		line[len] = 0;
+		if (read_line(context->async_fd, line, sizeof(line)) != 0)
+			return -1;
 		int type, port = 1;
 		if (sscanf(line, "%d %d", &type, &port) < 1 || type < IBV_EVENT_CQ_ERR || type > IBV_EVENT_WQ_FATAL)
 			continue; /* not an event: skip the line */
