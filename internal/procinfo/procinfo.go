@@ -46,7 +46,7 @@ func Read(procRoot string, pid uint32) (Process, error) {
 	if err != nil {
 		return p, err
 	}
-	p.Executable = strings.TrimSpace(string(comm))
+	p.Executable = executableName(dir, string(comm))
 	if cmd, err := os.ReadFile(filepath.Join(dir, "cmdline")); err == nil {
 		cmd = bytes.TrimRight(cmd, "\x00")
 		if len(cmd) > maxCommandLine {
@@ -62,6 +62,19 @@ func Read(procRoot string, pid uint32) (Process, error) {
 		p.fillFromEnviron(env)
 	}
 	return p, nil
+}
+
+// executableName is the base name of the process's executable, as OpenTelemetry's
+// process.executable.name asks: /proc/PID/exe's target, which comm truncates to 15
+// bytes ("fakegpu-workloa") and threads may rename. comm stands in when exe cannot be
+// read (another user's process without CAP_SYS_PTRACE, a kernel thread).
+func executableName(dir, comm string) string {
+	if target, err := os.Readlink(filepath.Join(dir, "exe")); err == nil {
+		if name := filepath.Base(strings.TrimSuffix(target, " (deleted)")); name != "/" && name != "." {
+			return name
+		}
+	}
+	return strings.TrimSpace(comm)
 }
 
 // FromEnviron builds a process identity from what the kernel copied at the process's

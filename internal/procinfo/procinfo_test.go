@@ -3,6 +3,9 @@ package procinfo
 import (
 	"os"
 	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 )
@@ -51,5 +54,49 @@ func TestReadRealProcess(t *testing.T) {
 	}
 	if _, err := Read("/proc", 1<<30); err == nil {
 		t.Errorf("a missing process must be an error")
+	}
+}
+
+// The executable's name comes from /proc/PID/exe, whole; comm would cut it to 15 bytes.
+func TestExecutableNameIsNotTruncated(t *testing.T) {
+	sleep, err := exec.LookPath("sleep")
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile(sleep)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const name = "a-training-loop-with-a-long-name"
+	bin := filepath.Join(t.TempDir(), name)
+	if err := os.WriteFile(bin, data, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, "5")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	time.Sleep(50 * time.Millisecond)
+	p, err := Read("/proc", uint32(cmd.Process.Pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	comm, _ := os.ReadFile(filepath.Join("/proc", strconv.Itoa(cmd.Process.Pid), "comm"))
+	if p.Executable != name || strings.TrimSpace(string(comm)) != name[:15] {
+		t.Errorf("executable %q (comm %q), want %q", p.Executable, strings.TrimSpace(string(comm)), name)
+	}
+
+	// Without a readable exe link, comm stands in.
+	proc := t.TempDir()
+	dir := filepath.Join(proc, "42")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "comm"), []byte("pt_main_thread\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if p, err := Read(proc, 42); err != nil || p.Executable != "pt_main_thread" {
+		t.Errorf("without exe: executable %q, err %v", p.Executable, err)
 	}
 }

@@ -226,7 +226,7 @@ func TestReceiverThroughTheRealCollector(t *testing.T) {
 		res := v.resource
 		for key, want := range map[string]any{
 			semconv.ProcessPID: int64(w.Pid), semconv.Rank: int64(3), semconv.LocalRank: int64(3),
-			semconv.WorldSize: int64(8), semconv.ClusterName: "e2e", semconv.ProcessExecutableName: "fakegpu-workloa",
+			semconv.WorldSize: int64(8), semconv.ClusterName: "e2e", semconv.ProcessExecutableName: "fakegpu-workload",
 		} {
 			got, ok := res.Get(key)
 			if !ok || got.AsRaw() != want {
