@@ -33,19 +33,21 @@ type threadSeries struct {
 
 // processSeries is everything kept about one traced process.
 type processSeries struct {
-	info      procinfo.Process
-	start     pcommon.Timestamp
-	apis      [probes.APICount]*apiSeries
-	threads   map[uint32]*threadSeries // threads that call CUDA, up to the cap
-	other     threadSeries             // all other threads of the process
-	cudaTIDs  map[uint32]bool
-	forks     uint64
-	blockIO   [2]expohisto.Histogram // read, write
-	nccl      map[ncclKey]*ncclSeries
-	exited    bool
-	hasSched  bool
-	hasBlock  bool
-	synthetic bool
+	info     procinfo.Process
+	start    pcommon.Timestamp
+	apis     [probes.APICount]*apiSeries
+	threads  map[uint32]*threadSeries // threads that call CUDA, up to the cap
+	other    threadSeries             // all other threads of the process
+	cudaTIDs map[uint32]bool
+	forks    uint64
+	// pagesExported is the kernel's page-allocation total at the last export.
+	pagesExported uint64
+	blockIO       [2]expohisto.Histogram // read, write
+	nccl          map[ncclKey]*ncclSeries
+	exited        bool
+	hasSched      bool
+	hasBlock      bool
+	synthetic     bool
 }
 
 // api returns the process's series of an API, creating it on first use.

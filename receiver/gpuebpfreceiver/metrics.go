@@ -256,10 +256,15 @@ func (a *aggregator) emitProcess(set *metricSet, p *processSeries, pageAllocs ma
 			}
 		}
 	}
-	if pageAllocs != nil {
-		if n, ok := pageAllocs[p.info.PID]; ok {
-			set.sum(semconv.MetricProcessPageAllocs, "{page}", "Pages allocated by the process", n)
+	if n, ok := pageAllocs[p.info.PID]; ok {
+		// The kernel keeps a running total per process; a delta is what it gained
+		// since the last export (all of it if the total went back: a reused pid).
+		v := n
+		if set.delta && n >= p.pagesExported {
+			v = n - p.pagesExported
 		}
+		p.pagesExported = n
+		set.sum(semconv.MetricProcessPageAllocs, "{page}", "Pages allocated by the process", v)
 	}
 	emitNCCL(set, p)
 }

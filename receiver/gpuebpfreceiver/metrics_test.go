@@ -1,0 +1,63 @@
+package gpuebpfreceiver
+
+import (
+	"testing"
+	"time"
+
+	"go.opentelemetry.io/collector/pdata/pmetric"
+
+	"github.com/fathom-gpu/fathom/internal/probes"
+	"github.com/fathom-gpu/fathom/internal/semconv"
+)
+
+// The kernel counts a process's page allocations as a running total. Cumulative output
+// passes it on; delta output sends what each interval added, so that a backend summing
+// the deltas gets the same total.
+func TestPageAllocationsFollowTheTemporality(t *testing.T) {
+	const pid = 4242
+	totals := []uint64{100, 250, 250, 400}
+	for temporality, want := range map[string][]int64{
+		TemporalityCumulative: {100, 250, 250, 400},
+		TemporalityDelta:      {100, 150, 0, 150},
+	} {
+		cfg := createDefaultConfig()
+		cfg.Temporality = temporality
+		cfg.Discovery.ProcRoot = t.TempDir() // no such process: its identity stays unknown
+		a := newAggregator(cfg, &wallClock{}, nil, false)
+		a.process(pid)
+		var prev hostTotals
+		for i, total := range totals {
+			host := hostTotals{kernel: probes.HostAggregates{PagesByPID: map[uint32]uint64{pid: total}}, haveKernel: true}
+			md := a.emit(time.Now(), 0, host, &prev, hostIdentity("", false))
+			prev = host
+			got, temp, ok := processSum(md, pid, semconv.MetricProcessPageAllocs)
+			if !ok {
+				t.Fatalf("%s export %d: no %s", temporality, i, semconv.MetricProcessPageAllocs)
+			}
+			wantTemp := pmetric.AggregationTemporalityCumulative
+			if temporality == TemporalityDelta {
+				wantTemp = pmetric.AggregationTemporalityDelta
+			}
+			if got != want[i] || temp != wantTemp {
+				t.Errorf("%s export %d (kernel total %d): %d (%s), want %d (%s)", temporality, i, total, got, temp, want[i], wantTemp)
+			}
+		}
+	}
+}
+
+// processSum finds one sum's value on pid's resource.
+func processSum(md pmetric.Metrics, pid int64, name string) (int64, pmetric.AggregationTemporality, bool) {
+	for i := 0; i < md.ResourceMetrics().Len(); i++ {
+		rm := md.ResourceMetrics().At(i)
+		if p, ok := rm.Resource().Attributes().Get(semconv.ProcessPID); !ok || p.Int() != pid {
+			continue
+		}
+		ms := rm.ScopeMetrics().At(0).Metrics()
+		for j := 0; j < ms.Len(); j++ {
+			if m := ms.At(j); m.Name() == name && m.Type() == pmetric.MetricTypeSum {
+				return m.Sum().DataPoints().At(0).IntValue(), m.Sum().AggregationTemporality(), true
+			}
+		}
+	}
+	return 0, 0, false
+}
