@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/netip"
 	"sync"
+	"syscall"
 	"time"
 
 	"go.opentelemetry.io/collector/pdata/pcommon"
@@ -117,11 +118,19 @@ func (s *logSink) record(p *processSeries, monoNS uint64) (plog.LogRecord, bool)
 	return lr, true
 }
 
+// errOutOfMemory is cudaErrorMemoryAllocation in the runtime API and
+// CUDA_ERROR_OUT_OF_MEMORY in the driver API: both are 2. Out of memory gets its own
+// notable reason because it is the failure that kills training jobs, and the one a
+// person searches the logs for.
+const errOutOfMemory = 2
+
 // cudaCall logs a call under the policy; median is 0 when the call cannot be an
 // outlier (too short, or too few calls of its kind yet).
 func (s *logSink) cudaCall(p *processSeries, ev *probes.CUDACall, seconds, median float64) {
 	reason := ""
 	switch {
+	case ev.Ret == errOutOfMemory:
+		reason = "oom"
 	case ev.Ret != 0:
 		reason = "error"
 	case ev.Api == apiBeginCapture || ev.Api == apiEndCapture || ev.Api == apiGraphInstantiate:
@@ -168,6 +177,10 @@ func (s *logSink) cudaCall(p *processSeries, ev *probes.CUDACall, seconds, media
 		body += fmt.Sprintf(", %.0fx its median of %s", seconds/median, fmtDuration(median))
 		lr.SetSeverityNumber(plog.SeverityNumberWarn)
 		lr.SetSeverityText("WARN")
+	case "oom":
+		body += fmt.Sprintf(" and failed: out of device memory (error %d)", ev.Ret)
+		lr.SetSeverityNumber(plog.SeverityNumberError)
+		lr.SetSeverityText("ERROR")
 	case "error":
 		body += fmt.Sprintf(" and failed with error %d", ev.Ret)
 		lr.SetSeverityNumber(plog.SeverityNumberError)
@@ -201,13 +214,25 @@ func (s *logSink) lifecycle(p *processSeries, kind probes.EventKind, ev *probes.
 		body = fmt.Sprintf("exec %s %s", comm, who(p, 0))
 	case probes.KindExit:
 		name = semconv.EventProcessExit
-		attrs.PutInt(semconv.ExitCode, int64(ev.ExitCode))
-		body = fmt.Sprintf("exited with status %#x %s", ev.ExitCode, who(p, 0))
+		code, how := exitStatus(ev.ExitCode)
+		attrs.PutInt(semconv.ExitCode, code)
+		body = how + " " + who(p, 0)
 	}
 	attrs.PutStr(semconv.EventName, name)
 	attrs.PutStr(semconv.NotableReason, "lifecycle")
 	lr.SetEventName(name)
 	lr.Body().SetStr(body)
+}
+
+// exitStatus decodes the kernel's exit_code (a wait status): the exit code, or for a
+// process killed by a signal 128 + the signal as shells report it, and a phrase for
+// people.
+func exitStatus(waitStatus uint32) (int64, string) {
+	if sig := waitStatus & 0x7f; sig != 0 {
+		return 128 + int64(sig), fmt.Sprintf("was killed by signal %d (%s)", sig, syscall.Signal(sig))
+	}
+	code := int64(waitStatus>>8) & 0xff
+	return code, fmt.Sprintf("exited with code %d", code)
 }
 
 func (s *logSink) blockIO(p *processSeries, ev *probes.BlockIO, seconds float64) {
