@@ -200,7 +200,7 @@ struct {
 	__type(value, __u8);
 } traced_pids SEC(".maps");
 
-/* Cgroups named in the config (cgroup id -> 1); their processes are traced. */
+/* Cgroups named in the config (cgroup id -> 1); the processes of their subtrees are traced. */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 1024);

@@ -25,6 +25,31 @@ static __always_inline void emit_process_identity(void)
 	submit_event(ev);
 }
 
+/* How many cgroup levels below the root are searched for a named cgroup. Kubernetes
+ * puts a container at level 4 (kubepods.slice/<qos>.slice/<pod>.slice/<ctr>.scope) and
+ * Slurm a task at about 6; 32 leaves room for nested runtimes while keeping the walk,
+ * done once per thread, bounded for the verifier. A named cgroup deeper than this
+ * still matches its own processes, through the exact-id check. */
+#define TRACED_CGROUP_MAX_DEPTH 32
+
+/* in_traced_cgroup says whether the caller's cgroup, or any cgroup above it, is named:
+ * a named cgroup stands for its whole subtree (a QoS slice, a pod, a Slurm job). */
+static __always_inline bool in_traced_cgroup(void)
+{
+	__u64 cg = bpf_get_current_cgroup_id();
+	if (bpf_map_lookup_elem(&traced_cgroups, &cg))
+		return true;
+	for (int level = 0; level < TRACED_CGROUP_MAX_DEPTH; level++) {
+		/* 0 once level is past the caller's own cgroup */
+		__u64 ancestor = bpf_get_current_ancestor_cgroup_id(level);
+		if (ancestor == 0)
+			return false;
+		if (bpf_map_lookup_elem(&traced_cgroups, &ancestor))
+			return true;
+	}
+	return false;
+}
+
 /* process_traced decides for a thread's first call; trace_all is the object's constant. */
 static __always_inline bool process_traced(__u32 tgid, bool trace_all)
 {
@@ -32,8 +57,7 @@ static __always_inline bool process_traced(__u32 tgid, bool trace_all)
 		return true;
 	__u8 source = TRACED_BY_PROBE;
 	if (!trace_all) {
-		__u64 cg = bpf_get_current_cgroup_id();
-		if (!bpf_map_lookup_elem(&traced_cgroups, &cg))
+		if (!in_traced_cgroup())
 			return false;
 		source = TRACED_BY_CONFIG;
 	}

@@ -57,7 +57,9 @@ type TargetsConfig struct {
 	// PIDs to trace.
 	PIDs []int `mapstructure:"pids"`
 	// Cgroups to trace, as cgroup v2 paths relative to the cgroup root
-	// (e.g. /kubepods.slice/...), or absolute paths under /sys/fs/cgroup.
+	// (e.g. /kubepods.slice/...), or absolute paths under /sys/fs/cgroup. Each names
+	// its whole subtree: the processes of the cgroup and of every cgroup below it
+	// (a QoS slice's pods, a pod's containers, a Slurm job's steps).
 	Cgroups []string `mapstructure:"cgroups"`
 	// Libraries are extra library files to probe (e.g. a libcudart no running process
 	// has loaded yet). Each must exist; the library kind is told from the file name.

@@ -138,14 +138,30 @@ func (s *ebpfSource) wanted(pid uint32) bool {
 		return false
 	}
 	info, err := procinfo.Read(s.cfg.Discovery.ProcRoot, pid)
-	if err != nil {
+	if err != nil || info.CgroupPath == "" {
 		return false
 	}
-	var st syscall.Stat_t
-	if syscall.Stat(filepath.Join(s.cfg.Discovery.CgroupRoot, info.CgroupPath), &st) != nil {
-		return false
+	return inCgroupSubtree(s.cfg.Discovery.CgroupRoot, info.CgroupPath, s.cgroupIDs)
+}
+
+// inCgroupSubtree says whether the cgroup at cgroupPath (relative to the cgroup v2 mount
+// at cgroupRoot), or any cgroup above it, has an id in ids: a named cgroup stands for its
+// subtree, as the kernel's filter walks the caller's ancestors. It compares the ids
+// (inodes) of each directory up to the root rather than path prefixes, because ids are
+// what the kernel compares and what setUp recorded, whichever spelling or mount the
+// config named a cgroup by.
+func inCgroupSubtree(cgroupRoot, cgroupPath string, ids map[uint64]bool) bool {
+	for dir := filepath.Clean("/" + cgroupPath); ; dir = filepath.Dir(dir) {
+		// A level that cannot be read (a cgroup removed meanwhile) says nothing
+		// about the levels above it.
+		var st syscall.Stat_t
+		if syscall.Stat(filepath.Join(cgroupRoot, dir), &st) == nil && ids[st.Ino] {
+			return true
+		}
+		if dir == "/" {
+			return false
+		}
 	}
-	return s.cgroupIDs[st.Ino]
 }
 
 // execWatcher passes events on, and queues processes that exec for a scan: a new
