@@ -34,7 +34,7 @@ func TestCheckReportsAReadyNodeAndItsGPULibraries(t *testing.T) {
 		t.Fatalf("node not ready: %+v", r.Checks)
 	}
 	for _, c := range r.Checks {
-		if !c.OK {
+		if !c.OK && !c.Advisory {
 			t.Errorf("check %s failed: %s", c.Name, c.Detail)
 		}
 	}
@@ -63,7 +63,7 @@ func TestWithoutPrivilegesTheAnswerIsOneClearLine(t *testing.T) {
 	if err == nil {
 		t.Fatalf("check passed as nobody:\n%s", out)
 	}
-	for _, want := range []string{"[FAIL] privileges", "fix: run as root, or grant CAP_BPF, CAP_PERFMON", "not ready"} {
+	for _, want := range []string{"[FAIL] privileges", "fix: run as root, or grant CAP_BPF, CAP_PERFMON", "won't work: no program loads, so nothing is traced", "not ready"} {
 		if !strings.Contains(string(out), want) {
 			t.Errorf("check output lacks %q:\n%s", want, out)
 		}

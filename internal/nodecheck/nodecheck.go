@@ -23,6 +23,10 @@ type Check struct {
 	Detail string `json:"detail"`
 	// Fix says what to do when the check fails.
 	Fix string `json:"fix,omitempty"`
+	// Impact says what will not work while the check fails.
+	Impact string `json:"impact,omitempty"`
+	// Advisory checks report what a node lacks without making it unready.
+	Advisory bool `json:"advisory,omitempty"`
 }
 
 // Library is a probed library file and the processes that map it.
@@ -58,24 +62,33 @@ func Run(procRoot string) Report {
 	}
 	add := func(c Check) { r.Checks = append(r.Checks, c) }
 
-	major, minor := kernelVersion(r.Kernel)
-	add(Check{Name: "kernel", OK: major > 5 || (major == 5 && minor >= 8),
-		Detail: "Linux " + r.Kernel, Fix: "Fathom needs Linux 5.8 or newer (ring buffer, CAP_BPF, tp_btf, attach cookies need 5.15)"})
+	add(kernelCheck(r.Kernel))
 
 	_, err := os.Stat("/sys/kernel/btf/vmlinux")
-	add(Check{Name: "btf", OK: err == nil, Detail: "/sys/kernel/btf/vmlinux", Fix: "the kernel must be built with CONFIG_DEBUG_INFO_BTF=y"})
+	add(Check{Name: "btf", OK: err == nil, Detail: "/sys/kernel/btf/vmlinux", Fix: "the kernel must be built with CONFIG_DEBUG_INFO_BTF=y",
+		Impact: "no program loads: the probes are CO-RE and the host tracepoints are tp_btf; run the receiver with mode: synthetic"})
 
 	caps := effectiveCaps(procRoot)
 	privileged := os.Geteuid() == 0 || (caps&(1<<capBPF) != 0 && caps&(1<<capPerfmon) != 0)
 	add(Check{Name: "privileges", OK: privileged, Detail: fmt.Sprintf("uid %d, effective capabilities %#x", os.Geteuid(), caps),
-		Fix: "run as root, or grant CAP_BPF, CAP_PERFMON, CAP_SYS_RESOURCE (and CAP_SYS_PTRACE to read other users' /proc/PID/environ)"})
+		Fix:    "run as root, or grant CAP_BPF, CAP_PERFMON, CAP_SYS_RESOURCE (and CAP_SYS_PTRACE to read other users' /proc/PID/environ)",
+		Impact: "no program loads, so nothing is traced; the receiver refuses to start in ebpf mode (mode: synthetic needs no privileges)"})
 
+	// The uprobe PMU lets uprobes attach through perf_event_open; without it they go
+	// through tracefs's uprobe_events, which then must be mounted.
+	_, pmuErr := os.Stat("/sys/bus/event_source/devices/uprobe/type")
 	_, tracefsErr := os.Stat("/sys/kernel/tracing/events")
 	add(Check{Name: "tracefs", OK: tracefsErr == nil, Detail: "/sys/kernel/tracing",
-		Fix: "mount -t tracefs tracefs /sys/kernel/tracing (some kernels need it for uprobe attachment)"})
+		Fix:    "mount -t tracefs tracefs /sys/kernel/tracing",
+		Impact: tracefsImpact(pmuErr == nil), Advisory: pmuErr == nil})
+	_, debugfsErr := os.Stat("/sys/kernel/debug/tracing")
+	add(Check{Name: "debugfs", OK: debugfsErr == nil, Detail: "/sys/kernel/debug",
+		Fix:    "mount -t debugfs debugfs /sys/kernel/debug",
+		Impact: "nothing Fathom needs; bpftool and older tools look for tracing here", Advisory: true})
 
 	loadOK, loadDetail := tryLoad()
-	add(Check{Name: "bpf_load", OK: loadOK, Detail: loadDetail, Fix: "see the privileges and btf checks; the detail is the kernel's answer"})
+	add(Check{Name: "bpf_load", OK: loadOK, Detail: loadDetail, Fix: "see the privileges and btf checks; the detail is the kernel's answer",
+		Impact: "the receiver cannot run in ebpf mode on this node"})
 
 	mappings, err := discovery.Scan(procRoot)
 	byPath := map[string]*Library{}
@@ -96,15 +109,41 @@ func Run(procRoot string) Report {
 	if err != nil {
 		detail = err.Error()
 	}
-	add(Check{Name: "gpu_libraries", OK: err == nil, Detail: detail, Fix: "cannot read " + procRoot})
+	add(Check{Name: "gpu_libraries", OK: err == nil, Detail: detail, Fix: "cannot read " + procRoot,
+		Impact: "no CUDA or NCCL library is found, so no uprobe attaches (configure targets.libraries, or mount the host's /proc)"})
 
-	r.Ready = true
-	for _, c := range r.Checks {
-		if !c.OK && c.Name != "tracefs" {
-			r.Ready = false
+	r.Ready = ready(r.Checks)
+	return r
+}
+
+// ready is true when every check that matters passed.
+func ready(checks []Check) bool {
+	for _, c := range checks {
+		if !c.OK && !c.Advisory {
+			return false
 		}
 	}
-	return r
+	return true
+}
+
+// minKernel is the oldest kernel whose BPF features the probes use: tp_btf
+// sched_switch's prev_state argument (5.18), BPF attach cookies (5.15), task storage
+// from tracing programs (5.11), the BPF ring buffer (5.8).
+var minKernel = [2]int{5, 18}
+
+func kernelCheck(release string) Check {
+	major, minor := kernelVersion(release)
+	return Check{Name: "kernel", OK: major > minKernel[0] || (major == minKernel[0] && minor >= minKernel[1]),
+		Detail: "Linux " + release,
+		Fix:    fmt.Sprintf("Fathom needs Linux %d.%d or newer: sched_switch's prev_state (5.18), attach cookies (5.15), task storage (5.11), the ring buffer (5.8)", minKernel[0], minKernel[1]),
+		Impact: "the programs do not load on this kernel; run the receiver with mode: synthetic"}
+}
+
+func tracefsImpact(uprobePMU bool) string {
+	if uprobePMU {
+		return "nothing: this kernel attaches uprobes through its uprobe PMU"
+	}
+	return "uprobes cannot attach: this kernel has no uprobe PMU and creates them through tracefs, so no CUDA or NCCL call is seen"
 }
 
 func tryLoad() (bool, string) {
@@ -148,10 +187,16 @@ func (r Report) Text() string {
 	fmt.Fprintf(&b, "Fathom node check (Linux %s)\n\n", r.Kernel)
 	for _, c := range r.Checks {
 		mark := "ok  "
-		if !c.OK {
+		switch {
+		case !c.OK && c.Advisory:
+			mark = "warn"
+		case !c.OK:
 			mark = "FAIL"
 		}
 		fmt.Fprintf(&b, "  [%s] %-14s %s\n", mark, c.Name, c.Detail)
+		if !c.OK && c.Impact != "" {
+			fmt.Fprintf(&b, "         %-14s won't work: %s\n", "", c.Impact)
+		}
 		if !c.OK && c.Fix != "" {
 			fmt.Fprintf(&b, "         %-14s fix: %s\n", "", c.Fix)
 		}
