@@ -272,9 +272,17 @@ func (p *Probes) InFlightCalls(tid uint32) int {
 		return 0
 	}
 	defer unix.Close(fd)
+	n, _ := p.InFlightCallsOf(fd)
+	return n
+}
+
+// InFlightCallsOf is InFlightCalls through a pidfd the caller holds, which outlives its
+// thread: once the thread is gone the kernel answers ebpf.ErrKeyNotExist, its task
+// storage having gone with it.
+func (p *Probes) InFlightCallsOf(pidfd int) (int, error) {
 	var calls cudaThreadCalls
-	if err := p.cuda.ThreadCalls.Lookup(uint32(fd), &calls); err != nil {
-		return 0
+	if err := p.cuda.ThreadCalls.Lookup(uint32(pidfd), &calls); err != nil {
+		return 0, err
 	}
 	n := 0
 	for _, c := range calls.Calls {
@@ -282,7 +290,15 @@ func (p *Probes) InFlightCalls(tid uint32) int {
 			n++
 		}
 	}
-	return n
+	return n, nil
+}
+
+// SchedStateHeld reports whether the host programs hold scheduling state for thread
+// tid: when it was switched out (off CPU) and when it became runnable.
+func (p *Probes) SchedStateHeld(tid uint32) (offCPU, runnable bool) {
+	var start hostOffCpuStart
+	var since uint64
+	return p.host.OffCpuStarts.Lookup(tid, &start) == nil, p.host.RunnableSince.Lookup(tid, &since) == nil
 }
 
 // Close detaches everything and frees the programs and maps.

@@ -4,11 +4,18 @@ package probes_test
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/cilium/ebpf"
+	"golang.org/x/sys/unix"
 
 	"github.com/fathom-gpu/fathom/internal/expohisto"
 	"github.com/fathom-gpu/fathom/internal/fakegpu"
@@ -287,8 +294,9 @@ func checkCallStats(t *testing.T, p *probes.Probes, pid uint32, calls []probes.C
 	}
 }
 
-// A process killed inside a call never returns from it: its in-flight entry must go
-// with the thread, not linger until LRU eviction.
+// A process killed in the middle of a call leaves nothing behind: its in-flight slot
+// went with the thread's task storage, its threads' scheduling state with their exit,
+// and the process left the traced set.
 func TestKilledMidCallLeavesNoInFlightEntry(t *testing.T) {
 	privtest.Require(t)
 	paths := fakegpu.Build(t)
@@ -298,6 +306,13 @@ func TestKilledMidCallLeavesNoInFlightEntry(t *testing.T) {
 	trace(t, p, w.Pid)
 	stop := runReader(t, p, rec)
 	defer stop()
+	// Held across the kill: through it the kernel is asked about the dead thread itself,
+	// not about whatever thread might reuse its id.
+	pidfd, err := unix.PidfdOpen(w.Tid, unix.PIDFD_THREAD)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(pidfd)
 	if err := w.Release(); err != nil {
 		t.Fatal(err)
 	}
@@ -305,18 +320,48 @@ func TestKilledMidCallLeavesNoInFlightEntry(t *testing.T) {
 	for p.InFlightCalls(uint32(w.Tid)) == 0 && time.Now().Before(deadline) {
 		time.Sleep(10 * time.Millisecond)
 	}
-	if n := p.InFlightCalls(uint32(w.Tid)); n != 1 {
-		t.Fatalf("the stalled call should be the one in flight, found %d", n)
+	if n, err := p.InFlightCallsOf(pidfd); n != 1 || err != nil {
+		t.Fatalf("the stalled call should be the one in flight, found %d (%v)", n, err)
 	}
+	// Blocked in its stalled synchronization, the dispatcher is off CPU, and the host
+	// programs keep when it left.
+	if offCPU, _ := p.SchedStateHeld(uint32(w.Tid)); !offCPU {
+		t.Fatalf("no off-CPU start held for the stalled thread %d", w.Tid)
+	}
+	tids := threadsOf(t, w.Pid)
+
 	w.Kill()
 	<-w.Exited()
 	time.Sleep(50 * time.Millisecond)
-	if n := p.InFlightCalls(uint32(w.Tid)); n != 0 {
-		t.Fatalf("%d in-flight entries left by the killed thread", n)
+	if n, err := p.InFlightCallsOf(pidfd); !errors.Is(err, ebpf.ErrKeyNotExist) {
+		t.Fatalf("the killed thread's task storage answered %d in-flight calls (%v), want no entry", n, err)
+	}
+	for _, tid := range tids {
+		if offCPU, runnable := p.SchedStateHeld(tid); offCPU || runnable {
+			t.Errorf("thread %d of the killed process: off-CPU start held %v, runnable since held %v", tid, offCPU, runnable)
+		}
 	}
 	if p.IsTraced(uint32(w.Pid)) {
 		t.Fatalf("the killed process is still in the traced set")
 	}
+}
+
+// threadsOf lists the thread ids of process pid.
+func threadsOf(t *testing.T, pid int) []uint32 {
+	t.Helper()
+	entries, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var tids []uint32
+	for _, e := range entries {
+		tid, err := strconv.ParseUint(e.Name(), 10, 32)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tids = append(tids, uint32(tid))
+	}
+	return tids
 }
 
 func apiIDOf(symbol string) uint32 {
