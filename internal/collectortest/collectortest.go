@@ -46,7 +46,12 @@ func Binary(t testing.TB) string {
 		cmd.Env = append(os.Environ(), "CGO_ENABLED=1")
 		if out, err := cmd.CombinedOutput(); err != nil {
 			buildErr = fmt.Errorf("go build ./cmd/fathom: %v\n%s", err, out)
+			return
 		}
+		// Written back now, as an installed binary's would long be: dirty page-cache
+		// pages cannot be paged out, so the collector's start-up release
+		// (internal/startpages) would keep them, and memory measurements with them.
+		buildErr = syncFile(builtPath)
 	})
 	if buildErr != nil {
 		t.Fatal(buildErr)
@@ -179,4 +184,13 @@ func (b *syncBuffer) String() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.buf.String()
+}
+
+func syncFile(path string) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	return f.Sync()
 }
