@@ -1,0 +1,371 @@
+//go:build linux
+
+package gpuebpfreceiver_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fathom-gpu/fathom/internal/collectortest"
+	"github.com/fathom-gpu/fathom/internal/fakegpu"
+	"github.com/fathom-gpu/fathom/internal/privtest"
+	"github.com/fathom-gpu/fathom/internal/semconv"
+)
+
+// discoveryConfig is the e2e config with the receiver's targets and discovery sections
+// in the test's hands (%s: indented YAML under gpuebpf).
+const discoveryConfig = `
+extensions:
+  health_check:
+    endpoint: ${env:HEALTH}
+receivers:
+  gpuebpf:
+    collection_interval: 300ms
+    logs:
+      policy: none
+%s
+exporters:
+  otlp_grpc:
+    endpoint: ${env:SINK}
+    tls:
+      insecure: true
+service:
+  extensions: [health_check]
+  telemetry:
+    metrics:
+      level: none
+  pipelines:
+    metrics:
+      receivers: [gpuebpf]
+      exporters: [otlp_grpc]
+`
+
+func startCollectorWith(t *testing.T, receiverYAML string) (*collectortest.Sink, *collectortest.Process) {
+	t.Helper()
+	sink := collectortest.StartSink(t)
+	cfg := filepath.Join(t.TempDir(), "node.yaml")
+	if err := os.WriteFile(cfg, []byte(fmt.Sprintf(discoveryConfig, receiverYAML)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	health := collectortest.Addr(t)
+	col := collectortest.Start(t, cfg, "SINK="+sink.Addr, "HEALTH="+health)
+	col.WaitHTTP(t, "http://"+health+"/", 60*time.Second)
+	return sink, col
+}
+
+var cudartLaunches = seriesKey(semconv.MetricCUDAAPICalls, attrs("cuda.api.name", "cudaLaunchKernel", "cuda.library", "libcudart"))
+
+// probingLine returns the collector's "probing library" log line for path, or "".
+func probingLine(col *collectortest.Process, path string) string {
+	quoted, _ := json.Marshal(path)
+	for _, line := range strings.Split(col.Output(), "\n") {
+		if strings.Contains(line, "probing library") && strings.Contains(line, `"path": `+string(quoted)) {
+			return line
+		}
+	}
+	return ""
+}
+
+// waitProbing waits (bounded) until the collector logs that it probes path.
+func waitProbing(t *testing.T, col *collectortest.Process, path string) string {
+	t.Helper()
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		if line := probingLine(col, path); line != "" {
+			return line
+		}
+	}
+	t.Fatalf("the collector never logged probing %s; its output:\n%s", path, col.Output())
+	return ""
+}
+
+// privateCUDA copies the fake libcudart and libcuda (what fakegpu-workload needs) to a
+// directory of the test's own: files no other process on the host maps, whatever other
+// tests run meanwhile.
+func privateCUDA(t *testing.T, paths fakegpu.Paths) string {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), "lib")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, src := range []string{paths.Cudart, paths.Cuda} {
+		in, err := os.Open(src)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out, err := os.OpenFile(filepath.Join(dir, filepath.Base(src)), os.O_CREATE|os.O_WRONLY|os.O_EXCL, 0o755)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = io.Copy(out, in)
+		in.Close()
+		if cerr := out.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
+}
+
+// A process that starts after the collector, mapping a libcudart no process had mapped
+// at the collector's start, is found through the exec that started it (the periodic
+// rescan is an hour away), and every launch it makes once released is counted.
+func TestDiscoveryFindsAProcessThatStartsLater(t *testing.T) {
+	privtest.Require(t)
+	paths := fakegpu.Build(t)
+	lib := privateCUDA(t, paths)
+	cudart := filepath.Join(lib, filepath.Base(paths.Cudart))
+
+	sink, col := startCollectorWith(t, "    discovery:\n      rescan_interval: 1h\n")
+	if line := probingLine(col, cudart); line != "" {
+		t.Fatalf("the collector probed %s before any process mapped it: %s", cudart, line)
+	}
+
+	w := fakegpu.Start(t, paths, fakegpu.Options{
+		Gate: true, Steps: 5, Launches: 1500,
+		Env: []string{"LD_LIBRARY_PATH=" + lib},
+	})
+	line := waitProbing(t, col, cudart)
+	t.Logf("found after its exec: %s", line)
+	if !strings.Contains(line, fmt.Sprintf(`"first_pid": %d`, w.Pid)) {
+		t.Errorf("%s was first probed for another process than the workload (pid %d): %s", cudart, w.Pid, line)
+	}
+	if err := w.Release(); err != nil {
+		t.Fatal(err)
+	}
+	report, err := w.Wait(time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := waitFor(t, sink, w.Pid, "every launch", func(v processView) bool {
+		return v.series[cudartLaunches].value == report.Calls["cudaLaunchKernel"]
+	})
+	if got := v.value(t, cudartLaunches); got != report.Calls["cudaLaunchKernel"] || got != 1500 {
+		t.Errorf("launches %d, workload made %d, want 1500", got, report.Calls["cudaLaunchKernel"])
+	}
+
+	if code := col.Terminate(t, 30*time.Second); code != 0 {
+		t.Fatalf("collector exit code %d", code)
+	}
+}
+
+// containerWorkload is fakegpu-workload run in a mount namespace of its own, where its
+// CUDA libraries sit on a tmpfs the host cannot see: as in a container, the library's
+// path in /proc/PID/maps opens only through /proc/PID/root.
+type containerWorkload struct {
+	cmd            *exec.Cmd
+	pid            int
+	libPath        string // libcudart's path inside the namespace
+	waitFile       string
+	stdout, stderr bytes.Buffer
+	done           chan struct{}
+	waitErr        error
+}
+
+func startContainerWorkload(t *testing.T, paths fakegpu.Paths, o fakegpu.Options) *containerWorkload {
+	t.Helper()
+	dir := t.TempDir()
+	root := filepath.Join(dir, "ctr-root") // empty on the host; a tmpfs in the namespace
+	if err := os.Mkdir(root, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	libDir := filepath.Join(root, "usr", "lib", "fathom-ctr")
+	w := &containerWorkload{
+		libPath:  filepath.Join(libDir, filepath.Base(paths.Cudart)),
+		waitFile: filepath.Join(dir, "go"),
+		done:     make(chan struct{}),
+	}
+	ready := filepath.Join(dir, "ready")
+	script := `set -e
+root=$1 lib=$2 cudart=$3 cuda=$4
+shift 4
+mount -t tmpfs fathom-ctr "$root"
+mkdir -p "$lib"
+cp "$cudart" "$cuda" "$lib/"
+export LD_LIBRARY_PATH="$lib"
+exec "$@"`
+	args := append([]string{"--mount", "--propagation", "private", "sh", "-c", script, "sh",
+		root, libDir, paths.Cudart, paths.Cuda, paths.Workload}, o.Args()...)
+	args = append(args, "--wait-file", w.waitFile, "--ready-file", ready, "--wait-timeout-ms", "60000")
+	w.cmd = exec.Command("unshare", args...)
+	w.cmd.Env = append(os.Environ(), o.Env...)
+	w.cmd.Stdout = &w.stdout
+	w.cmd.Stderr = &w.stderr
+	if err := w.cmd.Start(); err != nil {
+		t.Fatalf("starting %v: %v", w.cmd.Args, err)
+	}
+	// unshare, sh and the workload are one process, exec after exec.
+	w.pid = w.cmd.Process.Pid
+	go func() {
+		w.waitErr = w.cmd.Wait()
+		close(w.done)
+	}()
+	t.Cleanup(func() {
+		select {
+		case <-w.done:
+		default:
+			_ = w.cmd.Process.Kill()
+		}
+		<-w.done
+	})
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		data, err := os.ReadFile(ready)
+		if err == nil {
+			var gate struct{ Pid int }
+			if err := json.Unmarshal(data, &gate); err != nil || gate.Pid != w.pid {
+				t.Fatalf("bad ready file %q (pid %d): %v", data, w.pid, err)
+			}
+			break
+		}
+		select {
+		case <-w.done:
+			t.Fatalf("the namespaced workload exited before its gate (%v); stderr:\n%s", w.waitErr, w.stderr.String())
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the namespaced workload did not reach its gate in 30s")
+		}
+	}
+	return w
+}
+
+func (w *containerWorkload) release() error { return os.WriteFile(w.waitFile, nil, 0o644) }
+
+func (w *containerWorkload) wait(timeout time.Duration) (fakegpu.Result, error) {
+	select {
+	case <-w.done:
+	case <-time.After(timeout):
+		_ = w.cmd.Process.Kill()
+		<-w.done
+		return fakegpu.Result{}, fmt.Errorf("namespaced workload still running after %s, killed; stderr:\n%s", timeout, w.stderr.String())
+	}
+	if w.waitErr != nil {
+		return fakegpu.Result{}, fmt.Errorf("namespaced workload: %w; stderr:\n%s", w.waitErr, w.stderr.String())
+	}
+	return fakegpu.ParseResult(bytes.TrimSpace(w.stdout.Bytes()))
+}
+
+// A library that exists only in a process's own mount namespace (a container image's
+// libcudart) is probed through /proc/PID/root, and the process's launches are counted.
+func TestDiscoveryReadsContainerLibrariesThroughProcRoot(t *testing.T) {
+	privtest.Require(t)
+	paths := fakegpu.Build(t)
+	w := startContainerWorkload(t, paths, fakegpu.Options{Steps: 5, Launches: 1200})
+	// The workload maps the namespace's copy, a path that does not open on the host.
+	maps, err := os.ReadFile(fmt.Sprintf("/proc/%d/maps", w.pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(maps), w.libPath) {
+		t.Fatalf("pid %d does not map %s; its maps:\n%s", w.pid, w.libPath, maps)
+	}
+	if _, err := os.Stat(w.libPath); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("%s is visible from the host (stat: %v): the test would not exercise /proc/PID/root", w.libPath, err)
+	}
+	if _, err := os.Stat(fmt.Sprintf("/proc/%d/root%s", w.pid, w.libPath)); err != nil {
+		t.Fatalf("not reachable through /proc/PID/root either: %v", err)
+	}
+
+	// Held at its gate, the workload is found by the collector's first scan.
+	sink, col := startCollectorWith(t, "")
+	line := waitProbing(t, col, w.libPath)
+	t.Logf("found in its mount namespace: %s", line)
+	if !strings.Contains(line, fmt.Sprintf(`"first_pid": %d`, w.pid)) {
+		t.Errorf("%s probed for another process than pid %d: %s", w.libPath, w.pid, line)
+	}
+	// (Other tests' processes may vanish mid-scan; only this library's warnings count.)
+	for _, l := range strings.Split(col.Output(), "\n") {
+		if strings.Contains(l, "cannot probe library") && strings.Contains(l, w.libPath) {
+			t.Errorf("the collector warned about the namespaced library: %s", l)
+		}
+	}
+	if err := w.release(); err != nil {
+		t.Fatal(err)
+	}
+	report, err := w.wait(time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if report.Pid != w.pid {
+		t.Fatalf("the report is from pid %d, the namespaced workload is %d", report.Pid, w.pid)
+	}
+	v := waitFor(t, sink, w.pid, "every launch", func(v processView) bool {
+		return v.series[cudartLaunches].value == report.Calls["cudaLaunchKernel"]
+	})
+	if got := v.value(t, cudartLaunches); got != report.Calls["cudaLaunchKernel"] || got != 1200 {
+		t.Errorf("launches %d, workload made %d, want 1200", got, report.Calls["cudaLaunchKernel"])
+	}
+
+	if code := col.Terminate(t, 30*time.Second); code != 0 {
+		t.Fatalf("collector exit code %d", code)
+	}
+}
+
+// With targets.all false and one pid named, only that process is traced: another
+// process calling the same probed library, even first, never shows up.
+func TestTargetsTraceOnlyTheNamedPID(t *testing.T) {
+	privtest.Require(t)
+	paths := fakegpu.Build(t)
+	named := fakegpu.Start(t, paths, fakegpu.Options{Gate: true, Steps: 4, Launches: 800})
+	other := fakegpu.Start(t, paths, fakegpu.Options{Gate: true, Steps: 4, Launches: 500})
+
+	sink, col := startCollectorWith(t, fmt.Sprintf("    targets:\n      all: false\n      pids: [%d]\n", named.Pid))
+
+	// The other process runs to the end first: had it been traced, its calls would be in
+	// the exports that carry the named process's.
+	if err := other.Release(); err != nil {
+		t.Fatal(err)
+	}
+	otherReport, err := other.Wait(time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := named.Release(); err != nil {
+		t.Fatal(err)
+	}
+	report, err := named.Wait(time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := waitFor(t, sink, named.Pid, "every launch", func(v processView) bool {
+		return v.series[cudartLaunches].value == report.Calls["cudaLaunchKernel"]
+	})
+	if got := v.value(t, cudartLaunches); got != report.Calls["cudaLaunchKernel"] || got != 800 {
+		t.Errorf("launches %d, workload made %d, want 800", got, report.Calls["cudaLaunchKernel"])
+	}
+	if otherReport.Calls["cudaLaunchKernel"] != 500 {
+		t.Errorf("the other workload made %d launches, want 500", otherReport.Calls["cudaLaunchKernel"])
+	}
+	// Two more exports after the one that completed the named process's count.
+	batches := len(sink.Metrics())
+	for deadline := time.Now().Add(20 * time.Second); len(sink.Metrics()) < batches+2; time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no further exports after %d batches", batches)
+		}
+	}
+	pids := exportedPIDs(sink)
+	if slices.Contains(pids, int64(other.Pid)) {
+		t.Errorf("pid %d is not a target but was exported (exported: %v); its series:\n%s", other.Pid, pids, view(sink, other.Pid).keys())
+	}
+	if !slices.Equal(pids, []int64{int64(named.Pid)}) {
+		t.Errorf("exported processes %v, want only the target %d (other: %d)", pids, named.Pid, other.Pid)
+	}
+	if !strings.Contains(col.Output(), "probing library") {
+		t.Errorf("the collector probed no library; output:\n%s", col.Output())
+	}
+
+	if code := col.Terminate(t, 30*time.Second); code != 0 {
+		t.Fatalf("collector exit code %d", code)
+	}
+}
