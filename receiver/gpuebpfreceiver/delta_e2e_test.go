@@ -3,8 +3,6 @@
 package gpuebpfreceiver_test
 
 import (
-	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -16,30 +14,6 @@ import (
 	"github.com/fathom-gpu/fathom/internal/privtest"
 	"github.com/fathom-gpu/fathom/internal/semconv"
 )
-
-const deltaConfig = `
-extensions:
-  health_check:
-    endpoint: ${env:HEALTH}
-receivers:
-  gpuebpf:
-    collection_interval: 200ms
-    temporality: delta
-exporters:
-  otlp_grpc:
-    endpoint: ${env:SINK}
-    tls:
-      insecure: true
-service:
-  extensions: [health_check]
-  telemetry:
-    metrics:
-      level: none
-  pipelines:
-    metrics:
-      receivers: [gpuebpf]
-      exporters: [otlp_grpc]
-`
 
 // deltaSeries is one series of one process summed over every export, with the time
 // windows its points covered.
@@ -111,14 +85,7 @@ func TestDeltaTemporalityAddsUpToTheWorkload(t *testing.T) {
 	w := fakegpu.Start(t, paths, fakegpu.Options{
 		Gate: true, Steps: 10, StepGap: 150 * time.Millisecond, Launches: 2000, H2D: 50, H2DBytes: 1 << 20, Syncs: 20,
 	})
-	sink := collectortest.StartSink(t)
-	cfg := filepath.Join(t.TempDir(), "node.yaml")
-	if err := os.WriteFile(cfg, []byte(deltaConfig), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	health := collectortest.Addr(t)
-	col := collectortest.Start(t, cfg, "SINK="+sink.Addr, "HEALTH="+health)
-	col.WaitHTTP(t, "http://"+health+"/", 60*time.Second)
+	sink, col := startNodeCollector(t, nodeConfig("collection_interval: 200ms\ntemporality: delta", false))
 	if err := w.Release(); err != nil {
 		t.Fatal(err)
 	}

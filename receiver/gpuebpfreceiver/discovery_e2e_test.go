@@ -22,45 +22,10 @@ import (
 	"github.com/fathom-gpu/fathom/internal/semconv"
 )
 
-// discoveryConfig is the e2e config with the receiver's targets and discovery sections
-// in the test's hands (%s: indented YAML under gpuebpf).
-const discoveryConfig = `
-extensions:
-  health_check:
-    endpoint: ${env:HEALTH}
-receivers:
-  gpuebpf:
-    collection_interval: 300ms
-    logs:
-      policy: none
-%s
-exporters:
-  otlp_grpc:
-    endpoint: ${env:SINK}
-    tls:
-      insecure: true
-service:
-  extensions: [health_check]
-  telemetry:
-    metrics:
-      level: none
-  pipelines:
-    metrics:
-      receivers: [gpuebpf]
-      exporters: [otlp_grpc]
-`
-
+// startCollectorWith runs a metrics-only node collector whose receiver also has
+// receiverYAML (unindented lines under gpuebpf).
 func startCollectorWith(t *testing.T, receiverYAML string) (*collectortest.Sink, *collectortest.Process) {
-	t.Helper()
-	sink := collectortest.StartSink(t)
-	cfg := filepath.Join(t.TempDir(), "node.yaml")
-	if err := os.WriteFile(cfg, []byte(fmt.Sprintf(discoveryConfig, receiverYAML)), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	health := collectortest.Addr(t)
-	col := collectortest.Start(t, cfg, "SINK="+sink.Addr, "HEALTH="+health)
-	col.WaitHTTP(t, "http://"+health+"/", 60*time.Second)
-	return sink, col
+	return startNodeCollector(t, nodeConfig("collection_interval: 300ms\nlogs:\n  policy: none\n"+receiverYAML, false))
 }
 
 var cudartLaunches = seriesKey(semconv.MetricCUDAAPICalls, attrs("cuda.api.name", "cudaLaunchKernel", "cuda.library", "libcudart"))
@@ -127,7 +92,7 @@ func TestDiscoveryFindsAProcessThatStartsLater(t *testing.T) {
 	lib := privateCUDA(t, paths)
 	cudart := filepath.Join(lib, filepath.Base(paths.Cudart))
 
-	sink, col := startCollectorWith(t, "    discovery:\n      rescan_interval: 1h\n")
+	sink, col := startCollectorWith(t, "discovery:\n  rescan_interval: 1h")
 	if line := probingLine(col, cudart); line != "" {
 		t.Fatalf("the collector probed %s before any process mapped it: %s", cudart, line)
 	}
@@ -320,7 +285,7 @@ func TestTargetsTraceOnlyTheNamedPID(t *testing.T) {
 	named := fakegpu.Start(t, paths, fakegpu.Options{Gate: true, Steps: 4, Launches: 800})
 	other := fakegpu.Start(t, paths, fakegpu.Options{Gate: true, Steps: 4, Launches: 500})
 
-	sink, col := startCollectorWith(t, fmt.Sprintf("    targets:\n      all: false\n      pids: [%d]\n", named.Pid))
+	sink, col := startCollectorWith(t, fmt.Sprintf("targets:\n  all: false\n  pids: [%d]", named.Pid))
 
 	// The other process runs to the end first: had it been traced, its calls would be in
 	// the exports that carry the named process's.

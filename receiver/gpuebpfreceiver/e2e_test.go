@@ -4,8 +4,6 @@ package gpuebpfreceiver_test
 
 import (
 	"fmt"
-	"os"
-	"path/filepath"
 	"sort"
 	"strings"
 	"testing"
@@ -20,34 +18,12 @@ import (
 	"github.com/fathom-gpu/fathom/internal/semconv"
 )
 
-const e2eConfig = `
-extensions:
-  health_check:
-    endpoint: ${env:HEALTH}
-receivers:
-  gpuebpf:
-    collection_interval: 300ms
-    cluster_name: e2e
-    logs:
-      policy: notable
-exporters:
-  otlp_grpc:
-    endpoint: ${env:SINK}
-    tls:
-      insecure: true
-service:
-  extensions: [health_check]
-  telemetry:
-    metrics:
-      level: none
-  pipelines:
-    metrics:
-      receivers: [gpuebpf]
-      exporters: [otlp_grpc]
-    logs:
-      receivers: [gpuebpf]
-      exporters: [otlp_grpc]
-`
+// e2eConfig: the receiver as a node runs it by default, every 300 ms, both signals.
+var e2eConfig = nodeConfig(`
+collection_interval: 300ms
+cluster_name: e2e
+logs:
+  policy: notable`, true)
 
 // point is the latest value of one series of one process, read back from OTLP.
 type point struct {
@@ -138,15 +114,7 @@ func waitFor(t *testing.T, sink *collectortest.Sink, pid int, what string, cond 
 }
 
 func startCollector(t *testing.T) (*collectortest.Sink, *collectortest.Process) {
-	sink := collectortest.StartSink(t)
-	cfg := filepath.Join(t.TempDir(), "node.yaml")
-	if err := os.WriteFile(cfg, []byte(e2eConfig), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	health := collectortest.Addr(t)
-	col := collectortest.Start(t, cfg, "SINK="+sink.Addr, "HEALTH="+health)
-	col.WaitHTTP(t, "http://"+health+"/", 60*time.Second)
-	return sink, col
+	return startNodeCollector(t, e2eConfig)
 }
 
 func TestReceiverThroughTheRealCollector(t *testing.T) {

@@ -23,42 +23,19 @@ import (
 	"github.com/fathom-gpu/fathom/internal/semconv"
 )
 
-// Every collective is logged (sample_every: 1) so the test can check every sequence;
-// the RDMA poller reads a fixture tree.
-const ncclE2EConfig = `
-extensions:
-  health_check:
-    endpoint: ${env:HEALTH}
-receivers:
-  gpuebpf:
-    collection_interval: 300ms
-    cluster_name: e2e
-    logs:
-      policy: notable
-      nccl:
-        sample_every: 1
-        max_per_second: 100000
-    rdma:
-      sysfs_root: ${env:SYSFS}
-      poll_interval: 200ms
-exporters:
-  otlp_grpc:
-    endpoint: ${env:SINK}
-    tls:
-      insecure: true
-service:
-  extensions: [health_check]
-  telemetry:
-    metrics:
-      level: none
-  pipelines:
-    metrics:
-      receivers: [gpuebpf]
-      exporters: [otlp_grpc]
-    logs:
-      receivers: [gpuebpf]
-      exporters: [otlp_grpc]
-`
+// ncclE2EConfig logs every collective (sample_every: 1) so the test can check every
+// sequence; the RDMA poller reads a fixture tree.
+var ncclE2EConfig = nodeConfig(`
+collection_interval: 300ms
+cluster_name: e2e
+logs:
+  policy: notable
+  nccl:
+    sample_every: 1
+    max_per_second: 100000
+rdma:
+  sysfs_root: ${env:SYSFS}
+  poll_interval: 200ms`, true)
 
 func writeCounters(t *testing.T, root, device, linkLayer string, values map[string]uint64) {
 	t.Helper()
@@ -193,14 +170,7 @@ func TestNCCLAndRDMAThroughTheRealCollector(t *testing.T) {
 		Ranks: ranks, Steps: steps, BucketBytes: bucket, RingBytes: ring, KernelTime: 10 * time.Microsecond,
 		IB: true, Gate: true, Env: []string{"FAKEIBV_EVENT_FIFO=" + fifo},
 	})
-	sink := collectortest.StartSink(t)
-	cfg := filepath.Join(t.TempDir(), "node.yaml")
-	if err := os.WriteFile(cfg, []byte(ncclE2EConfig), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	health := collectortest.Addr(t)
-	col := collectortest.Start(t, cfg, "SINK="+sink.Addr, "HEALTH="+health, "SYSFS="+sysfs)
-	col.WaitHTTP(t, "http://"+health+"/", 60*time.Second)
+	sink, col := startNodeCollector(t, ncclE2EConfig, "SYSFS="+sysfs)
 
 	if err := run.Release(); err != nil {
 		t.Fatal(err)

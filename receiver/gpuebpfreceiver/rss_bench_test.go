@@ -5,13 +5,11 @@ package gpuebpfreceiver_test
 import (
 	"fmt"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/fathom-gpu/fathom/internal/collectortest"
 	"github.com/fathom-gpu/fathom/internal/fakegpu"
 	"github.com/fathom-gpu/fathom/internal/privtest"
 	"github.com/fathom-gpu/fathom/internal/semconv"
@@ -35,14 +33,7 @@ func BenchmarkNodeCollectorRSS(b *testing.B) {
 func benchmarkNodeCollectorRSS(b *testing.B, config string) {
 	privtest.Require(b)
 	paths := fakegpu.Build(b)
-	sink := collectortest.StartSink(b)
-	cfg := filepath.Join(b.TempDir(), "node.yaml")
-	if err := os.WriteFile(cfg, []byte(config), 0o600); err != nil {
-		b.Fatal(err)
-	}
-	health := collectortest.Addr(b)
-	col := collectortest.Start(b, cfg, "SINK="+sink.Addr, "HEALTH="+health)
-	col.WaitHTTP(b, "http://"+health+"/", 60*time.Second)
+	sink, col := startNodeCollector(b, config)
 
 	// Two processes with four launches per step and a 1 µs launch cost keep both cores
 	// busy at roughly 100k calls per second in total.
