@@ -72,8 +72,10 @@ lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) tool staticcheck ./...
 
+# One package at a time: benchmarks of two packages running at once on a small machine
+# would measure each other.
 bench: build
-	$(GO) test -run '^$$' -bench . -benchmem ./...
+	$(GO) test -p 1 -run '^$$' -bench . -benchmem ./...
 
 # Until the demo lands: build and start a node collector on the example config.
 run-node: build

@@ -199,8 +199,13 @@ func (s *ebpfSource) start(ctx context.Context, h probes.Handler) error {
 	return nil
 }
 
-// discoveryLoop rescans every process periodically, and exec'd processes at 200 ms
-// and 2 s after their exec (dynamic loading and Python imports take a moment).
+// execRescanDelays are when a process is scanned again after its exec: a binary linked
+// against libcudart maps it at once, Python maps it when `import torch` runs, often
+// seconds later on a cold page cache. Later loads wait for the periodic rescan.
+var execRescanDelays = []time.Duration{200 * time.Millisecond, 2 * time.Second, 10 * time.Second}
+
+// discoveryLoop rescans every process periodically, and exec'd processes at
+// execRescanDelays after their exec.
 func (s *ebpfSource) discoveryLoop(ctx context.Context) {
 	full := time.NewTicker(s.cfg.Discovery.RescanInterval)
 	defer full.Stop()
@@ -216,9 +221,13 @@ func (s *ebpfSource) discoveryLoop(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case pid := <-s.rescan:
-			if len(queue) < 2*execRescanQueue {
-				now := time.Now()
-				queue = append(queue, pending{pid, now.Add(200 * time.Millisecond)}, pending{pid, now.Add(2 * time.Second)})
+			if len(queue) >= len(execRescanDelays)*execRescanQueue {
+				s.drops.add("rescan_queue_full", 1)
+				continue
+			}
+			now := time.Now()
+			for _, d := range execRescanDelays {
+				queue = append(queue, pending{pid, now.Add(d)})
 			}
 		case now := <-tick.C:
 			keep := queue[:0]
