@@ -3,14 +3,12 @@
 package probes_test
 
 import (
-	"os"
 	"path/filepath"
-	"strconv"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
+	"github.com/fathom-gpu/fathom/internal/cgrouptest"
 	"github.com/fathom-gpu/fathom/internal/fakegpu"
 	"github.com/fathom-gpu/fathom/internal/privtest"
 	"github.com/fathom-gpu/fathom/internal/probes"
@@ -33,15 +31,15 @@ func (r *perPID) CUDACall(ev *probes.CUDACall) {
 func TestOnlyNamedPIDsAndCgroupsAreTraced(t *testing.T) {
 	privtest.Require(t)
 	p, paths := loadUntargeted(t)
-	group := makeCgroup(t, mountCgroup2(t), "fathom-targets-test")
+	group := cgrouptest.Make(t, cgrouptest.Root(t), "fathom-targets-test")
 
 	opts := fakegpu.Options{Gate: true, Steps: 1, Launches: 50}
 	byPID, byCgroup, untraced := fakegpu.Start(t, paths, opts), fakegpu.Start(t, paths, opts), fakegpu.Start(t, paths, opts)
 	if err := p.TracePID(uint32(byPID.Pid)); err != nil {
 		t.Fatal(err)
 	}
-	moveToCgroup(t, group, byCgroup.Pid)
-	if err := p.TraceCgroup(cgroupID(t, group)); err != nil {
+	cgrouptest.Move(t, group, byCgroup.Pid)
+	if err := p.TraceCgroup(cgrouptest.ID(t, group)); err != nil {
 		t.Fatal(err)
 	}
 	seen, made := runWorkloads(t, p, byPID, byCgroup, untraced)
@@ -61,16 +59,16 @@ func TestOnlyNamedPIDsAndCgroupsAreTraced(t *testing.T) {
 func TestNamedCgroupSubtreeIsTraced(t *testing.T) {
 	privtest.Require(t)
 	p, paths := loadUntargeted(t)
-	top := makeCgroup(t, mountCgroup2(t), "fathom-subtree-test")
-	named := makeCgroup(t, top, "named")
-	container := makeCgroup(t, makeCgroup(t, named, "pod"), "ctr")
-	sibling := makeCgroup(t, top, "sibling")
+	top := cgrouptest.Make(t, cgrouptest.Root(t), "fathom-subtree-test")
+	named := cgrouptest.Make(t, top, "named")
+	container := cgrouptest.Make(t, cgrouptest.Make(t, named, "pod"), "ctr")
+	sibling := cgrouptest.Make(t, top, "sibling")
 
 	opts := fakegpu.Options{Gate: true, Steps: 1, Launches: 50}
 	inSubtree, outside := fakegpu.Start(t, paths, opts), fakegpu.Start(t, paths, opts)
-	moveToCgroup(t, container, inSubtree.Pid)
-	moveToCgroup(t, sibling, outside.Pid)
-	if err := p.TraceCgroup(cgroupID(t, named)); err != nil {
+	cgrouptest.Move(t, container, inSubtree.Pid)
+	cgrouptest.Move(t, sibling, outside.Pid)
+	if err := p.TraceCgroup(cgrouptest.ID(t, named)); err != nil {
 		t.Fatal(err)
 	}
 	seen, made := runWorkloads(t, p, inSubtree, outside)
@@ -98,47 +96,6 @@ func loadUntargeted(t *testing.T) (*probes.Probes, fakegpu.Paths) {
 		}
 	}
 	return p, paths
-}
-
-// mountCgroup2 mounts a cgroup v2 hierarchy of the test's own (hosts may mount v1 at
-// /sys/fs/cgroup); it is the kernel's one v2 hierarchy, so its ids are the kernel's.
-func mountCgroup2(t *testing.T) string {
-	t.Helper()
-	root := t.TempDir()
-	if err := syscall.Mount("none", root, "cgroup2", 0, ""); err != nil {
-		t.Fatalf("mount cgroup2: %v", err)
-	}
-	t.Cleanup(func() { syscall.Unmount(root, syscall.MNT_DETACH) })
-	return root
-}
-
-// makeCgroup creates a child cgroup, removed at cleanup after the workloads that a test
-// starts later have exited (cleanups run last-registered first).
-func makeCgroup(t *testing.T, parent, name string) string {
-	t.Helper()
-	dir := filepath.Join(parent, name)
-	if err := os.Mkdir(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.Remove(dir) })
-	return dir
-}
-
-func moveToCgroup(t *testing.T, cgroup string, pid int) {
-	t.Helper()
-	if err := os.WriteFile(filepath.Join(cgroup, "cgroup.procs"), []byte(strconv.Itoa(pid)), 0o644); err != nil {
-		t.Fatal(err)
-	}
-}
-
-// cgroupID is the cgroup's id as bpf_get_current_cgroup_id reports it: its inode.
-func cgroupID(t *testing.T, cgroup string) uint64 {
-	t.Helper()
-	var st syscall.Stat_t
-	if err := syscall.Stat(cgroup, &st); err != nil {
-		t.Fatal(err)
-	}
-	return st.Ino
 }
 
 // runWorkloads releases each gated workload and waits for it, reading events meanwhile;

@@ -3,15 +3,11 @@
 package gpuebpfreceiver
 
 import (
-	"os"
 	"os/exec"
-	"path/filepath"
-	"strconv"
 	"syscall"
 	"testing"
 
-	"golang.org/x/sys/unix"
-
+	"github.com/fathom-gpu/fathom/internal/cgrouptest"
 	"github.com/fathom-gpu/fathom/internal/privtest"
 )
 
@@ -19,15 +15,15 @@ import (
 // two levels below it is wanted; one in a sibling whose name merely starts the same is not.
 func TestWantedFollowsCgroupSubtree(t *testing.T) {
 	privtest.Require(t)
-	root := cgroup2Root(t)
-	top := makeTestCgroup(t, root, "fathom-wanted-test")
-	named := makeTestCgroup(t, top, "slice")
-	container := makeTestCgroup(t, makeTestCgroup(t, named, "pod"), "ctr")
-	sibling := makeTestCgroup(t, top, "slice-other")
+	root := cgrouptest.Root(t)
+	top := cgrouptest.Make(t, root, "fathom-wanted-test")
+	named := cgrouptest.Make(t, top, "slice")
+	container := cgrouptest.Make(t, cgrouptest.Make(t, named, "pod"), "ctr")
+	sibling := cgrouptest.Make(t, top, "slice-other")
 
 	inSubtree, outside := startSleep(t), startSleep(t)
-	moveToTestCgroup(t, container, inSubtree)
-	moveToTestCgroup(t, sibling, outside)
+	cgrouptest.Move(t, container, inSubtree)
+	cgrouptest.Move(t, sibling, outside)
 
 	var st syscall.Stat_t
 	if err := syscall.Stat(named, &st); err != nil {
@@ -46,41 +42,6 @@ func TestWantedFollowsCgroupSubtree(t *testing.T) {
 	}
 }
 
-// cgroup2Root is the host's cgroup v2 mount under /sys/fs/cgroup (unified, or hybrid's
-// unified/), else a mount of the test's own: there is one v2 hierarchy, so /proc's
-// cgroup paths are relative to either.
-func cgroup2Root(t *testing.T) string {
-	t.Helper()
-	for _, dir := range []string{"/sys/fs/cgroup", "/sys/fs/cgroup/unified"} {
-		var fs unix.Statfs_t
-		if unix.Statfs(dir, &fs) == nil && fs.Type == unix.CGROUP2_SUPER_MAGIC {
-			return dir
-		}
-	}
-	root := t.TempDir()
-	if err := syscall.Mount("none", root, "cgroup2", 0, ""); err != nil {
-		t.Fatalf("mount cgroup2: %v", err)
-	}
-	t.Cleanup(func() { syscall.Unmount(root, syscall.MNT_DETACH) })
-	return root
-}
-
-// makeTestCgroup creates a child cgroup, removed at cleanup after the processes started
-// later are gone (cleanups run last-registered first).
-func makeTestCgroup(t *testing.T, parent, name string) string {
-	t.Helper()
-	dir := filepath.Join(parent, name)
-	if err := os.Mkdir(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := os.Remove(dir); err != nil {
-			t.Errorf("remove test cgroup: %v", err)
-		}
-	})
-	return dir
-}
-
 func startSleep(t *testing.T) int {
 	t.Helper()
 	cmd := exec.Command("sleep", "60")
@@ -92,11 +53,4 @@ func startSleep(t *testing.T) int {
 		_ = cmd.Wait()
 	})
 	return cmd.Process.Pid
-}
-
-func moveToTestCgroup(t *testing.T, cgroup string, pid int) {
-	t.Helper()
-	if err := os.WriteFile(filepath.Join(cgroup, "cgroup.procs"), []byte(strconv.Itoa(pid)), 0o644); err != nil {
-		t.Fatal(err)
-	}
 }
