@@ -55,8 +55,7 @@ func Read(procRoot string, pid uint32) (Process, error) {
 		p.CommandLine = string(bytes.ReplaceAll(cmd, []byte{0}, []byte{' '}))
 	}
 	if cg, err := os.ReadFile(filepath.Join(dir, "cgroup")); err == nil {
-		p.CgroupPath = unifiedCgroup(string(cg))
-		p.PodUID, p.ContainerID = ParseKubernetesCgroup(p.CgroupPath)
+		p.WithCgroup(unifiedCgroup(string(cg)))
 	}
 	if env, err := os.ReadFile(filepath.Join(dir, "environ")); err == nil {
 		p.fillFromEnviron(env)
@@ -75,6 +74,12 @@ func executableName(dir, comm string) string {
 		}
 	}
 	return strings.TrimSpace(comm)
+}
+
+// WithCgroup sets the cgroup v2 path of p, and the pod and container parsed from it.
+func (p *Process) WithCgroup(path string) {
+	p.CgroupPath = path
+	p.PodUID, p.ContainerID = ParseKubernetesCgroup(path)
 }
 
 // FromEnviron builds a process identity from what the kernel copied at the process's

@@ -180,7 +180,7 @@ var Attributes = []Doc{
 	{SourcePort, "log", "", "local port"},
 	{DestAddress, "log", "", "peer address"},
 	{DestPort, "log", "", "peer port"},
-	{ReceiverDropCause, "point", "", "why events were lost: ringbuf_full, entry_missing, traced_set_full, call_stats_full (a call of a process with no kernel statistics slot, sent as a record instead: counted, not lost), call_stats_read, log_rate, nccl_log_rate, cardinality, decode"},
+	{ReceiverDropCause, "point", "", "why events (or what they carry) were lost: ringbuf_full, entry_missing, traced_set_full, call_stats_full (a call of a process with no kernel statistics slot, sent as a record instead: counted, not lost), call_stats_read, log_rate, nccl_log_rate, cardinality, decode, consumer_refused (records the next component refused), attach_failed (a library that could not be probed), rescan_queue_full (an exec not followed by scans), rdma_sysfs (an unreadable RDMA counter poll), cgroup_unresolved (a process gone from /proc whose cgroup could not be found by id)"},
 	{NCCLCommID, "point/log", "", "communicator: 16 hex digits of FNV-1a 64 over its 128-byte ncclUniqueId, the same on every rank"},
 	{NCCLRank, "point/log", "", "rank in the communicator (-1: unknown, e.g. after ncclCommSplit)"},
 	{NCCLNRanks, "point/log", "", "ranks in the communicator (-1: unknown)"},

@@ -311,6 +311,15 @@ func (a *aggregator) Identity(ev *probes.ProcessIdentity) {
 			p.info.Job = fromKernel.Job
 		}
 	}
+	// Gone from /proc before its cgroup file was read: the record's cgroup id still
+	// finds the cgroup, and with it the pod and container.
+	if p.info.CgroupPath == "" && ev.Hdr.CgroupId != 0 {
+		if path, err := procinfo.CgroupPathByID(a.cfg.Discovery.CgroupRoot, ev.Hdr.CgroupId); err == nil {
+			p.info.WithCgroup(path)
+		} else {
+			a.drops.add("cgroup_unresolved", 1)
+		}
+	}
 }
 
 func (a *aggregator) TCPRetransmit(ev *probes.TCPRetransmit) {
