@@ -48,3 +48,16 @@ func CgroupPathByID(cgroupRoot string, id uint64) (string, error) {
 	}
 	return rel, nil
 }
+
+// CgroupV2Mount returns dir when the cgroup v2 hierarchy is mounted there, or dir's
+// unified/ when that is where a hybrid host (v1 controllers at /sys/fs/cgroup) mounts
+// it; otherwise dir, for the caller to fail on.
+func CgroupV2Mount(dir string) string {
+	for _, d := range []string{dir, filepath.Join(dir, "unified")} {
+		var fs unix.Statfs_t
+		if unix.Statfs(d, &fs) == nil && fs.Type == unix.CGROUP2_SUPER_MAGIC {
+			return d
+		}
+	}
+	return dir
+}

@@ -43,3 +43,19 @@ func TestCgroupPathByID(t *testing.T) {
 		t.Errorf("a missing cgroup root resolved")
 	}
 }
+
+// The configured /sys/fs/cgroup leads to the v2 hierarchy wherever the host mounts it:
+// there itself, or at unified/ on a hybrid host.
+func TestCgroupV2Mount(t *testing.T) {
+	privtest.Require(t)
+	if root := cgrouptest.Root(t); strings.HasPrefix(root, "/sys/fs/cgroup") {
+		if got := CgroupV2Mount("/sys/fs/cgroup"); got != root {
+			t.Errorf("CgroupV2Mount(/sys/fs/cgroup) = %s, the v2 hierarchy is at %s", got, root)
+		}
+	} else {
+		t.Logf("the host mounts no v2 hierarchy under /sys/fs/cgroup; the test mounted its own at %s", root)
+	}
+	if dir := t.TempDir(); CgroupV2Mount(dir) != dir {
+		t.Errorf("a directory with no cgroup mount should come back as it is")
+	}
+}

@@ -61,13 +61,15 @@ func (p *processSeries) api(id int) *apiSeries {
 // aggregator turns events into series. Events arrive on the reader goroutine; the
 // emitter takes the lock at each interval.
 type aggregator struct {
-	mu        sync.Mutex
-	cfg       *Config
-	clock     *wallClock
-	procRoot  string
-	processes map[uint32]*processSeries
-	logs      *logSink
-	synthetic bool
+	mu       sync.Mutex
+	cfg      *Config
+	clock    *wallClock
+	procRoot string
+	// cgroupRoot is the cgroup v2 mount, found from Discovery.CgroupRoot.
+	cgroupRoot string
+	processes  map[uint32]*processSeries
+	logs       *logSink
+	synthetic  bool
 
 	events              eventCounters
 	drops               counterSet
@@ -132,6 +134,7 @@ func newAggregator(cfg *Config, clock *wallClock, logs *logSink, synthetic bool)
 		cfg:                 cfg,
 		clock:               clock,
 		procRoot:            cfg.Discovery.ProcRoot,
+		cgroupRoot:          procinfo.CgroupV2Mount(cfg.Discovery.CgroupRoot),
 		processes:           map[uint32]*processSeries{},
 		logs:                logs,
 		synthetic:           synthetic,
@@ -314,7 +317,7 @@ func (a *aggregator) Identity(ev *probes.ProcessIdentity) {
 	// Gone from /proc before its cgroup file was read: the record's cgroup id still
 	// finds the cgroup, and with it the pod and container.
 	if p.info.CgroupPath == "" && ev.Hdr.CgroupId != 0 {
-		if path, err := procinfo.CgroupPathByID(a.cfg.Discovery.CgroupRoot, ev.Hdr.CgroupId); err == nil {
+		if path, err := procinfo.CgroupPathByID(a.cgroupRoot, ev.Hdr.CgroupId); err == nil {
 			p.info.WithCgroup(path)
 		} else {
 			a.drops.add("cgroup_unresolved", 1)

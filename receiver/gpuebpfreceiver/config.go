@@ -70,7 +70,8 @@ type TargetsConfig struct {
 type DiscoveryConfig struct {
 	// ProcRoot is where /proc is mounted (a DaemonSet mounts the host's at /host/proc).
 	ProcRoot string `mapstructure:"proc_root"`
-	// CgroupRoot is where the cgroup v2 hierarchy is mounted.
+	// CgroupRoot is where the cgroup v2 hierarchy is mounted. On a hybrid host, whose
+	// /sys/fs/cgroup holds the v1 controllers, its unified/ subdirectory is used.
 	CgroupRoot string `mapstructure:"cgroup_root"`
 	// RescanInterval is how often every process's mappings are scanned for new
 	// libraries; processes that exec are also scanned shortly after their exec.

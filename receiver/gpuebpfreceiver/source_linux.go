@@ -29,11 +29,12 @@ type ebpfSource struct {
 	logger *zap.Logger
 	probes *probes.Probes
 
-	cgroupIDs map[uint64]bool
-	rescan    chan uint32
-	drops     counterSet
-	wg        sync.WaitGroup
-	cancel    context.CancelFunc
+	cgroupRoot string // the cgroup v2 mount (Discovery.CgroupRoot, or its unified/)
+	cgroupIDs  map[uint64]bool
+	rescan     chan uint32
+	drops      counterSet
+	wg         sync.WaitGroup
+	cancel     context.CancelFunc
 }
 
 func newEBPFSource(cfg *Config, logger *zap.Logger) (eventSource, error) {
@@ -74,10 +75,11 @@ func (s *ebpfSource) setUp() error {
 			return fmt.Errorf("gpuebpf: trace pid %d: %w", pid, err)
 		}
 	}
+	s.cgroupRoot = procinfo.CgroupV2Mount(s.cfg.Discovery.CgroupRoot)
 	for _, cg := range s.cfg.Targets.Cgroups {
 		path := cg
-		if !filepath.IsAbs(path) || !pathUnder(path, s.cfg.Discovery.CgroupRoot) {
-			path = filepath.Join(s.cfg.Discovery.CgroupRoot, cg)
+		if !filepath.IsAbs(path) || !pathUnder(path, s.cgroupRoot) {
+			path = filepath.Join(s.cgroupRoot, cg)
 		}
 		var st syscall.Stat_t
 		if err := syscall.Stat(path, &st); err != nil {
@@ -141,7 +143,7 @@ func (s *ebpfSource) wanted(pid uint32) bool {
 	if err != nil || info.CgroupPath == "" {
 		return false
 	}
-	return inCgroupSubtree(s.cfg.Discovery.CgroupRoot, info.CgroupPath, s.cgroupIDs)
+	return inCgroupSubtree(s.cgroupRoot, info.CgroupPath, s.cgroupIDs)
 }
 
 // inCgroupSubtree says whether the cgroup at cgroupPath (relative to the cgroup v2 mount
