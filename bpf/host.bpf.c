@@ -35,36 +35,29 @@ const struct process_event *unused_process_event __attribute__((unused));
 const struct block_io_event *unused_block_io_event __attribute__((unused));
 const struct tcp_retransmit_event *unused_tcp_retransmit_event __attribute__((unused));
 
-struct off_cpu_start {
-	__u64 ts;
-	__u8 preempted;
+/* A thread's scheduling state, in task storage: the kernel frees it with the thread, so
+ * nothing is left behind and nothing is evicted, and a lookup takes no hashing or
+ * lock, which matters on tracepoints that fire on every context switch of the node. */
+struct thread_sched {
+	__u64 runnable_since; /* woken, or preempted while running; 0 = not waiting */
+	__u64 off_cpu_since;  /* switched out, threads of traced processes only; 0 = none */
+	__u8 preempted;       /* it was still runnable when switched out */
 	__u8 _pad[7];
 };
 
-/* tid -> when a traced thread was switched out. */
 struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__uint(max_entries, 16384);
-	__type(key, __u32);
-	__type(value, struct off_cpu_start);
-} off_cpu_starts SEC(".maps");
+	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
+	__type(value, struct thread_sched);
+} thread_scheds SEC(".maps");
 
-/* tid -> when the thread became runnable (woken, or preempted while running). */
-struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__uint(max_entries, 65536);
-	__type(key, __u32);
-	__type(value, __u64);
-} runnable_since SEC(".maps");
-
+/* A block request issued by a thread of a traced process: who issued it, for the
+ * per-process record at completion. Requests of other processes leave no entry. */
 struct block_start {
-	__u64 ts;
-	__u64 bytes;
+	__u64 ts;  /* issue time, when the request carries no start_time_ns */
 	__u32 pid;
 	__u32 tid;
-	__u32 dev;
-	__u8 write;
-	__u8 _pad[3];
 };
 
 /* struct request * -> issue. LRU: a request whose completion is never seen must not leak. */
@@ -129,57 +122,59 @@ int BPF_PROG(on_sched_switch, bool preempt, struct task_struct *prev, struct tas
 	     unsigned int prev_state)
 {
 	__u64 now = bpf_ktime_get_ns();
-	__u32 prev_tid = prev->pid, next_tid = next->pid, next_tgid = next->tgid;
 	bool still_runnable = prev_state == TASK_RUNNING;
 
-	if (prev_tid) {
-		if (pid_traced(prev->tgid)) {
-			struct off_cpu_start s = {.ts = now, .preempted = still_runnable};
-			bpf_map_update_elem(&off_cpu_starts, &prev_tid, &s, BPF_ANY);
+	if (prev->pid) {
+		/* A preempted thread waits in the run queue from now, with no wakeup to mark
+		 * it; a thread of a traced process is off CPU from now. Others leave no state. */
+		bool traced = pid_traced(prev->tgid);
+		if (still_runnable || traced) {
+			struct thread_sched *s = bpf_task_storage_get(&thread_scheds, prev, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
+			if (s) {
+				if (still_runnable)
+					s->runnable_since = now;
+				if (traced) {
+					s->off_cpu_since = now;
+					s->preempted = still_runnable;
+				}
+			}
 		}
-		/* Preempted: it waits in the run queue from now, with no wakeup to mark it. */
-		if (still_runnable)
-			bpf_map_update_elem(&runnable_since, &prev_tid, &now, BPF_ANY);
 	}
-	if (!next_tid)
+	if (!next->pid)
 		return 0; /* the idle task */
-
-	__u64 runq = 0;
-	__u64 *since = bpf_map_lookup_elem(&runnable_since, &next_tid);
-	if (since) {
-		runq = now - *since;
-		bpf_map_delete_elem(&runnable_since, &next_tid);
-	}
-	if (!pid_traced(next_tgid)) {
+	struct thread_sched *s = bpf_task_storage_get(&thread_scheds, next, 0, 0);
+	if (!s)
+		return 0; /* never woken nor preempted since the programs were attached */
+	__u64 runq = s->runnable_since ? now - s->runnable_since : 0;
+	s->runnable_since = 0;
+	if (!s->off_cpu_since) {
+		/* Not switched out as a thread of a traced process: the node's histogram. */
 		if (runq)
 			hist_add(HIST_RUNQ_OTHER, runq);
 		return 0;
 	}
-	struct off_cpu_start *s = bpf_map_lookup_elem(&off_cpu_starts, &next_tid);
-	if (!s)
-		return 0; /* switched out before the process was traced */
 	struct sched_event *ev = reserve_event(sizeof(*ev));
 	if (ev) {
 		/* The current task is prev, so the header is filled for next by hand. */
 		ev->hdr.ts_ns = now;
-		ev->hdr.pid = next_tgid;
-		ev->hdr.tid = next_tid;
+		ev->hdr.pid = next->tgid;
+		ev->hdr.tid = next->pid;
 		ev->hdr.cgroup_id = 0;
 		ev->hdr.kind = EVENT_SCHED;
-		ev->off_cpu_ns = now - s->ts;
+		ev->off_cpu_ns = now - s->off_cpu_since;
 		ev->runq_ns = runq;
 		ev->preempted = s->preempted;
 		submit_event(ev);
 	}
-	bpf_map_delete_elem(&off_cpu_starts, &next_tid);
+	s->off_cpu_since = 0;
 	return 0;
 }
 
 static __always_inline int mark_runnable(struct task_struct *p)
 {
-	__u32 tid = p->pid;
-	__u64 now = bpf_ktime_get_ns();
-	bpf_map_update_elem(&runnable_since, &tid, &now, BPF_ANY);
+	struct thread_sched *s = bpf_task_storage_get(&thread_scheds, p, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
+	if (s)
+		s->runnable_since = bpf_ktime_get_ns();
 	return 0;
 }
 
@@ -235,13 +230,11 @@ int BPF_PROG(on_sched_process_exec, struct task_struct *p, pid_t old_pid, struct
 SEC("tp_btf/sched_process_exit")
 int BPF_PROG(on_sched_process_exit, struct task_struct *p, bool group_dead)
 {
-	__u32 tgid = p->tgid, tid = p->pid;
+	__u32 tgid = p->tgid;
 	if (!pid_traced(tgid))
 		return 0;
-	/* Its scheduling state goes with it now rather than at LRU eviction; its in-flight
-	 * calls live in task storage, which the kernel frees with the task. */
-	bpf_map_delete_elem(&off_cpu_starts, &tid);
-	bpf_map_delete_elem(&runnable_since, &tid);
+	/* Its scheduling state and in-flight calls live in task storage, which the kernel
+	 * frees with the task. */
 	if (group_dead) {
 		emit_process_event(EVENT_PROC_EXIT, p, 0, (__u32)p->exit_code);
 		bpf_map_delete_elem(&traced_pids, &tgid);
@@ -255,32 +248,31 @@ int BPF_PROG(on_mm_page_alloc, struct page *page, unsigned int order)
 {
 	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
 	__u64 pages = 1ULL << (order & 31);
+	/* Most allocations on a node are not a traced process's: one lookup decides. */
+	if (!pid_traced(tgid)) {
+		counter_add(COUNT_PAGES_OTHER, pages);
+		return 0;
+	}
 	__u64 *n = bpf_map_lookup_elem(&page_allocs, &tgid);
-	if (n) {
+	if (n)
 		__sync_fetch_and_add(n, pages);
-		return 0;
-	}
-	if (pid_traced(tgid)) {
-		bpf_map_update_elem(&page_allocs, &tgid, &pages, BPF_NOEXIST);
-		return 0;
-	}
-	counter_add(COUNT_PAGES_OTHER, pages);
+	else if (bpf_map_update_elem(&page_allocs, &tgid, &pages, BPF_NOEXIST) != 0 &&
+		 (n = bpf_map_lookup_elem(&page_allocs, &tgid)))
+		__sync_fetch_and_add(n, pages); /* another CPU added it first */
 	return 0;
 }
 
+/* Block I/O fires for every request of the node: only a traced process's request is
+ * remembered at issue. Latency comes from the request itself, from start_time_ns (set
+ * when the request is allocated, as the disk statistics count it) to completion. */
 SEC("tp_btf/block_rq_issue")
 int BPF_PROG(on_block_rq_issue, struct request *rq)
 {
-	__u64 key = (__u64)rq;
 	__u64 id = bpf_get_current_pid_tgid();
-	struct block_start s = {
-		.ts = bpf_ktime_get_ns(),
-		.bytes = BPF_CORE_READ(rq, __data_len),
-		.pid = id >> 32,
-		.tid = (__u32)id,
-		.dev = BPF_CORE_READ(rq, part, bd_dev),
-		.write = (BPF_CORE_READ(rq, cmd_flags) & REQ_OP_BITS_MASK) == REQ_OP_WRITE,
-	};
+	if (!pid_traced(id >> 32))
+		return 0;
+	__u64 key = (__u64)rq;
+	struct block_start s = {.ts = bpf_ktime_get_ns(), .pid = id >> 32, .tid = (__u32)id};
 	bpf_map_update_elem(&block_starts, &key, &s, BPF_ANY);
 	return 0;
 }
@@ -288,27 +280,34 @@ int BPF_PROG(on_block_rq_issue, struct request *rq)
 SEC("tp_btf/block_rq_complete")
 int BPF_PROG(on_block_rq_complete, struct request *rq, blk_status_t error, unsigned int nr_bytes)
 {
+	__u64 now = bpf_ktime_get_ns();
+	__u64 start = BPF_CORE_READ(rq, start_time_ns);
+	bool write = (BPF_CORE_READ(rq, cmd_flags) & REQ_OP_BITS_MASK) == REQ_OP_WRITE;
+	__u64 bytes = nr_bytes;
+	/* 0 when the queue keeps no time stamps (iostats off and no I/O scheduler timing):
+	 * the node's histogram then goes without, and a traced request uses its issue. */
+	if (start && start <= now)
+		hist_add(write ? HIST_BLOCK_WRITE : HIST_BLOCK_READ, now - start);
+	counter_add(write ? COUNT_BLOCK_BYTES_WRITE : COUNT_BLOCK_BYTES_READ, bytes);
+
 	__u64 key = (__u64)rq;
 	struct block_start *s = bpf_map_lookup_elem(&block_starts, &key);
 	if (!s)
 		return 0;
-	__u64 now = bpf_ktime_get_ns(), lat = now - s->ts;
-	hist_add(s->write ? HIST_BLOCK_WRITE : HIST_BLOCK_READ, lat);
-	counter_add(s->write ? COUNT_BLOCK_BYTES_WRITE : COUNT_BLOCK_BYTES_READ, s->bytes);
-	if (pid_traced(s->pid)) {
-		struct block_io_event *ev = reserve_event(sizeof(*ev));
-		if (ev) {
-			ev->hdr.ts_ns = now;
-			ev->hdr.pid = s->pid;
-			ev->hdr.tid = s->tid;
-			ev->hdr.cgroup_id = 0;
-			ev->hdr.kind = EVENT_BLOCK_IO;
-			ev->duration_ns = lat;
-			ev->bytes = s->bytes;
-			ev->dev = s->dev;
-			ev->write = s->write;
-			submit_event(ev);
-		}
+	if (!start || start > now)
+		start = s->ts;
+	struct block_io_event *ev = reserve_event(sizeof(*ev));
+	if (ev) {
+		ev->hdr.ts_ns = now;
+		ev->hdr.pid = s->pid;
+		ev->hdr.tid = s->tid;
+		ev->hdr.cgroup_id = 0;
+		ev->hdr.kind = EVENT_BLOCK_IO;
+		ev->duration_ns = now - start;
+		ev->bytes = bytes;
+		ev->dev = BPF_CORE_READ(rq, part, bd_dev);
+		ev->write = write;
+		submit_event(ev);
 	}
 	bpf_map_delete_elem(&block_starts, &key);
 	return 0;

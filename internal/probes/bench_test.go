@@ -6,8 +6,10 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"os/exec"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/cilium/ebpf"
 	"golang.org/x/sys/unix"
@@ -121,3 +123,104 @@ func (discard) Identity(*probes.ProcessIdentity)               {}
 func (discard) TCPRetransmit(*probes.TCPRetransmit)            {}
 func (discard) NCCLCall(*probes.NCCLCall)                      {}
 func (discard) RDMAAsync(*probes.RDMAAsyncEvent)               {}
+
+// BenchmarkProgramRunTime reports what every program costs per run against an empty
+// program on the same attach points, from the kernel's own accounting
+// (BPF_ENABLE_STATS): each CUDA entry program and the shared return program over a
+// workload that calls every probed API, and each host tracepoint program over the
+// same workload (traced: its forks, syncs and fsync'd writes) plus untraced work the
+// host programs must filter out first: a pipe between dd and cat (context switches) and
+// a 64 MiB fsync'd write (page allocations, block requests).
+// BenchmarkProbeOverhead turns such differences into the per-call ratio for the
+// busiest APIs.
+func BenchmarkProgramRunTime(b *testing.B) {
+	privtest.Require(b)
+	stats, err := ebpf.EnableStats(uint32(unix.BPF_STATS_RUN_TIME))
+	if err != nil {
+		b.Fatalf("enable BPF run-time statistics: %v", err)
+	}
+	defer stats.Close()
+	paths := fakegpu.Build(b)
+	mix := fakegpu.Options{
+		Steps: 20, Launches: 4000, LaunchesEx: 1000, DriverLaunches: 1000, DriverLaunchesPtsz: 1000, DriverLaunchesEx: 1000,
+		H2D: 400, H2DAsync: 400, D2H: 400, D2HAsync: 400, D2D: 400, D2DAsync: 400, H2H: 400,
+		H2DBytes: 4096, D2HBytes: 4096, D2DBytes: 4096, H2HBytes: 4096,
+		DriverH2D: 200, DriverH2DAsync: 200, DriverD2H: 200, DriverD2HAsync: 200, DriverD2D: 200, DriverD2DAsync: 200,
+		DriverMemcpy: 200, DriverMemcpyAsync: 200,
+		Allocs: 200, AsyncAllocs: 200, DriverAllocs: 200, AllocBytes: 4096,
+		Syncs: 600, StreamWaits: 200, DriverSyncs: 200,
+		GraphCaptures: 2, GraphKernels: 4, GraphReplays: 200, DriverGraphLaunches: 200,
+		Forks: 20, IOBurstMB: 1, IOEvery: 20 * time.Millisecond, IODir: b.TempDir(), IOInline: true,
+	}
+	untracedDir := b.TempDir()
+	type costs struct {
+		cuda []probes.ProgramCost
+		host map[string]probes.ProgramRun
+	}
+	measure := func(baseline bool) costs {
+		p, err := probes.Load(probes.Options{TraceAllCUDA: true, Baseline: baseline})
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer p.Close()
+		for _, a := range probes.APIs {
+			if err := p.SetNotableThreshold(a.ID, probes.NeverNotable); err != nil {
+				b.Fatal(err)
+			}
+		}
+		if err := p.AttachHost(); err != nil {
+			b.Fatal(err)
+		}
+		for lib, name := range map[probes.Library]string{probes.LibCUDART: "libcudart.so.12", probes.LibCUDA: "libcuda.so.1"} {
+			if _, _, err := p.AttachLibrary(filepath.Join(paths.LibDir, name), lib); err != nil {
+				b.Fatal(err)
+			}
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		go p.Run(ctx, discard{}, nil)
+		// Untraced: context switches through a pipe, then 64 MiB written through the page
+		// cache and fsync'd (page allocations, block requests).
+		pipe := exec.Command("sh", "-c", "dd if=/dev/zero bs=1 count=200000 status=none | cat >/dev/null; "+
+			"dd if=/dev/zero of="+filepath.Join(untracedDir, "fill")+" bs=1M count=64 conv=fsync status=none")
+		if err := pipe.Start(); err != nil {
+			b.Fatal(err)
+		}
+		fakegpu.Run(b, paths, mix)
+		if err := pipe.Wait(); err != nil {
+			b.Fatal(err)
+		}
+		var c costs
+		if c.cuda, err = p.CUDARunStats(); err != nil {
+			b.Fatal(err)
+		}
+		if c.host, err = p.HostRunStats(); err != nil {
+			b.Fatal(err)
+		}
+		return c
+	}
+	perRun := func(r probes.ProgramRun) float64 { return float64(r.Runtime.Nanoseconds()) / float64(max(r.Runs, 1)) }
+	empty, fathom := measure(true), measure(false)
+
+	fmt.Println("program run time per run, Fathom's against empty programs on the same attach points:")
+	emptyByProgram := map[string]probes.ProgramRun{}
+	for _, c := range empty.cuda {
+		emptyByProgram[c.Program] = c.Run
+	}
+	for _, c := range fathom.cuda {
+		base := emptyByProgram["empty_entry"]
+		if c.Program == "leave_call" {
+			base = emptyByProgram["empty_return"]
+		}
+		fmt.Printf("  %-28s %4.0f ns vs %3.0f ns empty (%7d runs) %v\n", c.Program, perRun(c.Run), perRun(base), c.Run.Runs, c.APIs)
+	}
+	for _, tp := range []string{"sched_switch", "sched_wakeup", "sched_wakeup_new", "sched_process_fork", "sched_process_exec",
+		"sched_process_exit", "mm_page_alloc", "block_rq_issue", "block_rq_complete", "tcp_retransmit_skb"} {
+		f, e := fathom.host[tp], empty.host[tp]
+		fmt.Printf("  tp_btf/%-21s %4.0f ns vs %3.0f ns empty (%7d runs)\n", tp, perRun(f), perRun(e), f.Runs)
+		if tp == "sched_switch" {
+			b.ReportMetric(perRun(f), "ns/sched_switch")
+			b.ReportMetric(perRun(e), "ns/sched_switch-empty")
+		}
+	}
+}

@@ -32,14 +32,10 @@ type hostBlockIoEvent struct {
 }
 
 type hostBlockStart struct {
-	_     structs.HostLayout
-	Ts    uint64
-	Bytes uint64
-	Pid   uint32
-	Tid   uint32
-	Dev   uint32
-	Write uint8
-	Pad   [3]uint8
+	_   structs.HostLayout
+	Ts  uint64
+	Pid uint32
+	Tid uint32
 }
 
 type hostHostCounter uint32
@@ -61,13 +57,6 @@ const (
 	hostHostHistHIST_BLOCK_WRITE hostHostHist = 2
 	hostHostHistHIST_COUNT       hostHostHist = 3
 )
-
-type hostOffCpuStart struct {
-	_         structs.HostLayout
-	Ts        uint64
-	Preempted uint8
-	Pad       [7]uint8
-}
 
 type hostProcessEvent struct {
 	_   structs.HostLayout
@@ -141,6 +130,14 @@ type hostThreadCalls struct {
 	}
 }
 
+type hostThreadSched struct {
+	_             structs.HostLayout
+	RunnableSince uint64
+	OffCpuSince   uint64
+	Preempted     uint8
+	Pad           [7]uint8
+}
+
 // Names of all BPF objects in the ELF.
 //
 // Used for safe lookups in a Collection or CollectionSpec.
@@ -150,10 +147,9 @@ const (
 	hostMapEvents                   = "events"
 	hostMapHostCounters             = "host_counters"
 	hostMapHostHists                = "host_hists"
-	hostMapOffCpuStarts             = "off_cpu_starts"
 	hostMapPageAllocs               = "page_allocs"
-	hostMapRunnableSince            = "runnable_since"
 	hostMapThreadCalls              = "thread_calls"
+	hostMapThreadScheds             = "thread_scheds"
 	hostMapTracedCgroups            = "traced_cgroups"
 	hostMapTracedPids               = "traced_pids"
 	hostProgOnBlockRqComplete       = "on_block_rq_complete"
@@ -237,10 +233,9 @@ type hostMapSpecs struct {
 	Events        *ebpf.MapSpec `ebpf:"events"`
 	HostCounters  *ebpf.MapSpec `ebpf:"host_counters"`
 	HostHists     *ebpf.MapSpec `ebpf:"host_hists"`
-	OffCpuStarts  *ebpf.MapSpec `ebpf:"off_cpu_starts"`
 	PageAllocs    *ebpf.MapSpec `ebpf:"page_allocs"`
-	RunnableSince *ebpf.MapSpec `ebpf:"runnable_since"`
 	ThreadCalls   *ebpf.MapSpec `ebpf:"thread_calls"`
+	ThreadScheds  *ebpf.MapSpec `ebpf:"thread_scheds"`
 	TracedCgroups *ebpf.MapSpec `ebpf:"traced_cgroups"`
 	TracedPids    *ebpf.MapSpec `ebpf:"traced_pids"`
 }
@@ -282,10 +277,9 @@ type hostMaps struct {
 	Events        *ebpf.Map `ebpf:"events"`
 	HostCounters  *ebpf.Map `ebpf:"host_counters"`
 	HostHists     *ebpf.Map `ebpf:"host_hists"`
-	OffCpuStarts  *ebpf.Map `ebpf:"off_cpu_starts"`
 	PageAllocs    *ebpf.Map `ebpf:"page_allocs"`
-	RunnableSince *ebpf.Map `ebpf:"runnable_since"`
 	ThreadCalls   *ebpf.Map `ebpf:"thread_calls"`
+	ThreadScheds  *ebpf.Map `ebpf:"thread_scheds"`
 	TracedCgroups *ebpf.Map `ebpf:"traced_cgroups"`
 	TracedPids    *ebpf.Map `ebpf:"traced_pids"`
 }
@@ -297,10 +291,9 @@ func (m *hostMaps) Close() error {
 		m.Events,
 		m.HostCounters,
 		m.HostHists,
-		m.OffCpuStarts,
 		m.PageAllocs,
-		m.RunnableSince,
 		m.ThreadCalls,
+		m.ThreadScheds,
 		m.TracedCgroups,
 		m.TracedPids,
 	)

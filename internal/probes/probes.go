@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"reflect"
 	"sync"
 	"syscall"
 	"time"
@@ -36,8 +37,10 @@ type Options struct {
 type Probes struct {
 	cuda cudaObjects
 	host hostObjects
-	nccl ncclObjects
-	rdma rdmaObjects
+	// hostBaseline holds empty programs for the host tracepoints, loaded for Baseline.
+	hostBaseline hostbaselineObjects
+	nccl         ncclObjects
+	rdma         rdmaObjects
 
 	mu          sync.Mutex
 	links       []link.Link
@@ -113,7 +116,15 @@ func Load(opts Options) (*Probes, error) {
 		p.cuda.Close()
 		return nil, explainLoadError("host probes", err)
 	}
+	if opts.Baseline {
+		if err := loadHostbaselineObjects(&p.hostBaseline, nil); err != nil {
+			p.host.Close()
+			p.cuda.Close()
+			return nil, explainLoadError("baseline host programs", err)
+		}
+	}
 	if err := p.loadFabric(opts, shared); err != nil {
+		p.hostBaseline.Close()
 		p.host.Close()
 		p.cuda.Close()
 		return nil, err
@@ -145,14 +156,37 @@ func explainLoadError(what string, err error) error {
 	return fmt.Errorf("load %s: %w", what, err)
 }
 
+// hostTracepoints names the host tracepoints in the order hostPrograms lists them.
+var hostTracepoints = []string{
+	"sched_switch", "sched_wakeup", "sched_wakeup_new",
+	"sched_process_fork", "sched_process_exec", "sched_process_exit",
+	"mm_page_alloc", "block_rq_issue", "block_rq_complete", "tcp_retransmit_skb",
+}
+
+// hostPrograms are the programs AttachHost attaches, one per hostTracepoints entry:
+// the empty ones when loaded as Baseline.
+func (p *Probes) hostPrograms() []*ebpf.Program {
+	if p.baseline {
+		b := &p.hostBaseline
+		return []*ebpf.Program{
+			b.EmptySchedSwitch, b.EmptySchedWakeup, b.EmptySchedWakeupNew,
+			b.EmptySchedProcessFork, b.EmptySchedProcessExec, b.EmptySchedProcessExit,
+			b.EmptyMmPageAlloc, b.EmptyBlockRqIssue, b.EmptyBlockRqComplete,
+			b.EmptyTcpRetransmitSkb,
+		}
+	}
+	h := &p.host
+	return []*ebpf.Program{
+		h.OnSchedSwitch, h.OnSchedWakeup, h.OnSchedWakeupNew,
+		h.OnSchedProcessFork, h.OnSchedProcessExec, h.OnSchedProcessExit,
+		h.OnMmPageAlloc, h.OnBlockRqIssue, h.OnBlockRqComplete,
+		h.OnTcpRetransmitSkb,
+	}
+}
+
 // AttachHost attaches the host tracepoints (scheduler, lifecycle, memory, block, TCP).
 func (p *Probes) AttachHost() error {
-	progs := []*ebpf.Program{
-		p.host.OnSchedSwitch, p.host.OnSchedWakeup, p.host.OnSchedWakeupNew,
-		p.host.OnSchedProcessFork, p.host.OnSchedProcessExec, p.host.OnSchedProcessExit,
-		p.host.OnMmPageAlloc, p.host.OnBlockRqIssue, p.host.OnBlockRqComplete,
-		p.host.OnTcpRetransmitSkb,
-	}
+	progs := p.hostPrograms()
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for _, prog := range progs {
@@ -293,12 +327,16 @@ func (p *Probes) InFlightCallsOf(pidfd int) (int, error) {
 	return n, nil
 }
 
-// SchedStateHeld reports whether the host programs hold scheduling state for thread
-// tid: when it was switched out (off CPU) and when it became runnable.
-func (p *Probes) SchedStateHeld(tid uint32) (offCPU, runnable bool) {
-	var start hostOffCpuStart
-	var since uint64
-	return p.host.OffCpuStarts.Lookup(tid, &start) == nil, p.host.RunnableSince.Lookup(tid, &since) == nil
+// SchedStateOf reports the host programs' scheduling state of the thread behind
+// pidfd: whether it is marked off CPU (a thread of a traced process, switched out) and
+// runnable (waiting for a CPU). Like InFlightCallsOf, it answers ebpf.ErrKeyNotExist
+// once the thread is gone, its task storage with it.
+func (p *Probes) SchedStateOf(pidfd int) (offCPU, runnable bool, err error) {
+	var s hostThreadSched
+	if err := p.host.ThreadScheds.Lookup(uint32(pidfd), &s); err != nil {
+		return false, false, err
+	}
+	return s.OffCpuSince != 0, s.RunnableSince != 0, nil
 }
 
 // Close detaches everything and frees the programs and maps.
@@ -312,8 +350,71 @@ func (p *Probes) Close() error {
 	}
 	p.rdma.Close()
 	p.nccl.Close()
+	p.hostBaseline.Close()
 	p.host.Close()
 	return p.cuda.Close()
+}
+
+// HostRunStats returns each host tracepoint's program run time (the empty programs'
+// when loaded as Baseline), keyed by tracepoint name.
+func (p *Probes) HostRunStats() (map[string]ProgramRun, error) {
+	out := map[string]ProgramRun{}
+	for i, prog := range p.hostPrograms() {
+		st, err := prog.Stats()
+		if err != nil {
+			return nil, err
+		}
+		out[hostTracepoints[i]] = ProgramRun{Runtime: st.Runtime, Runs: st.RunCount}
+	}
+	return out, nil
+}
+
+// ProgramCost is one CUDA program's accumulated run time and the APIs it serves.
+type ProgramCost struct {
+	Program string   // the C function, e.g. enter_cu_memcpy
+	APIs    []string // symbols it is attached to
+	Run     ProgramRun
+}
+
+// CUDARunStats returns the run time of every CUDA program attached as an API's entry
+// or return (the empty ones when loaded as Baseline, each serving every API).
+func (p *Probes) CUDARunStats() ([]ProgramCost, error) {
+	names := map[*ebpf.Program]string{}
+	progs := reflect.ValueOf(p.cuda.cudaPrograms)
+	for i := 0; i < progs.NumField(); i++ {
+		if prog, ok := progs.Field(i).Interface().(*ebpf.Program); ok {
+			names[prog] = progs.Type().Field(i).Tag.Get("ebpf")
+		}
+	}
+	var out []ProgramCost
+	index := map[*ebpf.Program]int{}
+	add := func(prog *ebpf.Program, api string) error {
+		i, ok := index[prog]
+		if !ok {
+			st, err := prog.Stats()
+			if err != nil {
+				return err
+			}
+			i = len(out)
+			index[prog] = i
+			out = append(out, ProgramCost{Program: names[prog], Run: ProgramRun{Runtime: st.Runtime, Runs: st.RunCount}})
+		}
+		out[i].APIs = append(out[i].APIs, api)
+		return nil
+	}
+	for _, a := range APIs {
+		entry, ret := a.entry(&p.cuda.cudaPrograms), p.cuda.LeaveCall
+		if p.baseline {
+			entry, ret = p.cuda.EmptyEntry, p.cuda.EmptyReturn
+		}
+		if err := add(entry, a.Symbol); err != nil {
+			return nil, err
+		}
+		if err := add(ret, a.Symbol); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
 }
 
 // ProgramRun is a program's accumulated run time in the kernel (needs BPF statistics

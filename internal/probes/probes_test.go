@@ -295,8 +295,8 @@ func checkCallStats(t *testing.T, p *probes.Probes, pid uint32, calls []probes.C
 }
 
 // A process killed in the middle of a call leaves nothing behind: its in-flight slot
-// went with the thread's task storage, its threads' scheduling state with their exit,
-// and the process left the traced set.
+// and its threads' scheduling state went with their task storage, and the process left
+// the traced set.
 func TestKilledMidCallLeavesNoInFlightEntry(t *testing.T) {
 	privtest.Require(t)
 	paths := fakegpu.Build(t)
@@ -325,10 +325,10 @@ func TestKilledMidCallLeavesNoInFlightEntry(t *testing.T) {
 	}
 	// Blocked in its stalled synchronization, the dispatcher is off CPU, and the host
 	// programs keep when it left.
-	if offCPU, _ := p.SchedStateHeld(uint32(w.Tid)); !offCPU {
-		t.Fatalf("no off-CPU start held for the stalled thread %d", w.Tid)
+	if offCPU, _, err := p.SchedStateOf(pidfd); !offCPU || err != nil {
+		t.Fatalf("no off-CPU start held for the stalled thread %d (%v)", w.Tid, err)
 	}
-	tids := threadsOf(t, w.Pid)
+	threads := threadPidfds(t, w.Pid)
 
 	w.Kill()
 	<-w.Exited()
@@ -336,9 +336,9 @@ func TestKilledMidCallLeavesNoInFlightEntry(t *testing.T) {
 	if n, err := p.InFlightCallsOf(pidfd); !errors.Is(err, ebpf.ErrKeyNotExist) {
 		t.Fatalf("the killed thread's task storage answered %d in-flight calls (%v), want no entry", n, err)
 	}
-	for _, tid := range tids {
-		if offCPU, runnable := p.SchedStateHeld(tid); offCPU || runnable {
-			t.Errorf("thread %d of the killed process: off-CPU start held %v, runnable since held %v", tid, offCPU, runnable)
+	for tid, fd := range threads {
+		if offCPU, runnable, err := p.SchedStateOf(fd); !errors.Is(err, ebpf.ErrKeyNotExist) {
+			t.Errorf("thread %d of the killed process: scheduling state off CPU %v, runnable %v (%v), want no entry", tid, offCPU, runnable, err)
 		}
 	}
 	if p.IsTraced(uint32(w.Pid)) {
@@ -346,22 +346,27 @@ func TestKilledMidCallLeavesNoInFlightEntry(t *testing.T) {
 	}
 }
 
-// threadsOf lists the thread ids of process pid.
-func threadsOf(t *testing.T, pid int) []uint32 {
+// threadPidfds opens a pidfd on every thread of process pid, closed at cleanup.
+func threadPidfds(t *testing.T, pid int) map[int]int {
 	t.Helper()
 	entries, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
 	if err != nil {
 		t.Fatal(err)
 	}
-	var tids []uint32
+	fds := map[int]int{}
 	for _, e := range entries {
-		tid, err := strconv.ParseUint(e.Name(), 10, 32)
+		tid, err := strconv.Atoi(e.Name())
 		if err != nil {
 			t.Fatal(err)
 		}
-		tids = append(tids, uint32(tid))
+		fd, err := unix.PidfdOpen(tid, unix.PIDFD_THREAD)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { unix.Close(fd) })
+		fds[tid] = fd
 	}
-	return tids
+	return fds
 }
 
 func apiIDOf(symbol string) uint32 {
