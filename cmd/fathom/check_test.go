@@ -3,6 +3,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"os"
 	"os/exec"
@@ -115,4 +116,47 @@ func unprivilegedCopy(t *testing.T) string {
 		t.Fatal(err)
 	}
 	return bin
+}
+
+// On a kernel without BTF, `fathom check` says so and what it stops, and the receiver
+// refuses to start with one line. The test hides /sys/kernel/btf under a tmpfs in a
+// mount namespace of its own, which is what such a kernel looks like from userspace.
+func TestWithoutBTFTheAnswerIsOneClearLine(t *testing.T) {
+	privtest.Require(t)
+	bin := collectortest.Binary(t)
+	withoutBTF := func(ctx context.Context, args ...string) *exec.Cmd {
+		script := `mount -t tmpfs none /sys/kernel/btf && exec "$0" "$@"`
+		return exec.CommandContext(ctx, "unshare", append([]string{"--mount", "--propagation", "private", "sh", "-c", script, bin}, args...)...)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+
+	out, err := withoutBTF(ctx, "check").CombinedOutput()
+	if err == nil {
+		t.Fatalf("check passed without BTF:\n%s", out)
+	}
+	for _, want := range []string{"[FAIL] btf", "won't work: no program loads: the probes are CO-RE", "fix: the kernel must be built with CONFIG_DEBUG_INFO_BTF=y", "not ready"} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("check output lacks %q:\n%s", want, out)
+		}
+	}
+
+	cfg := filepath.Join(t.TempDir(), "node.yaml")
+	yaml := "receivers:\n  gpuebpf:\nexporters:\n  debug:\nservice:\n  telemetry:\n    metrics:\n      level: none\n  pipelines:\n    metrics:\n      receivers: [gpuebpf]\n      exporters: [debug]\n"
+	if err := os.WriteFile(cfg, []byte(yaml), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, err = withoutBTF(ctx, "--config", cfg).CombinedOutput()
+	if ctx.Err() != nil {
+		t.Fatalf("the collector kept running without BTF:\n%s", out)
+	}
+	if err == nil {
+		t.Fatalf("the collector started without BTF:\n%s", out)
+	}
+	if !strings.Contains(string(out), "gpuebpf: this kernel exposes no BTF (/sys/kernel/btf/vmlinux is missing); it needs CONFIG_DEBUG_INFO_BTF=y, or use mode: synthetic") {
+		t.Fatalf("no clear BTF line:\n%s", out)
+	}
+	if strings.Contains(string(out), "goroutine ") {
+		t.Fatalf("a stack trace instead of one line:\n%s", out)
+	}
 }
