@@ -32,15 +32,18 @@ build:
 # Regenerates every committed generated file. CI runs `make check-generated`, which
 # fails when the committed files differ from what these generators produce.
 generate: generate-ocb
-	ln -sfn $(CURDIR) $(BPF_GENERATE_ROOT)
+	rm -rf $(BPF_GENERATE_ROOT) && mkdir -p $(BPF_GENERATE_ROOT)/internal
+	cp -r go.mod go.sum bpf $(BPF_GENERATE_ROOT)/
+	cp -r internal/probes $(BPF_GENERATE_ROOT)/internal/
 	cd $(BPF_GENERATE_ROOT)/internal/probes && $(GO) generate .
+	cp $(BPF_GENERATE_ROOT)/internal/probes/*_bpfel.go $(BPF_GENERATE_ROOT)/internal/probes/*_bpfel.o internal/probes/
 	$(GO) generate $$($(GO) list ./... | grep -v '/internal/probes$$')
 
 # clang orders some BTF types (forward declarations) by where things sit in its memory,
 # which the length of the source's absolute path shifts: a clone elsewhere compiled
-# host.bpf.c with two types swapped. bpf2go runs through this fixed path (a symlink to
-# the checkout; cd keeps it in $$PWD, which Go's Getwd honours) so every clone
-# generates the same objects.
+# host.bpf.c with types in another order. A symlink at a fixed path was not enough
+# (clang resolves it), so bpf2go compiles a copy of the sources at this fixed real path
+# and the objects are copied back: every clone generates the same bytes.
 BPF_GENERATE_ROOT := /tmp/fathom-bpf-generate
 
 # ocb writes a whole distribution (main.go, go.mod ...) into build/ocb; Fathom keeps its
