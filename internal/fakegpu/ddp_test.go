@@ -128,16 +128,7 @@ func TestDDPSlowRankMakesPeersWait(t *testing.T) {
 // ibv_get_async_event hands over events injected through FAKEIBV_EVENT_FIFO.
 func TestDDPVerbsAsyncEvent(t *testing.T) {
 	p := Build(t)
-	fifo := filepath.Join(t.TempDir(), "events")
-	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	// Held open read-write, the FIFO buffers the event until the rank opens it.
-	f, err := os.OpenFile(fifo, os.O_RDWR, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
+	fifo, f := eventFIFO(t)
 	if _, err := f.WriteString("10 1\n"); err != nil { // IBV_EVENT_PORT_ERR on port 1
 		t.Fatal(err)
 	}
@@ -172,15 +163,7 @@ func TestDDPVerbsAsyncEvent(t *testing.T) {
 // rank as "1", a QP_FATAL, and another as "0 1", a CQ_ERR.
 func TestDDPRanksSharingAnEventFIFOTakeWholeEvents(t *testing.T) {
 	p := Build(t)
-	fifo := filepath.Join(t.TempDir(), "events")
-	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	f, err := os.OpenFile(fifo, os.O_RDWR, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
+	fifo, f := eventFIFO(t)
 	const ranks, events = 4, 10
 	// About three seconds of steps: the events go in during the first half second.
 	run := StartDDP(t, p, DDPOptions{Ranks: ranks, Steps: 150, BucketBytes: 4096, KernelTime: 2 * time.Millisecond, IB: true, Gate: true,
@@ -239,4 +222,20 @@ func waitForFIFOReaders(t *testing.T, ranks []RankProcess, fifo string) {
 		}
 	}
 	time.Sleep(50 * time.Millisecond)
+}
+
+// eventFIFO makes a FIFO for FAKEIBV_EVENT_FIFO and holds it open read-write, so that
+// opening it never blocks and it buffers events until a rank reads them.
+func eventFIFO(t *testing.T) (string, *os.File) {
+	t.Helper()
+	fifo := filepath.Join(t.TempDir(), "events")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.OpenFile(fifo, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() })
+	return fifo, f
 }

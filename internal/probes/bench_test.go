@@ -59,26 +59,8 @@ func BenchmarkProbeOverhead(b *testing.B) {
 			measure := func(mode string) float64 {
 				var p *probes.Probes
 				if mode != "none" {
-					var err error
-					if p, err = probes.Load(probes.Options{TraceAllCUDA: true, Baseline: mode == "empty"}); err != nil {
-						b.Fatal(err)
-					}
+					p = loadForBench(b, paths, mode == "empty")
 					defer p.Close()
-					// As the receiver runs them by default: every call counted in the
-					// kernel, records only for notable calls, and these calls are not.
-					for _, a := range probes.APIs {
-						if err := p.SetNotableThreshold(a.ID, probes.NeverNotable); err != nil {
-							b.Fatal(err)
-						}
-					}
-					for lib, name := range map[probes.Library]string{probes.LibCUDART: "libcudart.so.12", probes.LibCUDA: "libcuda.so.1"} {
-						if _, _, err := p.AttachLibrary(filepath.Join(paths.LibDir, name), lib); err != nil {
-							b.Fatal(err)
-						}
-					}
-					ctx, cancel := context.WithCancel(context.Background())
-					defer cancel()
-					go p.Run(ctx, discard{}, nil)
 				}
 				best := math.Inf(1)
 				for rep := 0; rep < 5; rep++ {
@@ -110,6 +92,30 @@ func BenchmarkProbeOverhead(b *testing.B) {
 				c.api, emptyCost, fathom-none, progNS["fathom"], progNS["empty"], ratio)
 		})
 	}
+}
+
+// loadForBench loads Fathom's programs (the empty ones for baseline) as the receiver
+// runs them by default: every call counted in the kernel, records only for notable
+// calls, and none is; attached to the fake libcudart and libcuda, with a reader that
+// discards what it reads until the probes are closed.
+func loadForBench(b *testing.B, paths fakegpu.Paths, baseline bool) *probes.Probes {
+	b.Helper()
+	p, err := probes.Load(probes.Options{TraceAllCUDA: true, Baseline: baseline})
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, a := range probes.APIs {
+		if err := p.SetNotableThreshold(a.ID, probes.NeverNotable); err != nil {
+			b.Fatal(err)
+		}
+	}
+	for lib, name := range map[probes.Library]string{probes.LibCUDART: "libcudart.so.12", probes.LibCUDA: "libcuda.so.1"} {
+		if _, _, err := p.AttachLibrary(filepath.Join(paths.LibDir, name), lib); err != nil {
+			b.Fatal(err)
+		}
+	}
+	go p.Run(context.Background(), discard{}, nil)
+	return p
 }
 
 type discard struct{}
@@ -158,27 +164,11 @@ func BenchmarkProgramRunTime(b *testing.B) {
 		host map[string]probes.ProgramRun
 	}
 	measure := func(baseline bool) costs {
-		p, err := probes.Load(probes.Options{TraceAllCUDA: true, Baseline: baseline})
-		if err != nil {
-			b.Fatal(err)
-		}
+		p := loadForBench(b, paths, baseline)
 		defer p.Close()
-		for _, a := range probes.APIs {
-			if err := p.SetNotableThreshold(a.ID, probes.NeverNotable); err != nil {
-				b.Fatal(err)
-			}
-		}
 		if err := p.AttachHost(); err != nil {
 			b.Fatal(err)
 		}
-		for lib, name := range map[probes.Library]string{probes.LibCUDART: "libcudart.so.12", probes.LibCUDA: "libcuda.so.1"} {
-			if _, _, err := p.AttachLibrary(filepath.Join(paths.LibDir, name), lib); err != nil {
-				b.Fatal(err)
-			}
-		}
-		ctx, cancel := context.WithCancel(context.Background())
-		defer cancel()
-		go p.Run(ctx, discard{}, nil)
 		// Untraced: context switches through a pipe, then 64 MiB written through the page
 		// cache and fsync'd (page allocations, block requests).
 		pipe := exec.Command("sh", "-c", "dd if=/dev/zero bs=1 count=200000 status=none | cat >/dev/null; "+
