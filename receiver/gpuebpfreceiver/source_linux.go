@@ -51,7 +51,8 @@ func newEBPFSource(cfg *Config, logger *zap.Logger) (eventSource, error) {
 	if err != nil {
 		return nil, fmt.Errorf("gpuebpf: %w", err)
 	}
-	s := &ebpfSource{cfg: cfg, logger: logger, probes: p, cgroupIDs: map[uint64]bool{}, rescan: make(chan uint32, execRescanQueue)}
+	s := &ebpfSource{cfg: cfg, logger: logger, probes: p, cgroupRoot: procinfo.CgroupV2Mount(cfg.Discovery.CgroupRoot),
+		cgroupIDs: map[uint64]bool{}, rescan: make(chan uint32, execRescanQueue)}
 	if err := s.setUp(); err != nil {
 		_ = p.Close()
 		return nil, err
@@ -75,7 +76,6 @@ func (s *ebpfSource) setUp() error {
 			return fmt.Errorf("gpuebpf: trace pid %d: %w", pid, err)
 		}
 	}
-	s.cgroupRoot = procinfo.CgroupV2Mount(s.cfg.Discovery.CgroupRoot)
 	for _, cg := range s.cfg.Targets.Cgroups {
 		path := cg
 		if !filepath.IsAbs(path) || !pathUnder(path, s.cgroupRoot) {

@@ -4,7 +4,6 @@ package gpuebpfreceiver
 
 import (
 	"os/exec"
-	"syscall"
 	"testing"
 
 	"github.com/fathom-gpu/fathom/internal/cgrouptest"
@@ -25,14 +24,9 @@ func TestWantedFollowsCgroupSubtree(t *testing.T) {
 	cgrouptest.Move(t, container, inSubtree)
 	cgrouptest.Move(t, sibling, outside)
 
-	var st syscall.Stat_t
-	if err := syscall.Stat(named, &st); err != nil {
-		t.Fatal(err)
-	}
 	cfg := createDefaultConfig()
 	cfg.Targets.All = false
-	cfg.Discovery.CgroupRoot = root
-	s := &ebpfSource{cfg: cfg, cgroupIDs: map[uint64]bool{st.Ino: true}}
+	s := &ebpfSource{cfg: cfg, cgroupRoot: root, cgroupIDs: map[uint64]bool{cgrouptest.ID(t, named): true}}
 
 	if !s.wanted(uint32(inSubtree)) {
 		t.Errorf("process in %s is not wanted, though %s is named", container, named)
