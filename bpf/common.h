@@ -153,7 +153,7 @@ struct process_event {
 
 struct block_io_event {
 	struct event_header hdr;  /* pid/tid: the issuing task, ts_ns: completion */
-	__u64 duration_ns;        /* issue to completion */
+	__u64 duration_ns;        /* request start (start_time_ns, else issue) to completion */
 	__u64 bytes;
 	__u32 dev;
 	__u8 write;
@@ -175,10 +175,13 @@ struct tcp_retransmit_event {
  * from /proc before userspace reads it, so its first traced call copies them here. */
 #define IDENTITY_ENV_MAX 4096
 
+#define IDENTITY_EXE_MAX 64
+
 struct process_identity_event {
 	struct event_header hdr;
 	__u32 env_len;        /* bytes of env used; the block may be truncated */
 	char comm[16];
+	char exe[IDENTITY_EXE_MAX];  /* base name of the executable (mm->exe_file), NUL-terminated */
 	char env[IDENTITY_ENV_MAX];  /* NUL-separated KEY=VALUE, as in /proc/PID/environ */
 };
 

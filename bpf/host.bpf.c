@@ -13,7 +13,8 @@ char LICENSE[] SEC("license") = "Dual BSD/GPL";
 
 /* Host-wide aggregates, read by userspace each interval. */
 enum host_hist {
-	HIST_RUNQ_OTHER = 0,   /* run-queue latency of threads outside traced processes */
+	HIST_RUNQ_OTHER = 0,   /* run-queue latency of threads outside traced processes (and a
+	                        * traced thread's waits before its first switch-out as one) */
 	HIST_BLOCK_READ = 1,
 	HIST_BLOCK_WRITE = 2,
 	HIST_COUNT = 3,
@@ -55,7 +56,8 @@ struct {
 /* A block request issued by a thread of a traced process: who issued it, for the
  * per-process record at completion. Requests of other processes leave no entry. */
 struct block_start {
-	__u64 ts;  /* issue time, when the request carries no start_time_ns */
+	__u64 ts;    /* issue time, when the request carries no start_time_ns */
+	__u64 bytes; /* the request's size at issue */
 	__u32 pid;
 	__u32 tid;
 };
@@ -148,7 +150,10 @@ int BPF_PROG(on_sched_switch, bool preempt, struct task_struct *prev, struct tas
 	__u64 runq = s->runnable_since ? now - s->runnable_since : 0;
 	s->runnable_since = 0;
 	if (!s->off_cpu_since) {
-		/* Not switched out as a thread of a traced process: the node's histogram. */
+		/* Not switched out as a thread of a traced process: the node's histogram. A
+		 * traced thread's first wait (after its fork, or after its process became
+		 * traced while it was off CPU) lands here too; a lookup of the traced set on
+		 * every switch would cost more than that is worth. */
 		if (runq)
 			hist_add(HIST_RUNQ_OTHER, runq);
 		return 0;
@@ -272,7 +277,7 @@ int BPF_PROG(on_block_rq_issue, struct request *rq)
 	if (!pid_traced(id >> 32))
 		return 0;
 	__u64 key = (__u64)rq;
-	struct block_start s = {.ts = bpf_ktime_get_ns(), .pid = id >> 32, .tid = (__u32)id};
+	struct block_start s = {.ts = bpf_ktime_get_ns(), .bytes = BPF_CORE_READ(rq, __data_len), .pid = id >> 32, .tid = (__u32)id};
 	bpf_map_update_elem(&block_starts, &key, &s, BPF_ANY);
 	return 0;
 }
@@ -281,14 +286,17 @@ SEC("tp_btf/block_rq_complete")
 int BPF_PROG(on_block_rq_complete, struct request *rq, blk_status_t error, unsigned int nr_bytes)
 {
 	__u64 now = bpf_ktime_get_ns();
-	__u64 start = BPF_CORE_READ(rq, start_time_ns);
 	bool write = (BPF_CORE_READ(rq, cmd_flags) & REQ_OP_BITS_MASK) == REQ_OP_WRITE;
-	__u64 bytes = nr_bytes;
+	counter_add(write ? COUNT_BLOCK_BYTES_WRITE : COUNT_BLOCK_BYTES_READ, nr_bytes);
+	/* A request can complete in parts, one call each, before its remaining length
+	 * (__data_len) shrinks: it is done when this part covers what remains. */
+	if (nr_bytes < BPF_CORE_READ(rq, __data_len))
+		return 0;
+	__u64 start = BPF_CORE_READ(rq, start_time_ns);
 	/* 0 when the queue keeps no time stamps (iostats off and no I/O scheduler timing):
 	 * the node's histogram then goes without, and a traced request uses its issue. */
 	if (start && start <= now)
 		hist_add(write ? HIST_BLOCK_WRITE : HIST_BLOCK_READ, now - start);
-	counter_add(write ? COUNT_BLOCK_BYTES_WRITE : COUNT_BLOCK_BYTES_READ, bytes);
 
 	__u64 key = (__u64)rq;
 	struct block_start *s = bpf_map_lookup_elem(&block_starts, &key);
@@ -304,7 +312,7 @@ int BPF_PROG(on_block_rq_complete, struct request *rq, blk_status_t error, unsig
 		ev->hdr.cgroup_id = 0;
 		ev->hdr.kind = EVENT_BLOCK_IO;
 		ev->duration_ns = now - start;
-		ev->bytes = bytes;
+		ev->bytes = s->bytes;
 		ev->dev = BPF_CORE_READ(rq, part, bd_dev);
 		ev->write = write;
 		submit_event(ev);

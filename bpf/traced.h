@@ -15,6 +15,12 @@ static __always_inline void emit_process_identity(void)
 	fill_header(&ev->hdr, EVENT_PROC_IDENTITY, bpf_ktime_get_ns());
 	bpf_get_current_comm(ev->comm, sizeof(ev->comm));
 	struct task_struct *task = bpf_get_current_task_btf();
+	/* comm is cut to 15 bytes; a process gone before userspace reads /proc/PID/exe
+	 * keeps its executable's whole name from here. */
+	ev->exe[0] = 0;
+	const unsigned char *exe = BPF_CORE_READ(task, mm, exe_file, f_path.dentry, d_name.name);
+	if (exe)
+		bpf_probe_read_kernel_str(ev->exe, sizeof(ev->exe), exe);
 	__u64 start = BPF_CORE_READ(task, mm, env_start), end = BPF_CORE_READ(task, mm, env_end);
 	__u64 len = end > start ? end - start : 0;
 	if (len > IDENTITY_ENV_MAX)

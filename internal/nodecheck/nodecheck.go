@@ -71,7 +71,7 @@ func Run(procRoot string) Report {
 	caps := effectiveCaps(procRoot)
 	privileged := os.Geteuid() == 0 || (caps&(1<<capBPF) != 0 && caps&(1<<capPerfmon) != 0)
 	add(Check{Name: "privileges", OK: privileged, Detail: fmt.Sprintf("uid %d, effective capabilities %#x", os.Geteuid(), caps),
-		Fix:    "run as root, or grant CAP_BPF, CAP_PERFMON, CAP_SYS_RESOURCE (and CAP_SYS_PTRACE to read other users' /proc/PID/environ)",
+		Fix:    "run as root, or grant CAP_BPF, CAP_PERFMON, CAP_SYS_RESOURCE (and CAP_SYS_PTRACE to read other users' /proc/PID/environ, CAP_DAC_READ_SEARCH to find a gone process's cgroup by id)",
 		Impact: "no program loads, so nothing is traced; the receiver refuses to start in ebpf mode (mode: synthetic needs no privileges)"})
 
 	// The uprobe PMU lets uprobes attach through perf_event_open; without it they go

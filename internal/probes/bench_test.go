@@ -204,8 +204,7 @@ func BenchmarkProgramRunTime(b *testing.B) {
 		}
 		fmt.Printf("  %-28s %4.0f ns vs %3.0f ns empty (%7d runs) %v\n", c.Program, perRun(c.Run), perRun(base), c.Run.Runs, c.APIs)
 	}
-	for _, tp := range []string{"sched_switch", "sched_wakeup", "sched_wakeup_new", "sched_process_fork", "sched_process_exec",
-		"sched_process_exit", "mm_page_alloc", "block_rq_issue", "block_rq_complete", "tcp_retransmit_skb"} {
+	for _, tp := range probes.HostTracepoints {
 		f, e := fathom.host[tp], empty.host[tp]
 		fmt.Printf("  tp_btf/%-21s %4.0f ns vs %3.0f ns empty (%7d runs)\n", tp, perRun(f), perRun(e), f.Runs)
 		if tp == "sched_switch" {

@@ -129,6 +129,7 @@ type cudaProcessIdentityEvent struct {
 	Hdr    cudaEventHeader
 	EnvLen uint32
 	Comm   [16]int8
+	Exe    [64]int8
 	Env    [4096]int8
 	_      [4]byte
 }

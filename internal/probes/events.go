@@ -132,8 +132,19 @@ func (ev *ProcessIdentity) EnvBytes() []byte {
 	return unsafe.Slice((*byte)(unsafe.Pointer(&ev.Env[0])), n)
 }
 
+// Executable returns the base name of the process's executable, as the kernel copied
+// it ("" if it had none), or its comm when the name was not copied.
+func (ev *ProcessIdentity) Executable() string {
+	if name := cString(ev.Exe[:]); name != "" {
+		return name
+	}
+	return Comm(ev.Comm)
+}
+
 // Comm returns a NUL-terminated kernel comm as a string.
-func Comm(c [16]int8) string {
+func Comm(c [16]int8) string { return cString(c[:]) }
+
+func cString(c []int8) string {
 	b := make([]byte, 0, len(c))
 	for _, ch := range c {
 		if ch == 0 {

@@ -18,6 +18,7 @@ type hostRecorder struct {
 	mu                         sync.Mutex
 	pid                        uint32
 	forks, exits, identities   int
+	executable                 string
 	blockIOs                   int
 	blockBytes                 uint64
 	switchIns, preemptedSwitch int
@@ -59,6 +60,7 @@ func (r *hostRecorder) Identity(ev *probes.ProcessIdentity) {
 	defer r.mu.Unlock()
 	if ev.Hdr.Pid == r.pid {
 		r.identities++
+		r.executable = ev.Executable()
 	}
 }
 
@@ -89,8 +91,9 @@ func TestHostEventsOfATracedProcess(t *testing.T) {
 	if report.Forks != 20 || rec.forks != 20 {
 		t.Errorf("forks seen %d, workload forked %d, want 20", rec.forks, report.Forks)
 	}
-	if rec.exits != 1 || rec.identities != 1 {
-		t.Errorf("exit events %d identity events %d, want 1 and 1", rec.exits, rec.identities)
+	// The identity carries the executable's whole name: comm would cut it to 15 bytes.
+	if rec.exits != 1 || rec.identities != 1 || rec.executable != "fakegpu-workload" {
+		t.Errorf("exit events %d identity events %d (executable %q), want 1 and 1 (fakegpu-workload)", rec.exits, rec.identities, rec.executable)
 	}
 	if rec.switchIns == 0 {
 		t.Errorf("no switch-in of the traced process's threads seen")
@@ -108,4 +111,18 @@ func TestHostEventsOfATracedProcess(t *testing.T) {
 	}
 	t.Logf("forks %d, switch-ins %d (%d preempted), pages %d, block I/Os issued by the workload %d (%d bytes), node writes +%d bytes",
 		rec.forks, rec.switchIns, rec.preemptedSwitch, after.PagesByPID[uint32(w.Pid)], rec.blockIOs, rec.blockBytes, written)
+
+	// Once the process's last export carried its total, the total goes: a process that
+	// reuses the pid starts from zero.
+	if err := p.ForgetPageAllocs(uint32(w.Pid)); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.ForgetPageAllocs(uint32(w.Pid)); err != nil {
+		t.Errorf("forgetting a pid twice: %v", err)
+	}
+	if agg, err := p.ReadHostAggregates(); err != nil {
+		t.Fatal(err)
+	} else if n, ok := agg.PagesByPID[uint32(w.Pid)]; ok {
+		t.Errorf("%d pages still counted for pid %d after ForgetPageAllocs", n, w.Pid)
+	}
 }

@@ -32,10 +32,11 @@ type hostBlockIoEvent struct {
 }
 
 type hostBlockStart struct {
-	_   structs.HostLayout
-	Ts  uint64
-	Pid uint32
-	Tid uint32
+	_     structs.HostLayout
+	Ts    uint64
+	Bytes uint64
+	Pid   uint32
+	Tid   uint32
 }
 
 type hostHostCounter uint32

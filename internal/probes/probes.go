@@ -64,7 +64,7 @@ type LibraryAttachment struct {
 type fileID struct{ dev, ino uint64 }
 
 // ErrPrivileges is returned when the kernel refuses to load BPF for lack of rights.
-var ErrPrivileges = errors.New("loading BPF programs needs root, or CAP_BPF + CAP_PERFMON + CAP_SYS_RESOURCE (and CAP_SYS_ADMIN for uprobes on kernels before 5.8)")
+var ErrPrivileges = errors.New("loading BPF programs needs root, or CAP_BPF + CAP_PERFMON + CAP_SYS_RESOURCE")
 
 // Load loads both program families with shared maps. Nothing is attached yet.
 func Load(opts Options) (*Probes, error) {
@@ -156,14 +156,14 @@ func explainLoadError(what string, err error) error {
 	return fmt.Errorf("load %s: %w", what, err)
 }
 
-// hostTracepoints names the host tracepoints in the order hostPrograms lists them.
-var hostTracepoints = []string{
+// HostTracepoints names the host tracepoints in the order hostPrograms lists them.
+var HostTracepoints = []string{
 	"sched_switch", "sched_wakeup", "sched_wakeup_new",
 	"sched_process_fork", "sched_process_exec", "sched_process_exit",
 	"mm_page_alloc", "block_rq_issue", "block_rq_complete", "tcp_retransmit_skb",
 }
 
-// hostPrograms are the programs AttachHost attaches, one per hostTracepoints entry:
+// hostPrograms are the programs AttachHost attaches, one per HostTracepoints entry:
 // the empty ones when loaded as Baseline.
 func (p *Probes) hostPrograms() []*ebpf.Program {
 	if p.baseline {
@@ -310,9 +310,8 @@ func (p *Probes) InFlightCalls(tid uint32) int {
 	return n
 }
 
-// InFlightCallsOf is InFlightCalls through a pidfd the caller holds, which outlives its
-// thread: once the thread is gone the kernel answers ebpf.ErrKeyNotExist, its task
-// storage having gone with it.
+// InFlightCallsOf is InFlightCalls through a pidfd the caller holds. Once the thread is
+// gone the kernel answers ebpf.ErrKeyNotExist whatever became of its storage.
 func (p *Probes) InFlightCallsOf(pidfd int) (int, error) {
 	var calls cudaThreadCalls
 	if err := p.cuda.ThreadCalls.Lookup(uint32(pidfd), &calls); err != nil {
@@ -330,7 +329,7 @@ func (p *Probes) InFlightCallsOf(pidfd int) (int, error) {
 // SchedStateOf reports the host programs' scheduling state of the thread behind
 // pidfd: whether it is marked off CPU (a thread of a traced process, switched out) and
 // runnable (waiting for a CPU). Like InFlightCallsOf, it answers ebpf.ErrKeyNotExist
-// once the thread is gone, its task storage with it.
+// once the thread is gone.
 func (p *Probes) SchedStateOf(pidfd int) (offCPU, runnable bool, err error) {
 	var s hostThreadSched
 	if err := p.host.ThreadScheds.Lookup(uint32(pidfd), &s); err != nil {
@@ -360,11 +359,11 @@ func (p *Probes) Close() error {
 func (p *Probes) HostRunStats() (map[string]ProgramRun, error) {
 	out := map[string]ProgramRun{}
 	for i, prog := range p.hostPrograms() {
-		st, err := prog.Stats()
+		run, err := programRun(prog)
 		if err != nil {
 			return nil, err
 		}
-		out[hostTracepoints[i]] = ProgramRun{Runtime: st.Runtime, Runs: st.RunCount}
+		out[HostTracepoints[i]] = run
 	}
 	return out, nil
 }
@@ -391,13 +390,13 @@ func (p *Probes) CUDARunStats() ([]ProgramCost, error) {
 	add := func(prog *ebpf.Program, api string) error {
 		i, ok := index[prog]
 		if !ok {
-			st, err := prog.Stats()
+			run, err := programRun(prog)
 			if err != nil {
 				return err
 			}
 			i = len(out)
 			index[prog] = i
-			out = append(out, ProgramCost{Program: names[prog], Run: ProgramRun{Runtime: st.Runtime, Runs: st.RunCount}})
+			out = append(out, ProgramCost{Program: names[prog], Run: run})
 		}
 		out[i].APIs = append(out[i].APIs, api)
 		return nil
@@ -440,16 +439,9 @@ func (p *Probes) RunStats(symbol string) (entry, ret ProgramRun, err error) {
 	if p.baseline {
 		entryProg, retProg = p.cuda.EmptyEntry, p.cuda.EmptyReturn
 	}
-	read := func(prog *ebpf.Program) (ProgramRun, error) {
-		st, err := prog.Stats()
-		if err != nil {
-			return ProgramRun{}, err
-		}
-		return ProgramRun{Runtime: st.Runtime, Runs: st.RunCount}, nil
-	}
-	if entry, err = read(entryProg); err != nil {
+	if entry, err = programRun(entryProg); err != nil {
 		return entry, ret, err
 	}
-	ret, err = read(retProg)
+	ret, err = programRun(retProg)
 	return entry, ret, err
 }

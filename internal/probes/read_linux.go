@@ -109,6 +109,16 @@ func (p *Probes) ReadHostAggregates() (HostAggregates, error) {
 // ReadCallStats reads the call statistics of every process that has a slot, reusing
 // dst. The programs update them while this reads: a total can be one call ahead in
 // one field of another, never behind an earlier reading.
+// ForgetPageAllocs drops process pid's page-allocation total, once its last export
+// carried it: the kernel keeps totals by pid, and a process that reuses the pid must
+// start from zero.
+func (p *Probes) ForgetPageAllocs(pid uint32) error {
+	if err := p.host.PageAllocs.Delete(pid); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+		return err
+	}
+	return nil
+}
+
 func (p *Probes) ReadCallStats(dst []ProcessCallStats) ([]ProcessCallStats, error) {
 	var owners [ProcSlots]uint64
 	if _, err := p.procSlots.ReadAt(asBytes(owners[:]), 0); err != nil {

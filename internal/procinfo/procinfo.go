@@ -83,9 +83,10 @@ func (p *Process) WithCgroup(path string) {
 }
 
 // FromEnviron builds a process identity from what the kernel copied at the process's
-// first traced call (comm and environment block), for processes gone from /proc.
-func FromEnviron(pid uint32, comm string, env []byte) Process {
-	p := Process{PID: pid, Executable: comm, Rank: -1, LocalRank: -1, WorldSize: -1}
+// first traced call (executable name and environment block), for processes gone from
+// /proc.
+func FromEnviron(pid uint32, executable string, env []byte) Process {
+	p := Process{PID: pid, Executable: executable, Rank: -1, LocalRank: -1, WorldSize: -1}
 	p.fillFromEnviron(env)
 	return p
 }

@@ -76,6 +76,9 @@ type aggregator struct {
 	processStartDefault pcommon.Timestamp
 	rdmaEvents          map[uint32]uint64 // verbs async events on the node, by enum ibv_event_type
 	kernel              kernelCalls
+	// ended lists the processes whose series ended in an export, for the controller
+	// to drop their kernel-side state.
+	ended []uint32
 }
 
 // eventCounters counts decoded events by kind without a lock: they are bumped once per
@@ -303,7 +306,7 @@ func (a *aggregator) Identity(ev *probes.ProcessIdentity) {
 		return
 	}
 	if p.info.Executable == "" || p.info.Rank < 0 {
-		fromKernel := procinfo.FromEnviron(ev.Hdr.Pid, probes.Comm(ev.Comm), ev.EnvBytes())
+		fromKernel := procinfo.FromEnviron(ev.Hdr.Pid, ev.Executable(), ev.EnvBytes())
 		if p.info.Executable == "" {
 			p.info.Executable = fromKernel.Executable
 		}

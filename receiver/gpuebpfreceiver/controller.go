@@ -31,6 +31,9 @@ type eventSource interface {
 	// a kernel); releaseCallStats gives a gone process's slot back.
 	callStats(dst []probes.ProcessCallStats) ([]probes.ProcessCallStats, error)
 	releaseCallStats(*probes.ProcessCallStats) error
+	// forgetPages drops the kernel's page-allocation total of a process whose series
+	// ended, so that a process reusing its pid starts from zero.
+	forgetPages(pid uint32) error
 	// setNotableThreshold makes calls of api lasting at least ns become records.
 	setNotableThreshold(api uint32, ns uint64) error
 }
@@ -221,7 +224,14 @@ func (c *controller) flushMetrics(ctx context.Context) {
 	now := time.Now()
 	c.agg.mu.Lock()
 	md := c.agg.emit(now, c.lastEmit, host, &c.prevHost, c.hostRes)
+	ended := c.agg.ended
+	c.agg.ended = nil
 	c.agg.mu.Unlock()
+	for _, pid := range ended {
+		if err := c.source.forgetPages(pid); err != nil {
+			c.settings.Logger.Warn("cannot drop an exited process's page count", zap.Uint32("pid", pid), zap.Error(err))
+		}
+	}
 	c.prevHost = host
 	c.lastEmit = pcommon.NewTimestampFromTime(now)
 	if err := next.ConsumeMetrics(ctx, md); err != nil {

@@ -189,6 +189,7 @@ func (a *aggregator) emit(now time.Time, lastEmit pcommon.Timestamp, host hostTo
 		if p.exited {
 			// Its series end with this export: an exited process's slot is freed.
 			delete(a.processes, pid)
+			a.ended = append(a.ended, pid)
 		} else if delta {
 			p.resetSeries()
 		}
@@ -257,8 +258,8 @@ func (a *aggregator) emitProcess(set *metricSet, p *processSeries, pageAllocs ma
 		}
 	}
 	if n, ok := pageAllocs[p.info.PID]; ok {
-		// The kernel keeps a running total per process; a delta is what it gained
-		// since the last export (all of it if the total went back: a reused pid).
+		// The kernel keeps a running total per process (dropped once the process's
+		// series end, see ended); a delta is what it gained since the last export.
 		v := n
 		if set.delta && n >= p.pagesExported {
 			v = n - p.pagesExported

@@ -45,6 +45,36 @@ func TestPageAllocationsFollowTheTemporality(t *testing.T) {
 	}
 }
 
+// A process's page count in the kernel is dropped after the export that ends its
+// series, and not before: the controller forgets the pids emit lists in ended.
+func TestAnExitedProcessIsListedForForgettingAfterItsLastExport(t *testing.T) {
+	const pid = 4343
+	cfg := createDefaultConfig()
+	cfg.Discovery.ProcRoot = t.TempDir()
+	clock := &wallClock{}
+	a := newAggregator(cfg, clock, nil, false)
+	a.logs = newLogSink(cfg, clock, &a.drops, hostIdentity("", false))
+	a.process(pid)
+	host := hostTotals{kernel: probes.HostAggregates{PagesByPID: map[uint32]uint64{pid: 10}}, haveKernel: true}
+	a.emit(time.Now(), 0, host, &hostTotals{}, hostIdentity("", false))
+	if len(a.ended) != 0 {
+		t.Fatalf("ended %v before the process exited", a.ended)
+	}
+	var exit probes.ProcessEvent
+	exit.Hdr.Pid, exit.Hdr.Tid = pid, pid
+	a.Process(probes.KindExit, &exit)
+	md := a.emit(time.Now(), 0, host, &hostTotals{}, hostIdentity("", false))
+	if got, _, ok := processSum(md, pid, semconv.MetricProcessPageAllocs); !ok || got != 10 {
+		t.Errorf("the last export carries %d pages (present %v), want 10", got, ok)
+	}
+	if len(a.ended) != 1 || a.ended[0] != pid {
+		t.Errorf("ended %v after the last export, want [%d]", a.ended, pid)
+	}
+	if _, ok := a.processes[pid]; ok {
+		t.Errorf("the exited process still has series")
+	}
+}
+
 // processSum finds one sum's value on pid's resource.
 func processSum(md pmetric.Metrics, pid int64, name string) (int64, pmetric.AggregationTemporality, bool) {
 	for i := 0; i < md.ResourceMetrics().Len(); i++ {

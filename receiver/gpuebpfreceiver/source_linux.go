@@ -281,6 +281,8 @@ func (s *ebpfSource) releaseCallStats(st *probes.ProcessCallStats) error {
 	return s.probes.ReleaseCallStats(st)
 }
 
+func (s *ebpfSource) forgetPages(pid uint32) error { return s.probes.ForgetPageAllocs(pid) }
+
 func (s *ebpfSource) setNotableThreshold(api uint32, ns uint64) error {
 	return s.probes.SetNotableThreshold(api, ns)
 }

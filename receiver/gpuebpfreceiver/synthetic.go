@@ -108,4 +108,6 @@ func (s *syntheticSource) callStats(dst []probes.ProcessCallStats) ([]probes.Pro
 
 func (s *syntheticSource) releaseCallStats(*probes.ProcessCallStats) error { return nil }
 
+func (s *syntheticSource) forgetPages(uint32) error { return nil }
+
 func (s *syntheticSource) setNotableThreshold(uint32, uint64) error { return nil }
