@@ -41,6 +41,7 @@ enum traced_source {
 	TRACED_BY_CONFIG = 1,  /* named by PID or discovered by userspace */
 	TRACED_BY_PROBE = 2,   /* made a CUDA call while tracing every CUDA process */
 	TRACED_BY_FORK = 3,    /* child of a traced process (DataLoader workers) */
+	TRACED_IDENTITY_SENT = 0x80, /* flag: the process's identity record went out */
 };
 
 /* Every API the uprobes decode. Values are stable: Go tables index them. */

@@ -56,18 +56,27 @@ static __always_inline bool in_traced_cgroup(void)
 	return false;
 }
 
-/* process_traced decides for a thread's first call; trace_all is the object's constant. */
+/* process_traced decides for a thread's first call; trace_all is the object's constant.
+ * The process's first traced call also sends its identity, however it entered the
+ * traced set: userspace's discovery and the fork handler add processes before they
+ * call anything. Two threads racing may both send it; userspace takes either. */
 static __always_inline bool process_traced(__u32 tgid, bool trace_all)
 {
-	if (pid_traced(tgid))
+	__u8 *source = bpf_map_lookup_elem(&traced_pids, &tgid);
+	if (source) {
+		if (!(*source & TRACED_IDENTITY_SENT)) {
+			*source |= TRACED_IDENTITY_SENT;
+			emit_process_identity();
+		}
 		return true;
-	__u8 source = TRACED_BY_PROBE;
+	}
+	__u8 added = TRACED_BY_PROBE | TRACED_IDENTITY_SENT;
 	if (!trace_all) {
 		if (!in_traced_cgroup())
 			return false;
-		source = TRACED_BY_CONFIG;
+		added = TRACED_BY_CONFIG | TRACED_IDENTITY_SENT;
 	}
-	if (bpf_map_update_elem(&traced_pids, &tgid, &source, BPF_NOEXIST) == 0)
+	if (bpf_map_update_elem(&traced_pids, &tgid, &added, BPF_NOEXIST) == 0)
 		emit_process_identity();
 	else if (!pid_traced(tgid))
 		count_drop(DROP_TRACED_SET_FULL);

@@ -25,6 +25,8 @@ type recorder struct {
 	calls   []probes.CUDACall
 	threads []uint32
 	exits   int
+	// executables are the names in the process's identity records.
+	executables []string
 }
 
 func (r *recorder) CUDACall(ev *probes.CUDACall) {
@@ -51,9 +53,21 @@ func (r *recorder) Process(kind probes.EventKind, ev *probes.ProcessEvent) {
 }
 func (r *recorder) BlockIO(*probes.BlockIO)             {}
 func (r *recorder) TCPRetransmit(*probes.TCPRetransmit) {}
-func (r *recorder) Identity(*probes.ProcessIdentity)    {}
-func (r *recorder) NCCLCall(*probes.NCCLCall)           {}
-func (r *recorder) RDMAAsync(*probes.RDMAAsyncEvent)    {}
+func (r *recorder) identities() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.executables)
+}
+
+func (r *recorder) Identity(ev *probes.ProcessIdentity) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if ev.Hdr.Pid == r.pid {
+		r.executables = append(r.executables, ev.Executable())
+	}
+}
+func (r *recorder) NCCLCall(*probes.NCCLCall)        {}
+func (r *recorder) RDMAAsync(*probes.RDMAAsyncEvent) {}
 
 // Which processes a test's probes trace.
 const (
@@ -326,6 +340,17 @@ func TestKilledMidCallLeavesNoInFlightEntry(t *testing.T) {
 	if !p.IsTraced(uint32(w.Pid)) {
 		t.Fatalf("the stalled process is not in the traced set")
 	}
+	// Named before its first call, the process still sent its identity at that call,
+	// with its whole executable name, for userspace to use once it is gone from /proc.
+	deadline = time.Now().Add(5 * time.Second)
+	for rec.identities() == 0 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	rec.mu.Lock()
+	if len(rec.executables) != 1 || rec.executables[0] != "fakegpu-workload" {
+		t.Errorf("identity records %q, want one of fakegpu-workload", rec.executables)
+	}
+	rec.mu.Unlock()
 
 	w.Kill()
 	<-w.Exited()
