@@ -31,13 +31,7 @@ import (
 // into the kernel costs the same for both. The ratio reported is
 // (empty wall cost + Fathom's program time − empty program time) / empty wall cost.
 func BenchmarkProbeOverhead(b *testing.B) {
-	privtest.Require(b)
-	stats, err := ebpf.EnableStats(uint32(unix.BPF_STATS_RUN_TIME))
-	if err != nil {
-		b.Fatalf("enable BPF run-time statistics: %v", err)
-	}
-	defer stats.Close()
-	paths := fakegpu.Build(b)
+	paths := withRunTimeStats(b)
 	const calls = 40000
 	cases := []struct {
 		api  string
@@ -94,6 +88,20 @@ func BenchmarkProbeOverhead(b *testing.B) {
 	}
 }
 
+// withRunTimeStats turns the kernel's BPF run-time accounting on for the benchmark
+// (it costs every program two clock reads, so it is off otherwise) and builds the fake
+// GPU stack.
+func withRunTimeStats(b *testing.B) fakegpu.Paths {
+	b.Helper()
+	privtest.Require(b)
+	stats, err := ebpf.EnableStats(uint32(unix.BPF_STATS_RUN_TIME))
+	if err != nil {
+		b.Fatalf("enable BPF run-time statistics: %v", err)
+	}
+	b.Cleanup(func() { stats.Close() })
+	return fakegpu.Build(b)
+}
+
 // loadForBench loads Fathom's programs (the empty ones for baseline) as the receiver
 // runs them by default: every call counted in the kernel, records only for notable
 // calls, and none is; attached to the fake libcudart and libcuda, with a reader that
@@ -140,13 +148,7 @@ func (discard) RDMAAsync(*probes.RDMAAsyncEvent)               {}
 // BenchmarkProbeOverhead turns such differences into the per-call ratio for the
 // busiest APIs.
 func BenchmarkProgramRunTime(b *testing.B) {
-	privtest.Require(b)
-	stats, err := ebpf.EnableStats(uint32(unix.BPF_STATS_RUN_TIME))
-	if err != nil {
-		b.Fatalf("enable BPF run-time statistics: %v", err)
-	}
-	defer stats.Close()
-	paths := fakegpu.Build(b)
+	paths := withRunTimeStats(b)
 	mix := fakegpu.Options{
 		Steps: 20, Launches: 4000, LaunchesEx: 1000, DriverLaunches: 1000, DriverLaunchesPtsz: 1000, DriverLaunchesEx: 1000,
 		H2D: 400, H2DAsync: 400, D2H: 400, D2HAsync: 400, D2D: 400, D2DAsync: 400, H2H: 400,
@@ -181,6 +183,7 @@ func BenchmarkProgramRunTime(b *testing.B) {
 			b.Fatal(err)
 		}
 		var c costs
+		var err error
 		if c.cuda, err = p.CUDARunStats(); err != nil {
 			b.Fatal(err)
 		}
