@@ -78,22 +78,6 @@ func (p *Probes) attachPoints(lib Library) []attachPoint {
 	return out
 }
 
-// NCCLRunStats returns the kernel run time so far of the entry program that serves an
-// NCCL function and of the NCCL return program.
-func (p *Probes) NCCLRunStats(symbol string) (entry, ret ProgramRun, err error) {
-	for _, a := range NCCLAPIs {
-		if a.Symbol != symbol {
-			continue
-		}
-		if entry, err = programRun(a.entry(&p.nccl.ncclPrograms)); err != nil {
-			return entry, ret, err
-		}
-		ret, err = programRun(p.nccl.LeaveNccl)
-		return entry, ret, err
-	}
-	return entry, ret, fmt.Errorf("%s is not a probed NCCL function", symbol)
-}
-
 func programRun(prog *ebpf.Program) (ProgramRun, error) {
 	st, err := prog.Stats()
 	if err != nil {

@@ -401,16 +401,14 @@ func (p *Probes) CUDARunStats() ([]ProgramCost, error) {
 		out[i].APIs = append(out[i].APIs, api)
 		return nil
 	}
-	for _, a := range APIs {
-		entry, ret := a.entry(&p.cuda.cudaPrograms), p.cuda.LeaveCall
-		if p.baseline {
-			entry, ret = p.cuda.EmptyEntry, p.cuda.EmptyReturn
-		}
-		if err := add(entry, a.Symbol); err != nil {
-			return nil, err
-		}
-		if err := add(ret, a.Symbol); err != nil {
-			return nil, err
+	for _, lib := range []Library{LibCUDART, LibCUDA} {
+		for _, pt := range p.attachPoints(lib) {
+			if err := add(pt.entry, pt.symbol); err != nil {
+				return nil, err
+			}
+			if err := add(pt.ret, pt.symbol); err != nil {
+				return nil, err
+			}
 		}
 	}
 	return out, nil
@@ -423,25 +421,21 @@ type ProgramRun struct {
 	Runs    uint64
 }
 
-// RunStats returns the run time so far of the entry program that serves symbol and of
-// the return program (the empty ones when loaded as Baseline).
+// RunStats returns the run time so far of the entry program that serves symbol (a
+// function of any probed library) and of its return program: what attachPoints
+// attaches, so the empty ones when loaded as Baseline.
 func (p *Probes) RunStats(symbol string) (entry, ret ProgramRun, err error) {
-	var entryProg *ebpf.Program
-	for _, a := range APIs {
-		if a.Symbol == symbol {
-			entryProg = a.entry(&p.cuda.cudaPrograms)
+	for _, lib := range []Library{LibCUDART, LibCUDA, LibNCCL, LibIBVerbs} {
+		for _, pt := range p.attachPoints(lib) {
+			if pt.symbol != symbol {
+				continue
+			}
+			if entry, err = programRun(pt.entry); err != nil {
+				return entry, ret, err
+			}
+			ret, err = programRun(pt.ret)
+			return entry, ret, err
 		}
 	}
-	if entryProg == nil {
-		return entry, ret, fmt.Errorf("%s is not a probed function", symbol)
-	}
-	retProg := p.cuda.LeaveCall
-	if p.baseline {
-		entryProg, retProg = p.cuda.EmptyEntry, p.cuda.EmptyReturn
-	}
-	if entry, err = programRun(entryProg); err != nil {
-		return entry, ret, err
-	}
-	ret, err = programRun(retProg)
-	return entry, ret, err
+	return entry, ret, fmt.Errorf("%s is not a probed function", symbol)
 }
