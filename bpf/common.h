@@ -263,15 +263,25 @@ static __always_inline bool pid_traced(__u32 tgid)
 	return bpf_map_lookup_elem(&traced_pids, &tgid) != NULL;
 }
 
+/* fill_header_of fills the header of an event about task pid/tid, which need not be
+ * the current one (the task switched in, a request's issuer); it carries no cgroup. */
+static __always_inline void fill_header_of(struct event_header *h, __u8 kind, __u64 ts, __u32 pid, __u32 tid)
+{
+	h->ts_ns = ts;
+	h->pid = pid;
+	h->tid = tid;
+	h->cgroup_id = 0;
+	h->kind = kind;
+}
+
+/* fill_header fills the header of an event about the current task. */
 static __always_inline void fill_header(struct event_header *h, __u8 kind, __u64 ts)
 {
 	__u64 id = bpf_get_current_pid_tgid();
-	h->ts_ns = ts;
-	h->pid = id >> 32;
-	h->tid = (__u32)id;
+	fill_header_of(h, kind, ts, id >> 32, (__u32)id);
 	/* Per-call events skip the cgroup lookup: a process's cgroup comes with its identity. */
-	h->cgroup_id = kind == EVENT_CUDA_CALL ? 0 : bpf_get_current_cgroup_id();
-	h->kind = kind;
+	if (kind != EVENT_CUDA_CALL && kind != EVENT_NCCL_CALL)
+		h->cgroup_id = bpf_get_current_cgroup_id();
 }
 
 /* Reserve a record, or count the drop. */

@@ -160,12 +160,8 @@ int BPF_PROG(on_sched_switch, bool preempt, struct task_struct *prev, struct tas
 	}
 	struct sched_event *ev = reserve_event(sizeof(*ev));
 	if (ev) {
-		/* The current task is prev, so the header is filled for next by hand. */
-		ev->hdr.ts_ns = now;
-		ev->hdr.pid = next->tgid;
-		ev->hdr.tid = next->pid;
-		ev->hdr.cgroup_id = 0;
-		ev->hdr.kind = EVENT_SCHED;
+		/* The current task is prev: the event is about next. */
+		fill_header_of(&ev->hdr, EVENT_SCHED, now, next->tgid, next->pid);
 		ev->off_cpu_ns = now - s->off_cpu_since;
 		ev->runq_ns = runq;
 		ev->preempted = s->preempted;
@@ -306,11 +302,7 @@ int BPF_PROG(on_block_rq_complete, struct request *rq, blk_status_t error, unsig
 		start = s->ts;
 	struct block_io_event *ev = reserve_event(sizeof(*ev));
 	if (ev) {
-		ev->hdr.ts_ns = now;
-		ev->hdr.pid = s->pid;
-		ev->hdr.tid = s->tid;
-		ev->hdr.cgroup_id = 0;
-		ev->hdr.kind = EVENT_BLOCK_IO;
+		fill_header_of(&ev->hdr, EVENT_BLOCK_IO, now, s->pid, s->tid);
 		ev->duration_ns = now - start;
 		ev->bytes = s->bytes;
 		ev->dev = BPF_CORE_READ(rq, part, bd_dev);

@@ -436,7 +436,6 @@ int BPF_KRETPROBE(leave_nccl)
 		return 0;
 	}
 	fill_header(&ev->hdr, EVENT_NCCL_CALL, e->ts);
-	ev->hdr.cgroup_id = 0; /* per-call event: the process's cgroup comes with its identity */
 	ev->duration_ns = now - e->ts;
 	ev->comm = 0;
 	ev->comm_hash = 0;
