@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 
@@ -66,4 +67,20 @@ func ID(t testing.TB, cgroup string) uint64 {
 		t.Fatal(err)
 	}
 	return st.Ino
+}
+
+// The pod and container of the cgroup MakeContainer creates, as the receiver should
+// parse them from its path.
+const (
+	PodUID      = "0f3c3a1e-9b1d-4c43-a6a2-5d0b5a6f7c21"
+	ContainerID = "4b825dc642cb6eb9a060e54bf8d69288fbee4904aa5b2f0c9b7d3c1e2f4a6b8c"
+)
+
+// MakeContainer creates, under a new cgroup name in parent, the cgroups of a
+// Kubernetes container as the systemd driver lays them out (a pod slice, then the
+// container's scope), and returns the container's cgroup.
+func MakeContainer(t testing.TB, parent, name string) string {
+	t.Helper()
+	pod := Make(t, Make(t, parent, name), "kubepods-besteffort-pod"+strings.ReplaceAll(PodUID, "-", "_")+".slice")
+	return Make(t, pod, "cri-containerd-"+ContainerID+".scope")
 }

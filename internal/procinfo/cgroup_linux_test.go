@@ -14,10 +14,7 @@ import (
 func TestCgroupPathByID(t *testing.T) {
 	privtest.Require(t)
 	root := cgrouptest.Root(t)
-	const pod, ctr = "0f3c3a1e_9b1d_4c43_a6a2_5d0b5a6f7c21", "4b825dc642cb6eb9a060e54bf8d69288fbee4904aa5b2f0c9b7d3c1e2f4a6b8c"
-	top := cgrouptest.Make(t, root, "fathom-cgroupid-test.slice")
-	podDir := cgrouptest.Make(t, top, "kubepods-besteffort-pod"+pod+".slice")
-	ctrDir := cgrouptest.Make(t, podDir, "cri-containerd-"+ctr+".scope")
+	ctrDir := cgrouptest.MakeContainer(t, root, "fathom-cgroupid-test.slice")
 
 	path, err := CgroupPathByID(root, cgrouptest.ID(t, ctrDir))
 	if err != nil {
@@ -29,7 +26,7 @@ func TestCgroupPathByID(t *testing.T) {
 	}
 	var p Process
 	p.WithCgroup(path)
-	if p.PodUID != strings.ReplaceAll(pod, "_", "-") || p.ContainerID != ctr {
+	if p.PodUID != cgrouptest.PodUID || p.ContainerID != cgrouptest.ContainerID {
 		t.Errorf("pod %q container %q from %s", p.PodUID, p.ContainerID, path)
 	}
 	if path, err := CgroupPathByID(root, 1); err != nil || path != "/" {

@@ -34,15 +34,7 @@ func TestParseKubernetesCgroup(t *testing.T) {
 func TestReadRealProcess(t *testing.T) {
 	cmd := exec.Command("sleep", "5")
 	cmd.Env = append(os.Environ(), "RANK=5", "SLURM_PROCID=9", "SLURM_LOCALID=1", "WORLD_SIZE=8", "TORCHELASTIC_RUN_ID=job-42")
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer cmd.Process.Kill()
-	time.Sleep(50 * time.Millisecond)
-	p, err := Read("/proc", uint32(cmd.Process.Pid))
-	if err != nil {
-		t.Fatal(err)
-	}
+	p := startAndRead(t, cmd)
 	if p.Executable != "sleep" || p.CommandLine != "sleep 5" {
 		t.Errorf("executable %q command line %q", p.Executable, p.CommandLine)
 	}
@@ -73,15 +65,7 @@ func TestExecutableNameIsNotTruncated(t *testing.T) {
 		t.Fatal(err)
 	}
 	cmd := exec.Command(bin, "5")
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer cmd.Process.Kill()
-	time.Sleep(50 * time.Millisecond)
-	p, err := Read("/proc", uint32(cmd.Process.Pid))
-	if err != nil {
-		t.Fatal(err)
-	}
+	p := startAndRead(t, cmd)
 	comm, _ := os.ReadFile(filepath.Join("/proc", strconv.Itoa(cmd.Process.Pid), "comm"))
 	if p.Executable != name || strings.TrimSpace(string(comm)) != name[:15] {
 		t.Errorf("executable %q (comm %q), want %q", p.Executable, strings.TrimSpace(string(comm)), name)
@@ -99,4 +83,22 @@ func TestExecutableNameIsNotTruncated(t *testing.T) {
 	if p, err := Read(proc, 42); err != nil || p.Executable != "pt_main_thread" {
 		t.Errorf("without exe: executable %q, err %v", p.Executable, err)
 	}
+}
+
+// startAndRead starts cmd, killed at cleanup, and reads its process once it runs.
+func startAndRead(t *testing.T, cmd *exec.Cmd) Process {
+	t.Helper()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+	})
+	time.Sleep(50 * time.Millisecond)
+	p, err := Read("/proc", uint32(cmd.Process.Pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
 }

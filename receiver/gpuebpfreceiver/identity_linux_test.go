@@ -17,9 +17,7 @@ import (
 func TestAProcessGoneFromProcKeepsItsPodAndRank(t *testing.T) {
 	privtest.Require(t)
 	root := cgrouptest.Root(t)
-	const pod, ctr = "7d1e2c3b-4a59-4f6e-8d7c-0b1a2c3d4e5f", "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08"
-	top := cgrouptest.Make(t, root, "fathom-identity-test.slice")
-	ctrDir := cgrouptest.Make(t, cgrouptest.Make(t, top, "kubepods-pod"+strings.ReplaceAll(pod, "-", "_")+".slice"), "cri-containerd-"+ctr+".scope")
+	ctrDir := cgrouptest.MakeContainer(t, root, "fathom-identity-test.slice")
 
 	cfg := createDefaultConfig()
 	cfg.Discovery.ProcRoot = t.TempDir() // the process is gone: nothing to read there
@@ -48,8 +46,8 @@ func TestAProcessGoneFromProcKeepsItsPodAndRank(t *testing.T) {
 		found = true
 		want := map[string]string{
 			semconv.CgroupPath:            "/" + strings.TrimPrefix(ctrDir, root+"/"),
-			semconv.K8sPodUID:             pod,
-			semconv.ContainerID:           ctr,
+			semconv.K8sPodUID:             cgrouptest.PodUID,
+			semconv.ContainerID:           cgrouptest.ContainerID,
 			semconv.ProcessExecutableName: "python3",
 			semconv.Rank:                  "6",
 			semconv.LocalRank:             "2",
