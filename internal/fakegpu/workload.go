@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -73,6 +74,10 @@ type Options struct {
 	Gate bool
 	// Env is added to the workload's environment (FAKEGPU_*, RANK, LOCAL_RANK, ...).
 	Env []string
+	// Launcher, if set, runs the workload: Start appends the workload's path and
+	// arguments to it. It must exec the workload in its own process (unshare, sh -c
+	// '... exec "$@"'), which keeps the pid the gate and the probes see.
+	Launcher []string
 }
 
 // Args returns the workload's command-line flags for these options (gate flags excluded;
@@ -247,7 +252,8 @@ func Start(t testing.TB, p Paths, o Options) *Workload {
 		w.gate = newGate(t)
 		args = append(args, w.gate.args()...)
 	}
-	w.Cmd = exec.Command(p.Workload, args...)
+	argv := append(append(slices.Clone(o.Launcher), p.Workload), args...)
+	w.Cmd = exec.Command(argv[0], argv[1:]...)
 	w.Cmd.Env = append(os.Environ(), o.Env...)
 	w.Cmd.Stdout = &w.stdout
 	w.Cmd.Stderr = &w.stderr

@@ -3,13 +3,11 @@
 package gpuebpfreceiver_test
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -125,33 +123,18 @@ func TestDiscoveryFindsAProcessThatStartsLater(t *testing.T) {
 	}
 }
 
-// containerWorkload is fakegpu-workload run in a mount namespace of its own, where its
+// containerLauncher runs fakegpu-workload in a mount namespace of its own, where its
 // CUDA libraries sit on a tmpfs the host cannot see: as in a container, the library's
-// path in /proc/PID/maps opens only through /proc/PID/root.
-type containerWorkload struct {
-	cmd            *exec.Cmd
-	pid            int
-	libPath        string // libcudart's path inside the namespace
-	waitFile       string
-	stdout, stderr bytes.Buffer
-	done           chan struct{}
-	waitErr        error
-}
-
-func startContainerWorkload(t *testing.T, paths fakegpu.Paths, o fakegpu.Options) *containerWorkload {
+// path in /proc/PID/maps opens only through /proc/PID/root. unshare, sh and the
+// workload are one process, exec after exec. It returns the launcher and libcudart's
+// path inside the namespace.
+func containerLauncher(t *testing.T, paths fakegpu.Paths) (launcher []string, libPath string) {
 	t.Helper()
-	dir := t.TempDir()
-	root := filepath.Join(dir, "ctr-root") // empty on the host; a tmpfs in the namespace
+	root := filepath.Join(t.TempDir(), "ctr-root") // empty on the host; a tmpfs in the namespace
 	if err := os.Mkdir(root, 0o755); err != nil {
 		t.Fatal(err)
 	}
 	libDir := filepath.Join(root, "usr", "lib", "fathom-ctr")
-	w := &containerWorkload{
-		libPath:  filepath.Join(libDir, filepath.Base(paths.Cudart)),
-		waitFile: filepath.Join(dir, "go"),
-		done:     make(chan struct{}),
-	}
-	ready := filepath.Join(dir, "ready")
 	script := `set -e
 root=$1 lib=$2 cudart=$3 cuda=$4
 shift 4
@@ -160,65 +143,8 @@ mkdir -p "$lib"
 cp "$cudart" "$cuda" "$lib/"
 export LD_LIBRARY_PATH="$lib"
 exec "$@"`
-	args := append([]string{"--mount", "--propagation", "private", "sh", "-c", script, "sh",
-		root, libDir, paths.Cudart, paths.Cuda, paths.Workload}, o.Args()...)
-	args = append(args, "--wait-file", w.waitFile, "--ready-file", ready, "--wait-timeout-ms", "60000")
-	w.cmd = exec.Command("unshare", args...)
-	w.cmd.Env = append(os.Environ(), o.Env...)
-	w.cmd.Stdout = &w.stdout
-	w.cmd.Stderr = &w.stderr
-	if err := w.cmd.Start(); err != nil {
-		t.Fatalf("starting %v: %v", w.cmd.Args, err)
-	}
-	// unshare, sh and the workload are one process, exec after exec.
-	w.pid = w.cmd.Process.Pid
-	go func() {
-		w.waitErr = w.cmd.Wait()
-		close(w.done)
-	}()
-	t.Cleanup(func() {
-		select {
-		case <-w.done:
-		default:
-			_ = w.cmd.Process.Kill()
-		}
-		<-w.done
-	})
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(5 * time.Millisecond) {
-		data, err := os.ReadFile(ready)
-		if err == nil {
-			var gate struct{ Pid int }
-			if err := json.Unmarshal(data, &gate); err != nil || gate.Pid != w.pid {
-				t.Fatalf("bad ready file %q (pid %d): %v", data, w.pid, err)
-			}
-			break
-		}
-		select {
-		case <-w.done:
-			t.Fatalf("the namespaced workload exited before its gate (%v); stderr:\n%s", w.waitErr, w.stderr.String())
-		default:
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the namespaced workload did not reach its gate in 30s")
-		}
-	}
-	return w
-}
-
-func (w *containerWorkload) release() error { return os.WriteFile(w.waitFile, nil, 0o644) }
-
-func (w *containerWorkload) wait(timeout time.Duration) (fakegpu.Result, error) {
-	select {
-	case <-w.done:
-	case <-time.After(timeout):
-		_ = w.cmd.Process.Kill()
-		<-w.done
-		return fakegpu.Result{}, fmt.Errorf("namespaced workload still running after %s, killed; stderr:\n%s", timeout, w.stderr.String())
-	}
-	if w.waitErr != nil {
-		return fakegpu.Result{}, fmt.Errorf("namespaced workload: %w; stderr:\n%s", w.waitErr, w.stderr.String())
-	}
-	return fakegpu.ParseResult(bytes.TrimSpace(w.stdout.Bytes()))
+	launcher = []string{"unshare", "--mount", "--propagation", "private", "sh", "-c", script, "sh", root, libDir, paths.Cudart, paths.Cuda}
+	return launcher, filepath.Join(libDir, filepath.Base(paths.Cudart))
 }
 
 // A library that exists only in a process's own mount namespace (a container image's
@@ -226,46 +152,47 @@ func (w *containerWorkload) wait(timeout time.Duration) (fakegpu.Result, error) 
 func TestDiscoveryReadsContainerLibrariesThroughProcRoot(t *testing.T) {
 	privtest.Require(t)
 	paths := fakegpu.Build(t)
-	w := startContainerWorkload(t, paths, fakegpu.Options{Steps: 5, Launches: 1200})
+	launcher, libPath := containerLauncher(t, paths)
+	w := fakegpu.Start(t, paths, fakegpu.Options{Gate: true, Steps: 5, Launches: 1200, Launcher: launcher})
 	// The workload maps the namespace's copy, a path that does not open on the host.
-	maps, err := os.ReadFile(fmt.Sprintf("/proc/%d/maps", w.pid))
+	maps, err := os.ReadFile(fmt.Sprintf("/proc/%d/maps", w.Pid))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(string(maps), w.libPath) {
-		t.Fatalf("pid %d does not map %s; its maps:\n%s", w.pid, w.libPath, maps)
+	if !strings.Contains(string(maps), libPath) {
+		t.Fatalf("pid %d does not map %s; its maps:\n%s", w.Pid, libPath, maps)
 	}
-	if _, err := os.Stat(w.libPath); !errors.Is(err, os.ErrNotExist) {
-		t.Fatalf("%s is visible from the host (stat: %v): the test would not exercise /proc/PID/root", w.libPath, err)
+	if _, err := os.Stat(libPath); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("%s is visible from the host (stat: %v): the test would not exercise /proc/PID/root", libPath, err)
 	}
-	if _, err := os.Stat(fmt.Sprintf("/proc/%d/root%s", w.pid, w.libPath)); err != nil {
+	if _, err := os.Stat(fmt.Sprintf("/proc/%d/root%s", w.Pid, libPath)); err != nil {
 		t.Fatalf("not reachable through /proc/PID/root either: %v", err)
 	}
 
 	// Held at its gate, the workload is found by the collector's first scan.
 	sink, col := startCollectorWith(t, "")
-	line := waitProbing(t, col, w.libPath)
+	line := waitProbing(t, col, libPath)
 	t.Logf("found in its mount namespace: %s", line)
-	if !strings.Contains(line, fmt.Sprintf(`"first_pid": %d`, w.pid)) {
-		t.Errorf("%s probed for another process than pid %d: %s", w.libPath, w.pid, line)
+	if !strings.Contains(line, fmt.Sprintf(`"first_pid": %d`, w.Pid)) {
+		t.Errorf("%s probed for another process than pid %d: %s", libPath, w.Pid, line)
 	}
 	// (Other tests' processes may vanish mid-scan; only this library's warnings count.)
 	for _, l := range strings.Split(col.Output(), "\n") {
-		if strings.Contains(l, "cannot probe library") && strings.Contains(l, w.libPath) {
+		if strings.Contains(l, "cannot probe library") && strings.Contains(l, libPath) {
 			t.Errorf("the collector warned about the namespaced library: %s", l)
 		}
 	}
-	if err := w.release(); err != nil {
+	if err := w.Release(); err != nil {
 		t.Fatal(err)
 	}
-	report, err := w.wait(time.Minute)
+	report, err := w.Wait(time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if report.Pid != w.pid {
-		t.Fatalf("the report is from pid %d, the namespaced workload is %d", report.Pid, w.pid)
+	if report.Pid != w.Pid {
+		t.Fatalf("the report is from pid %d, the namespaced workload is %d", report.Pid, w.Pid)
 	}
-	v := waitFor(t, sink, w.pid, "every launch", func(v processView) bool {
+	v := waitFor(t, sink, w.Pid, "every launch", func(v processView) bool {
 		return v.series[cudartLaunches].value == report.Calls["cudaLaunchKernel"]
 	})
 	if got := v.value(t, cudartLaunches); got != report.Calls["cudaLaunchKernel"] || got != 1200 {
