@@ -40,38 +40,31 @@ func deltaView(sink *collectortest.Sink, pid int) map[string]*deltaSeries {
 		s.cumulative = s.cumulative || temporality != pmetric.AggregationTemporalityDelta
 		return s
 	}
-	for _, md := range sink.Metrics() {
-		for i := 0; i < md.ResourceMetrics().Len(); i++ {
-			rm := md.ResourceMetrics().At(i)
-			if p, ok := rm.Resource().Attributes().Get(semconv.ProcessPID); !ok || p.Int() != int64(pid) {
-				continue
+	eachMetric(sink, func(p int64, _ pcommon.Map, m pmetric.Metric) {
+		if p != int64(pid) {
+			return
+		}
+		switch m.Type() {
+		case pmetric.MetricTypeSum:
+			for k := 0; k < m.Sum().DataPoints().Len(); k++ {
+				dp := m.Sum().DataPoints().At(k)
+				s := add(seriesKey(m.Name(), dp.Attributes()), dp.StartTimestamp(), dp.Timestamp(), m.Sum().AggregationTemporality())
+				s.total += dp.IntValue()
+				if dp.IntValue() != 0 {
+					s.nonZero++
+				}
 			}
-			ms := rm.ScopeMetrics().At(0).Metrics()
-			for j := 0; j < ms.Len(); j++ {
-				m := ms.At(j)
-				switch m.Type() {
-				case pmetric.MetricTypeSum:
-					for k := 0; k < m.Sum().DataPoints().Len(); k++ {
-						dp := m.Sum().DataPoints().At(k)
-						s := add(seriesKey(m.Name(), dp.Attributes()), dp.StartTimestamp(), dp.Timestamp(), m.Sum().AggregationTemporality())
-						s.total += dp.IntValue()
-						if dp.IntValue() != 0 {
-							s.nonZero++
-						}
-					}
-				case pmetric.MetricTypeExponentialHistogram:
-					for k := 0; k < m.ExponentialHistogram().DataPoints().Len(); k++ {
-						dp := m.ExponentialHistogram().DataPoints().At(k)
-						s := add(seriesKey(m.Name(), dp.Attributes()), dp.StartTimestamp(), dp.Timestamp(), m.ExponentialHistogram().AggregationTemporality())
-						s.count += dp.Count()
-						if dp.Count() != 0 {
-							s.nonZero++
-						}
-					}
+		case pmetric.MetricTypeExponentialHistogram:
+			for k := 0; k < m.ExponentialHistogram().DataPoints().Len(); k++ {
+				dp := m.ExponentialHistogram().DataPoints().At(k)
+				s := add(seriesKey(m.Name(), dp.Attributes()), dp.StartTimestamp(), dp.Timestamp(), m.ExponentialHistogram().AggregationTemporality())
+				s.count += dp.Count()
+				if dp.Count() != 0 {
+					s.nonZero++
 				}
 			}
 		}
-	}
+	})
 	return out
 }
 

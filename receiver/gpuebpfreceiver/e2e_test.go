@@ -48,35 +48,49 @@ func seriesKey(name string, attrs pcommon.Map) string {
 	return name + "{" + strings.Join(kv, ",") + "}"
 }
 
-// view folds every batch the sink received into the latest point of each series of
-// process pid (cumulative output: the latest point is the total).
-func view(sink *collectortest.Sink, pid int) processView {
-	v := processView{series: map[string]point{}}
+// eachMetric calls fn for every metric the sink received, in export order, with its
+// resource's process.pid (0 for the node resource) and attributes.
+func eachMetric(sink *collectortest.Sink, fn func(pid int64, resource pcommon.Map, m pmetric.Metric)) {
 	for _, md := range sink.Metrics() {
 		for i := 0; i < md.ResourceMetrics().Len(); i++ {
 			rm := md.ResourceMetrics().At(i)
-			if p, ok := rm.Resource().Attributes().Get(semconv.ProcessPID); !ok || p.Int() != int64(pid) {
-				continue
+			res := rm.Resource().Attributes()
+			var pid int64
+			if p, ok := res.Get(semconv.ProcessPID); ok {
+				pid = p.Int()
 			}
-			v.resource = rm.Resource().Attributes()
-			ms := rm.ScopeMetrics().At(0).Metrics()
-			for j := 0; j < ms.Len(); j++ {
-				m := ms.At(j)
-				switch m.Type() {
-				case pmetric.MetricTypeSum:
-					for k := 0; k < m.Sum().DataPoints().Len(); k++ {
-						dp := m.Sum().DataPoints().At(k)
-						v.series[seriesKey(m.Name(), dp.Attributes())] = point{value: dp.IntValue(), start: dp.StartTimestamp(), now: dp.Timestamp()}
-					}
-				case pmetric.MetricTypeExponentialHistogram:
-					for k := 0; k < m.ExponentialHistogram().DataPoints().Len(); k++ {
-						dp := m.ExponentialHistogram().DataPoints().At(k)
-						v.series[seriesKey(m.Name(), dp.Attributes())] = point{count: dp.Count(), sum: dp.Sum(), start: dp.StartTimestamp(), now: dp.Timestamp()}
-					}
+			for s := 0; s < rm.ScopeMetrics().Len(); s++ {
+				ms := rm.ScopeMetrics().At(s).Metrics()
+				for j := 0; j < ms.Len(); j++ {
+					fn(pid, res, ms.At(j))
 				}
 			}
 		}
 	}
+}
+
+// view folds every batch the sink received into the latest point of each series of
+// process pid (cumulative output: the latest point is the total).
+func view(sink *collectortest.Sink, pid int) processView {
+	v := processView{series: map[string]point{}}
+	eachMetric(sink, func(p int64, res pcommon.Map, m pmetric.Metric) {
+		if p != int64(pid) {
+			return
+		}
+		v.resource = res
+		switch m.Type() {
+		case pmetric.MetricTypeSum:
+			for k := 0; k < m.Sum().DataPoints().Len(); k++ {
+				dp := m.Sum().DataPoints().At(k)
+				v.series[seriesKey(m.Name(), dp.Attributes())] = point{value: dp.IntValue(), start: dp.StartTimestamp(), now: dp.Timestamp()}
+			}
+		case pmetric.MetricTypeExponentialHistogram:
+			for k := 0; k < m.ExponentialHistogram().DataPoints().Len(); k++ {
+				dp := m.ExponentialHistogram().DataPoints().At(k)
+				v.series[seriesKey(m.Name(), dp.Attributes())] = point{count: dp.Count(), sum: dp.Sum(), start: dp.StartTimestamp(), now: dp.Timestamp()}
+			}
+		}
+	})
 	return v
 }
 

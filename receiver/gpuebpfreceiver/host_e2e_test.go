@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.opentelemetry.io/collector/pdata/pmetric"
 	"golang.org/x/sys/unix"
 
@@ -189,26 +190,14 @@ func blockBackedDir(t *testing.T) string {
 // kernel's log2 histograms) into the latest count of each series.
 func nodeHistogramCounts(sink *collectortest.Sink) map[string]uint64 {
 	out := map[string]uint64{}
-	for _, md := range sink.Metrics() {
-		for i := 0; i < md.ResourceMetrics().Len(); i++ {
-			rm := md.ResourceMetrics().At(i)
-			if _, ok := rm.Resource().Attributes().Get(semconv.ProcessPID); ok {
-				continue
-			}
-			for s := 0; s < rm.ScopeMetrics().Len(); s++ {
-				ms := rm.ScopeMetrics().At(s).Metrics()
-				for j := 0; j < ms.Len(); j++ {
-					m := ms.At(j)
-					if m.Type() != pmetric.MetricTypeHistogram {
-						continue
-					}
-					for k := 0; k < m.Histogram().DataPoints().Len(); k++ {
-						dp := m.Histogram().DataPoints().At(k)
-						out[seriesKey(m.Name(), dp.Attributes())] = dp.Count()
-					}
-				}
-			}
+	eachMetric(sink, func(pid int64, _ pcommon.Map, m pmetric.Metric) {
+		if pid != 0 || m.Type() != pmetric.MetricTypeHistogram {
+			return
 		}
-	}
+		for k := 0; k < m.Histogram().DataPoints().Len(); k++ {
+			dp := m.Histogram().DataPoints().At(k)
+			out[seriesKey(m.Name(), dp.Attributes())] = dp.Count()
+		}
+	})
 	return out
 }

@@ -61,30 +61,23 @@ func writeCounters(t *testing.T, root, device, linkLayer string, values map[stri
 // hostView folds the node resource's sums and gauges (the resource without process.pid).
 func hostView(sink *collectortest.Sink) processView {
 	v := processView{series: map[string]point{}}
-	for _, md := range sink.Metrics() {
-		for i := 0; i < md.ResourceMetrics().Len(); i++ {
-			rm := md.ResourceMetrics().At(i)
-			if _, ok := rm.Resource().Attributes().Get(semconv.ProcessPID); ok {
-				continue
+	eachMetric(sink, func(pid int64, _ pcommon.Map, m pmetric.Metric) {
+		if pid != 0 {
+			return
+		}
+		switch m.Type() {
+		case pmetric.MetricTypeSum:
+			for k := 0; k < m.Sum().DataPoints().Len(); k++ {
+				dp := m.Sum().DataPoints().At(k)
+				v.series[seriesKey(m.Name(), dp.Attributes())] = point{value: dp.IntValue(), start: dp.StartTimestamp(), now: dp.Timestamp()}
 			}
-			ms := rm.ScopeMetrics().At(0).Metrics()
-			for j := 0; j < ms.Len(); j++ {
-				m := ms.At(j)
-				switch m.Type() {
-				case pmetric.MetricTypeSum:
-					for k := 0; k < m.Sum().DataPoints().Len(); k++ {
-						dp := m.Sum().DataPoints().At(k)
-						v.series[seriesKey(m.Name(), dp.Attributes())] = point{value: dp.IntValue(), start: dp.StartTimestamp(), now: dp.Timestamp()}
-					}
-				case pmetric.MetricTypeGauge:
-					for k := 0; k < m.Gauge().DataPoints().Len(); k++ {
-						dp := m.Gauge().DataPoints().At(k)
-						v.series[seriesKey(m.Name(), dp.Attributes())] = point{value: dp.IntValue(), now: dp.Timestamp()}
-					}
-				}
+		case pmetric.MetricTypeGauge:
+			for k := 0; k < m.Gauge().DataPoints().Len(); k++ {
+				dp := m.Gauge().DataPoints().At(k)
+				v.series[seriesKey(m.Name(), dp.Attributes())] = point{value: dp.IntValue(), now: dp.Timestamp()}
 			}
 		}
-	}
+	})
 	return v
 }
 
@@ -105,24 +98,15 @@ func waitForHost(t *testing.T, sink *collectortest.Sink, what string, cond func(
 // sinkSummary says what did arrive, for a failure whose series list is empty: how many
 // exports, and per resource kind (node or process) which metric names.
 func sinkSummary(sink *collectortest.Sink) string {
-	batches := sink.Metrics()
 	names := map[string]map[string]int{"node": {}, "process": {}}
-	for _, md := range batches {
-		for i := 0; i < md.ResourceMetrics().Len(); i++ {
-			rm := md.ResourceMetrics().At(i)
-			kind := "node"
-			if _, ok := rm.Resource().Attributes().Get(semconv.ProcessPID); ok {
-				kind = "process"
-			}
-			for j := 0; j < rm.ScopeMetrics().Len(); j++ {
-				ms := rm.ScopeMetrics().At(j).Metrics()
-				for k := 0; k < ms.Len(); k++ {
-					names[kind][ms.At(k).Name()+" ("+ms.At(k).Type().String()+")"]++
-				}
-			}
+	eachMetric(sink, func(pid int64, _ pcommon.Map, m pmetric.Metric) {
+		kind := "node"
+		if pid != 0 {
+			kind = "process"
 		}
-	}
-	return fmt.Sprintf("%d metric exports; node resources carried %v; process resources carried %v", len(batches), names["node"], names["process"])
+		names[kind][m.Name()+" ("+m.Type().String()+")"]++
+	})
+	return fmt.Sprintf("%d metric exports; node resources carried %v; process resources carried %v", len(sink.Metrics()), names["node"], names["process"])
 }
 
 // ncclRecords returns pid's log records of one event name.
