@@ -14,6 +14,7 @@ import (
 	"reflect"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -97,6 +98,23 @@ func startGateway(t *testing.T) *gateway {
 		"TOKEN_DIR="+tokenDir, "LIMITED_TOKEN="+limitedToken, "OTLP_HTTP="+otlp)
 	g.proc.WaitHTTP(t, g.base+"/api/versions", 30*time.Second)
 	return g
+}
+
+// alive fails the test at once if the gateway process has ended or stopped answering:
+// what ran last is the case that took it down.
+func (g *gateway) alive(t *testing.T, after string) {
+	t.Helper()
+	if err := syscall.Kill(g.proc.Pid(), 0); err != nil {
+		t.Fatalf("gateway process gone after %q: %v\n%s", after, err, g.proc.Output())
+	}
+	resp, err := http.Get(g.base + "/api/v1/health")
+	if err != nil {
+		t.Fatalf("gateway not answering after %q: %v\n%s", after, err, g.proc.Output())
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("gateway health after %q: %d", after, resp.StatusCode)
+	}
 }
 
 func must(t *testing.T, err error) {
@@ -324,10 +342,10 @@ func TestGatewayStoresServesAndGuards(t *testing.T) {
 
 	// The hostile suite over HTTP: each is refused with its class, and nothing changes.
 	for sql, code := range map[string]string{
-		"SELECT * FROM read_csv('/etc/passwd')":                             "query_failed",
-		"SELECT * FROM '/etc/hostname'":                                     "query_failed",
-		"COPY events TO '/tmp/fathom-stolen.csv'":                           "query_failed",
-		"EXPORT DATABASE '/tmp/fathom-stolen'":                              "query_failed",
+		"SELECT * FROM read_csv('/etc/passwd')":                             "not_read_only",
+		"SELECT * FROM '/etc/hostname'":                                     "not_read_only",
+		"COPY events TO '/tmp/fathom-stolen.csv'":                           "not_read_only",
+		"EXPORT DATABASE '/tmp/fathom-stolen'":                              "not_read_only",
 		"ATTACH '/tmp/fathom-other.duckdb' AS o":                            "not_read_only",
 		"INSTALL httpfs":                                                    "not_read_only",
 		"LOAD httpfs":                                                       "not_read_only",
@@ -349,6 +367,36 @@ func TestGatewayStoresServesAndGuards(t *testing.T) {
 		if status == 200 || res["error"].(map[string]any)["code"] != code {
 			t.Errorf("hostile %q: %d %v, want code %s", sql, status, res, code)
 		}
+	}
+	// SELECTs whose table functions change the instance, reveal its files, or (logging
+	// to a file) aborted the gateway: refused over both transports, and after each one
+	// the same gateway process still answers.
+	logFile := filepath.Join(filepath.Dir(g.db), "duckdb.log")
+	for _, sql := range []string{
+		"SELECT * FROM enable_logging(storage := 'file', storage_path := '" + logFile + "')",
+		"SELECT * FROM enable_logging()",
+		"SELECT (SELECT count(*) FROM enable_profiling()) AS n",
+		"SELECT * FROM checkpoint()",
+		"SELECT * FROM truncate_duckdb_logs()",
+		"SELECT path FROM duckdb_databases()",
+		"SELECT * FROM duckdb_settings()",
+		"SELECT current_setting('threads')",
+		"SELECT write_log('x')",
+	} {
+		body, _ := json.Marshal(map[string]string{"sql": sql})
+		status, res := g.call(t, "POST", "/api/v1/sql", agentToken, string(body))
+		if status != 400 || res["error"].(map[string]any)["code"] != "not_read_only" {
+			t.Errorf("over HTTP %q: %d %v, want 400 not_read_only", sql, status, res)
+		}
+		g.alive(t, sql)
+		args, _ := json.Marshal(map[string]string{"sql": sql})
+		if r := mcpCall(t, agent, "run_analysis", string(args)); !r.IsError || !strings.HasPrefix(r.Content[0].(*mcp.TextContent).Text, "not_read_only:") {
+			t.Errorf("over MCP %q: %+v", sql, r)
+		}
+		g.alive(t, sql)
+	}
+	if _, err := os.Stat(logFile); err == nil {
+		t.Errorf("hostile SQL wrote %s", logFile)
 	}
 	status, res = g.call(t, "POST", "/api/v1/sql", agentToken, `{"sql":"SELECT count(*) FROM events"}`)
 	if status != 200 || fmt.Sprint(res["rows"]) != fmt.Sprintf("[[%d]]", nodes*eventsPerNode) {

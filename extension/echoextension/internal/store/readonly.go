@@ -16,8 +16,8 @@ import (
 
 // Errors of QueryReadOnly; the API maps them to stable status codes.
 var (
-	// ErrNotReadOnly: the statement is not a single SELECT.
-	ErrNotReadOnly = errors.New("only a single SELECT statement is allowed")
+	// ErrNotReadOnly: the text is not a single SELECT that only reads the store.
+	ErrNotReadOnly = errors.New("only a single SELECT that reads the store is allowed")
 	// ErrResultTooLarge: the encoded result passed the byte cap.
 	ErrResultTooLarge = errors.New("query result exceeds the response size limit")
 	// ErrQueryTimeout: the query ran past its time limit and was interrupted.
@@ -43,6 +43,9 @@ type QueryResult struct {
 }
 
 // QueryReadOnly runs user SQL. The guards are the engine's, in depth:
+//   - DuckDB's parser turns the text into a tree, and every relation, table function and
+//     function it names must be a read of the store (readPolicy): a SELECT can call
+//     table functions that change the instance or abort the process;
 //   - the instance was opened with external access, extension loading and configuration
 //     changes disabled (see dsn), so no statement can read files, attach databases or
 //     undo those settings;
@@ -72,6 +75,9 @@ func (s *Store) QueryReadOnly(ctx context.Context, query string, lim QueryLimits
 	defer dc.Close()
 	conn := dc.(*duckdb.Conn)
 
+	if err := s.readPolicy.check(ctx, conn, query); err != nil {
+		return nil, err
+	}
 	if err := checkSingleSelect(conn, query); err != nil {
 		return nil, err
 	}

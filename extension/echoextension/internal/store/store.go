@@ -47,6 +47,8 @@ type Store struct {
 	// write with it.
 	appenders chan *appenderConn
 	closed    atomic.Bool
+	// readPolicy decides which user queries only read the store; see QueryReadOnly.
+	readPolicy *readPolicy
 }
 
 // Open locks, opens and migrates the file. A second Open of the same file, from this
@@ -149,6 +151,10 @@ func (s *Store) open(ctx context.Context, opts Options) error {
 	s.connector = connector
 	s.db = sql.OpenDB(connector)
 	if err := migrate(ctx, s.db); err != nil {
+		s.db.Close()
+		return err
+	}
+	if s.readPolicy, err = loadReadPolicy(ctx, s.db); err != nil {
 		s.db.Close()
 		return err
 	}

@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"testing"
 	"time"
 
@@ -140,17 +142,19 @@ func TestQueryReadOnlyHostileSuite(t *testing.T) {
 	}
 	outside := filepath.Join(dir, "out")
 	lim := QueryLimits{MaxRows: 1000, MaxBytes: 1 << 20, Timeout: 2 * time.Second}
+	settingsBefore := settings(t, s)
+	filesBefore := files(t, dir)
 
 	hostile := map[string]error{
-		"read_csv":          ErrQueryFailed,
-		"bare file":         ErrQueryFailed,
-		"read_text":         ErrQueryFailed,
-		"glob":              ErrQueryFailed,
-		"read_parquet http": ErrQueryFailed,
-		// The engine refuses these already at prepare: file access is disabled.
-		"copy to":            ErrQueryFailed,
-		"copy from":          ErrQueryFailed,
-		"export database":    ErrQueryFailed,
+		"read_csv":          ErrNotReadOnly,
+		"bare file":         ErrNotReadOnly,
+		"read_text":         ErrNotReadOnly,
+		"glob":              ErrNotReadOnly,
+		"read_parquet http": ErrNotReadOnly,
+		// Refused by the parse-tree policy; behind it, the engine has file access disabled.
+		"copy to":            ErrNotReadOnly,
+		"copy from":          ErrNotReadOnly,
+		"export database":    ErrNotReadOnly,
 		"attach":             ErrNotReadOnly,
 		"install":            ErrNotReadOnly,
 		"load":               ErrNotReadOnly,
@@ -174,10 +178,44 @@ func TestQueryReadOnlyHostileSuite(t *testing.T) {
 		"detach":             ErrNotReadOnly,
 		"use":                ErrNotReadOnly,
 		"begin":              ErrNotReadOnly,
-		"getenv":             ErrQueryFailed,
-		"arrow_scan":         ErrQueryFailed,
+		"getenv":             ErrNotReadOnly,
+		"arrow_scan":         ErrNotReadOnly,
 		"huge result":        ErrResultTooLarge,
 		"long query":         ErrQueryTimeout,
+		// Table functions that run inside a SELECT: they changed the whole instance, and
+		// logging to a file aborted the process. The parse-tree policy refuses them.
+		"enable_logging":             ErrNotReadOnly,
+		"enable_logging to a file":   ErrNotReadOnly,
+		"enable_logging bad config":  ErrNotReadOnly,
+		"enable_logging in subquery": ErrNotReadOnly,
+		"enable_logging in argument": ErrNotReadOnly,
+		"enable_logging in where":    ErrNotReadOnly,
+		"enable_profiling":           ErrNotReadOnly,
+		"checkpoint function":        ErrNotReadOnly,
+		"force_checkpoint":           ErrNotReadOnly,
+		"truncate_duckdb_logs":       ErrNotReadOnly,
+		"enable_peg_parser":          ErrNotReadOnly,
+		"query function":             ErrNotReadOnly,
+		"json_execute_serialized":    ErrNotReadOnly,
+		"table macro":                ErrNotReadOnly,
+		// Functions and views that reveal the server's files or settings.
+		"duckdb_settings":      ErrNotReadOnly,
+		"duckdb_databases":     ErrNotReadOnly,
+		"pragma_database_list": ErrNotReadOnly,
+		"duckdb_logs view":     ErrNotReadOnly,
+		"pg_settings":          ErrNotReadOnly,
+		"qualified view":       ErrNotReadOnly,
+		"current_setting":      ErrNotReadOnly,
+		"current_database":     ErrNotReadOnly,
+		"sql_auto_complete":    ErrNotReadOnly,
+		"show tables":          ErrNotReadOnly,
+		// Scalar functions DuckDB marks as having side effects.
+		"write_log": ErrNotReadOnly,
+		"setseed":   ErrNotReadOnly,
+		"pg_sleep":  ErrNotReadOnly,
+		// A CTE that takes a system view's name: out of its scope the name is the view.
+		"cte shadowing a view": ErrNotReadOnly,
+		"syntax error":         ErrQueryFailed,
 	}
 	sqlFor := map[string]string{
 		"read_csv":           fmt.Sprintf(`SELECT * FROM read_csv('%s')`, secret),
@@ -213,9 +251,38 @@ func TestQueryReadOnlyHostileSuite(t *testing.T) {
 		"begin":              `BEGIN TRANSACTION`,
 		"getenv":             `SELECT getenv('HOME')`,
 		// The writers scan Arrow memory by pointer; SQL has no way to name a pointer.
-		"arrow_scan":  `SELECT * FROM arrow_scan(140000000000000, 140000000000008, 140000000000016)`,
-		"huge result": `SELECT repeat('x', 100000) FROM range(100)`,
-		"long query":  `SELECT count(*) FROM range(100000) a, range(100000) b WHERE a.range * b.range = -1`,
+		"arrow_scan":                 `SELECT * FROM arrow_scan(140000000000000, 140000000000008, 140000000000016)`,
+		"huge result":                `SELECT repeat('x', 100000) FROM range(100)`,
+		"enable_logging":             `SELECT * FROM enable_logging()`,
+		"enable_logging to a file":   fmt.Sprintf(`SELECT * FROM enable_logging(storage := 'file', storage_path := '%s.log')`, outside),
+		"enable_logging bad config":  `SELECT * FROM enable_logging(storage_config := {'a': 1})`,
+		"enable_logging in subquery": `SELECT (SELECT count(*) FROM enable_logging()) AS n`,
+		"enable_logging in argument": `SELECT * FROM range((SELECT 1 FROM enable_logging(level := 'trace')))`,
+		"enable_logging in where":    `SELECT count(*) FROM events WHERE EXISTS (SELECT * FROM Enable_Logging())`,
+		"enable_profiling":           `SELECT * FROM enable_profiling(mode := 'detailed')`,
+		"checkpoint function":        `SELECT * FROM checkpoint()`,
+		"force_checkpoint":           `SELECT * FROM force_checkpoint()`,
+		"truncate_duckdb_logs":       `SELECT * FROM truncate_duckdb_logs()`,
+		"enable_peg_parser":          `SELECT * FROM enable_peg_parser()`,
+		"query function":             `SELECT * FROM query('SELECT 1')`,
+		"json_execute_serialized":    `SELECT * FROM json_execute_serialized_sql(json_serialize_sql('SELECT 1'))`,
+		"table macro":                `SELECT * FROM histogram(events, value)`,
+		"duckdb_settings":            `SELECT * FROM duckdb_settings()`,
+		"duckdb_databases":           `SELECT path FROM duckdb_databases()`,
+		"pragma_database_list":       `SELECT * FROM pragma_database_list`,
+		"duckdb_logs view":           `SELECT * FROM duckdb_logs`,
+		"pg_settings":                `SELECT * FROM pg_catalog.pg_settings`,
+		"qualified view":             `SELECT * FROM system.main.duckdb_databases`,
+		"current_setting":            `SELECT current_setting('memory_limit')`,
+		"current_database":           `SELECT current_database()`,
+		"sql_auto_complete":          `SELECT * FROM sql_auto_complete('SELECT * FROM ''/')`,
+		"show tables":                `SHOW ALL TABLES`,
+		"write_log":                  `SELECT write_log('hello', log_type := 'x')`,
+		"setseed":                    `SELECT setseed(0.5)`,
+		"pg_sleep":                   `SELECT pg_sleep(1)`,
+		"cte shadowing a view":       `WITH a AS (SELECT * FROM duckdb_logs), duckdb_logs AS (SELECT 1) SELECT * FROM a`,
+		"syntax error":               `SELEC 1`,
+		"long query":                 `SELECT count(*) FROM range(100000) a, range(100000) b WHERE a.range * b.range = -1`,
 	}
 	for name, want := range hostile {
 		t.Run(name, func(t *testing.T) {
@@ -236,11 +303,52 @@ func TestQueryReadOnlyHostileSuite(t *testing.T) {
 	if err := s.DB().QueryRow(`SELECT current_setting('enable_external_access')::VARCHAR`).Scan(&external); err != nil || external != "false" {
 		t.Fatalf("enable_external_access = %q (%v)", external, err)
 	}
-	for _, p := range []string{outside, outside + ".csv", outside + ".duckdb"} {
-		if _, err := os.Stat(p); err == nil {
-			t.Fatalf("hostile suite wrote %s", p)
+	if after := settings(t, s); !maps.Equal(after, settingsBefore) {
+		for name, v := range after {
+			if settingsBefore[name] != v {
+				t.Errorf("hostile suite changed setting %s: %q -> %q", name, settingsBefore[name], v)
+			}
 		}
 	}
+	if after := files(t, dir); !slices.Equal(after, filesBefore) {
+		t.Fatalf("hostile suite changed the store's directory: %v -> %v", filesBefore, after)
+	}
+}
+
+// settings is every DuckDB setting of the instance, read on the store's own pool.
+func settings(t *testing.T, s *Store) map[string]string {
+	t.Helper()
+	rows, err := s.DB().Query(`SELECT name, coalesce(value, '') FROM duckdb_settings()`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	out := map[string]string{}
+	for rows.Next() {
+		var name, value string
+		if err := rows.Scan(&name, &value); err != nil {
+			t.Fatal(err)
+		}
+		out[name] = value
+	}
+	if len(out) < 100 || out["enable_logging"] != "0" {
+		t.Fatalf("settings read back %d entries, enable_logging=%q", len(out), out["enable_logging"])
+	}
+	return out
+}
+
+// files lists a directory, sizes left out: the WAL grows with ingest.
+func files(t *testing.T, dir string) []string {
+	t.Helper()
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, e := range entries {
+		names = append(names, e.Name())
+	}
+	return names
 }
 
 func TestQueryReadOnlyAnswersAndTruncates(t *testing.T) {
@@ -324,5 +432,44 @@ func TestDefaultThreadsLeaveTheWritersTheirCores(t *testing.T) {
 	}
 	if want := DefaultThreads(runtime.NumCPU(), 2); threads != want {
 		t.Fatalf("threads = %d on %d cores, want %d", threads, runtime.NumCPU(), want)
+	}
+}
+
+// The policy admits what agents write: CTEs (recursive too), window functions, lambdas,
+// PIVOT, DESCRIBE and SUMMARIZE of a query, JSON and list functions, and the schema
+// functions, with the answers DuckDB gives.
+func TestQueryReadOnlyAdmitsReadsOfTheStore(t *testing.T) {
+	s := openTest(t, filepath.Join(t.TempDir(), "echo.duckdb"))
+	defer s.Close()
+	if err := s.Append(context.Background(), testRows(100, "n1", time.Now())); err != nil {
+		t.Fatal(err)
+	}
+	lim := QueryLimits{MaxRows: 100, MaxBytes: 1 << 20, Timeout: 5 * time.Second}
+	for query, want := range map[string]string{
+		`WITH r AS (SELECT rank, count(*) AS n FROM events GROUP BY rank)
+		 SELECT list(n ORDER BY rank), max(rn) FROM (SELECT *, row_number() OVER (ORDER BY rank) AS rn FROM r)`: `[[[13 13 13 13 12 12 12 12] 8]]`,
+		`WITH RECURSIVE t(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM t WHERE n < 5) SELECT sum(n) FROM t`:                        `[[15]]`,
+		`SELECT COUNT(*) FROM Events E JOIN (SELECT DISTINCT node FROM main.signal_rollup) s ON s.node = E.node WHERE E.rank = 3`: `[[13]]`,
+		`SELECT (SELECT count(*) FROM trace_rollup), (SELECT count(*) FROM echo_schema_version)`:                                  `[[0 2]]`,
+		`SELECT list_filter([1, 2, 3], x -> x > 1), [v * 2 FOR v IN [1, 2]]`:                                                      `[[[2 3] [2 4]]]`,
+		`SELECT count(*) FROM json_each('{"a": 1, "b": 2}')`:                                                                      `[[2]]`,
+		`SELECT sum(x) FROM unnest([1, 2, 3]) AS u(x), generate_series(1, 2) AS g(y), range(1)`:                                   `[[12]]`,
+		`SELECT count(*) FROM (DESCRIBE SELECT * FROM events)`:                                                                    `[[29]]`,
+		`SELECT count(*) FROM (SUMMARIZE SELECT value, rank FROM events)`:                                                         `[[2]]`,
+		`SELECT count(*) FROM duckdb_columns() WHERE table_name = 'events'`:                                                       `[[29]]`,
+		`SELECT count(*) FROM information_schema.columns WHERE table_name = 'events'`:                                             `[[29]]`,
+		`SELECT count(*) FROM duckdb_tables() WHERE NOT internal`:                                                                 `[[4]]`,
+		`SELECT "0", "7" FROM (PIVOT (SELECT rank FROM events) ON rank IN (0, 7) USING count(*))`:                                 `[[13 12]]`,
+		`SELECT quantile_cont(value, 0.5), regexp_matches(any_value(node), '^n[0-9]$') FROM events`:                               `[[49.5 true]]`,
+		`SELECT count(*) FILTER (WHERE ts > now() - INTERVAL 1 DAY) FROM events`:                                                  `[[100]]`,
+	} {
+		res, err := s.QueryReadOnly(context.Background(), query, lim)
+		if err != nil {
+			t.Errorf("%s: %v", query, err)
+			continue
+		}
+		if got := fmt.Sprint(res.Rows); got != want {
+			t.Errorf("%s: got %s, want %s", query, got, want)
+		}
 	}
 }
