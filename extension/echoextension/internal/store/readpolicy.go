@@ -283,4 +283,3 @@ func qualified(parts ...string) string {
 	}
 	return strings.Join(out, ".")
 }
-
