@@ -15,8 +15,14 @@ func runAnalysisTool(env *Env) (*Tool, error) {
 	return newTool("run_analysis", "Run read-only SQL",
 		"Runs one read-only SELECT on the Echo store (DuckDB SQL) and returns columns and rows. The engine enforces read-only; rows, bytes, time and concurrency are capped.",
 		ScopeSQL,
-		func(ctx context.Context, in AnalysisInput) (*store.QueryResult, error) {
-			return RunSQL(ctx, env, in.SQL)
+		// A value, not the pointer RunSQL returns: the output schema must be an object,
+		// never null.
+		func(ctx context.Context, in AnalysisInput) (store.QueryResult, error) {
+			res, err := RunSQL(ctx, env, in.SQL)
+			if err != nil {
+				return store.QueryResult{}, err
+			}
+			return *res, nil
 		}, nil)
 }
 

@@ -127,6 +127,14 @@ func newTool[In, Out any](name, title, desc, scope string, fn func(context.Conte
 	if err != nil {
 		return nil, fmt.Errorf("tool %s output schema: %w", name, err)
 	}
+	// MCP clients built on the TypeScript SDK drop the whole tools/list when one tool's
+	// schema is not exactly {"type": "object"}; a pointer result derives ["null","object"].
+	if !isObjectSchema(in) {
+		return nil, fmt.Errorf("tool %s: input schema has type %v, MCP requires \"object\": take a struct", name, schemaType(in))
+	}
+	if !isObjectSchema(out) {
+		return nil, fmt.Errorf("tool %s: output schema has type %v, MCP requires \"object\": return a struct, not a pointer or a list", name, schemaType(out))
+	}
 	resolved, err := in.Resolve(nil)
 	if err != nil {
 		return nil, fmt.Errorf("tool %s input schema: %w", name, err)
@@ -142,6 +150,19 @@ func newTool[In, Out any](name, title, desc, scope string, fn func(context.Conte
 			return fn(ctx, args)
 		},
 	}, nil
+}
+
+// isObjectSchema: the schema's type is the single type "object", as MCP requires of a
+// tool's inputSchema and outputSchema.
+func isObjectSchema(s *jsonschema.Schema) bool {
+	return s != nil && s.Type == "object" && len(s.Types) == 0
+}
+
+func schemaType(s *jsonschema.Schema) any {
+	if len(s.Types) > 0 {
+		return s.Types
+	}
+	return s.Type
 }
 
 func invalid(format string, a ...any) error {

@@ -171,7 +171,7 @@ func TestBadArgumentsAreValidationErrors(t *testing.T) {
 func TestRunAnalysisConcurrencyCap(t *testing.T) {
 	env := plantedStore(t)
 	r, _ := NewRegistry(env)
-	res := call[*store.QueryResult](t, r, "run_analysis", `{"sql":"SELECT count(*) FROM events"}`)
+	res := call[store.QueryResult](t, r, "run_analysis", `{"sql":"SELECT count(*) FROM events"}`)
 	if res.Rows[0][0] != int64(903) {
 		t.Fatalf("count: %v", res.Rows)
 	}
