@@ -28,10 +28,13 @@ func newRowContext(res pcommon.Resource) rowContext {
 }
 
 // rowFor starts a row from the resource context and lifts the record's attributes over
-// it (a record attribute wins over the resource's), closing the JSON object.
-func (rc *rowContext) rowFor(attrs pcommon.Map, buf []byte) (echoschema.Row, []byte) {
+// it (a record attribute wins over the resource's), closing the JSON object. member is
+// a JSON member the exporter itself adds (with its trailing comma), or empty; it goes
+// first, so that what the exporter knows wins over an attribute of the same name.
+func (rc *rowContext) rowFor(attrs pcommon.Map, buf []byte, member string) (echoschema.Row, []byte) {
 	r := rc.base
 	buf = append(buf[:0], '{')
+	buf = append(buf, member...)
 	buf = append(buf, rc.json...)
 	buf = liftAttributes(attrs, &r, buf)
 	if len(buf) > 1 && buf[len(buf)-1] == ',' {
@@ -165,7 +168,7 @@ func logRows(rows []echoschema.Row, ld plog.Logs) []echoschema.Row {
 		for _, sl := range rl.ScopeLogs().All() {
 			for _, lr := range sl.LogRecords().All() {
 				var r echoschema.Row
-				r, buf = rc.rowFor(lr.Attributes(), buf)
+				r, buf = rc.rowFor(lr.Attributes(), buf, "")
 				r.Kind = echoschema.KindLog
 				r.Time = timeOf(lr.Timestamp(), lr.ObservedTimestamp())
 				r.Name = lr.EventName()
@@ -214,9 +217,10 @@ func metricRows(rows []echoschema.Row, md pmetric.Metrics) []echoschema.Row {
 		rc := newRowContext(rm.Resource())
 		for _, sm := range rm.ScopeMetrics().All() {
 			for _, m := range sm.Metrics().All() {
+				member := temporalityMember(m)
 				start := func(attrs pcommon.Map, ts pcommon.Timestamp, kind string) echoschema.Row {
 					var r echoschema.Row
-					r, buf = rc.rowFor(attrs, buf)
+					r, buf = rc.rowFor(attrs, buf, member)
 					r.Kind, r.Name, r.Unit, r.Time = kind, m.Name(), m.Unit(), ts.AsTime()
 					return r
 				}
@@ -273,6 +277,33 @@ func metricRows(rows []echoschema.Row, md pmetric.Metrics) []echoschema.Row {
 		}
 	}
 	return rows
+}
+
+// Temporality members of stored sum and histogram rows. A cumulative point holds the
+// total since its series began and a delta point only its interval's share, so a tool
+// that totals a window must know which one a row is; the row has no column for it.
+var (
+	cumulativeMember = `"` + echoschema.AttrTemporality + `":"cumulative",`
+	deltaMember      = `"` + echoschema.AttrTemporality + `":"delta",`
+)
+
+func temporalityMember(m pmetric.Metric) string {
+	var t pmetric.AggregationTemporality
+	switch m.Type() {
+	case pmetric.MetricTypeSum:
+		t = m.Sum().AggregationTemporality()
+	case pmetric.MetricTypeHistogram:
+		t = m.Histogram().AggregationTemporality()
+	case pmetric.MetricTypeExponentialHistogram:
+		t = m.ExponentialHistogram().AggregationTemporality()
+	}
+	switch t {
+	case pmetric.AggregationTemporalityCumulative:
+		return cumulativeMember
+	case pmetric.AggregationTemporalityDelta:
+		return deltaMember
+	}
+	return ""
 }
 
 func numberOf(dp pmetric.NumberDataPoint) float64 {

@@ -83,3 +83,38 @@ func TestMetricRowsLiftColumnsAndSummariseHistograms(t *testing.T) {
 		t.Fatalf("exp histogram row: %+v", er)
 	}
 }
+
+// TestSumAndHistogramRowsCarryTheirTemporality: a window total is "last minus the point
+// before" for cumulative series and "the sum" for delta ones, so the row must say which;
+// gauges have none, and the exporter's own member wins over a sender's attribute.
+func TestSumAndHistogramRowsCarryTheirTemporality(t *testing.T) {
+	md := pmetric.NewMetrics()
+	rm := md.ResourceMetrics().AppendEmpty()
+	rm.Resource().Attributes().PutStr("host.name", "gpu-1")
+	ms := rm.ScopeMetrics().AppendEmpty().Metrics()
+	cum := ms.AppendEmpty()
+	cum.SetName("host.process.forks")
+	cum.SetEmptySum().SetAggregationTemporality(pmetric.AggregationTemporalityCumulative)
+	cum.Sum().DataPoints().AppendEmpty().SetIntValue(3)
+	del := ms.AppendEmpty()
+	del.SetName("host.thread.off_cpu.duration")
+	del.SetEmptyExponentialHistogram().SetAggregationTemporality(pmetric.AggregationTemporalityDelta)
+	dp := del.ExponentialHistogram().DataPoints().AppendEmpty()
+	dp.Attributes().PutStr("fathom.metric.temporality", "cumulative") // a sender's claim
+	dp.Attributes().PutStr("fathom.thread.role", "cuda")
+	g := ms.AppendEmpty()
+	g.SetName("gauge")
+	g.SetEmptyGauge().DataPoints().AppendEmpty().SetDoubleValue(1)
+
+	rows := metricRows(nil, md)
+	want := []string{
+		`{"fathom.metric.temporality":"cumulative"}`,
+		`{"fathom.metric.temporality":"delta","fathom.metric.temporality":"cumulative","fathom.thread.role":"cuda"}`,
+		`{}`,
+	}
+	for i, r := range rows {
+		if r.Attributes != want[i] {
+			t.Errorf("row %d (%s): attributes %s, want %s", i, r.Name, r.Attributes, want[i])
+		}
+	}
+}

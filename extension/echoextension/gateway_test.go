@@ -285,13 +285,14 @@ func TestGatewayStoresServesAndGuards(t *testing.T) {
 
 	// Every tool answers identically over MCP and over HTTP.
 	sameArgs := map[string]string{
-		"event_history":      `{"node":"node-3","limit":5}`,
-		"find_outlier_nodes": `{"signal":"nccl.allreduce.duration","by":"rank"}`,
-		"cluster_summary":    `{"cluster":"sim","since":"2000-01-01T00:00:00Z","until":"2100-01-01T00:00:00Z"}`,
-		"get_causal_chains":  `{}`,
-		"get_trace_stats":    `{"api":"allreduce"}`,
-		"get_cost":           `{"signal":"nccl.allreduce.duration"}`,
-		"run_analysis":       `{"sql":"SELECT node, round(avg(value), 6) AS v FROM events GROUP BY node ORDER BY node"}`,
+		"event_history":         `{"node":"node-3","limit":5}`,
+		"find_outlier_nodes":    `{"signal":"nccl.allreduce.duration","by":"rank"}`,
+		"cluster_summary":       `{"cluster":"sim","since":"2000-01-01T00:00:00Z","until":"2100-01-01T00:00:00Z"}`,
+		"get_causal_chains":     `{}`,
+		"get_trace_stats":       `{"api":"allreduce"}`,
+		"get_cost":              `{"signal":"nccl.allreduce.duration"}`,
+		"process_host_pressure": `{"since":"2000-01-01T00:00:00Z","until":"2100-01-01T00:00:00Z"}`,
+		"run_analysis":          `{"sql":"SELECT node, round(avg(value), 6) AS v FROM events GROUP BY node ORDER BY node"}`,
 	}
 	for tool, args := range sameArgs {
 		viaMCP := structured(t, mcpCall(t, agent, tool, args))
@@ -425,7 +426,7 @@ func TestGatewayStoresServesAndGuards(t *testing.T) {
 	status, res = g.call(t, "GET", "/api/v1/tools/list", grafanaToken, "")
 	mcpList, err := agent.ListTools(context.Background(), nil)
 	must(t, err)
-	if status != 200 || len(res["tools"].([]any)) != len(mcpList.Tools) || len(mcpList.Tools) != 7 {
+	if status != 200 || len(res["tools"].([]any)) != len(mcpList.Tools) || len(mcpList.Tools) != len(sameArgs) {
 		t.Errorf("tools/list: %d; HTTP %d tools, MCP %d", status, len(res["tools"].([]any)), len(mcpList.Tools))
 	}
 

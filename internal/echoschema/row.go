@@ -40,6 +40,7 @@ const (
 	AttrChainRoot     = semconv.ChainRootCause
 	AttrChainSeverity = semconv.ChainSeverity
 	AttrChainFix      = semconv.ChainFix
+	AttrTemporality   = semconv.MetricTemporality
 )
 
 // Absent marks an integer column with no value (it is stored as NULL); ranks, pids and

@@ -62,6 +62,9 @@ const (
 	DestAddress       = "destination.address"
 	DestPort          = "destination.port"
 	ReceiverDropCause = "fathom.drop.reason"
+	// MetricTemporality is not sent by anyone: the duckdb exporter writes it into each
+	// stored sum and histogram row, which has no column for the point's temporality.
+	MetricTemporality = "fathom.metric.temporality"
 
 	NCCLCommID       = "nccl.comm.id"
 	NCCLRank         = "nccl.rank"
@@ -181,6 +184,7 @@ var Attributes = []Doc{
 	{DestAddress, "log", "", "peer address"},
 	{DestPort, "log", "", "peer port"},
 	{ReceiverDropCause, "point", "", "why events (or what they carry) were lost: ringbuf_full, entry_missing, traced_set_full, call_stats_full (a call of a process with no kernel statistics slot, sent as a record instead: counted, not lost), call_stats_read, log_rate, nccl_log_rate, cardinality, decode, consumer_refused (records the next component refused), attach_failed (a library that could not be probed), rescan_queue_full (an exec not followed by scans), rdma_sysfs (an unreadable RDMA counter poll), cgroup_unresolved (a process gone from /proc whose cgroup could not be found by id: removed, or no CAP_DAC_READ_SEARCH)"},
+	{MetricTemporality, "stored row", "", "on Echo store rows of sums and histograms: the point's aggregation temporality, cumulative (a total since the series began) or delta (this interval only), written by the duckdb exporter; Echo tools total a window with it"},
 	{NCCLCommID, "point/log", "", "communicator: 16 hex digits of FNV-1a 64 over its 128-byte ncclUniqueId, the same on every rank"},
 	{NCCLRank, "point/log", "", "rank in the communicator (-1: unknown, e.g. after ncclCommSplit)"},
 	{NCCLNRanks, "point/log", "", "ranks in the communicator (-1: unknown)"},

@@ -45,6 +45,10 @@ var schemaExamples = map[string][]schemaExample{
 		{`{"signal":"nccl.allreduce.duration"}`, "stragglers", 1},
 		{`{"signal":"no.such.signal"}`, "stragglers", 0},
 	},
+	"process_host_pressure": {
+		{`{` + processWindow + `}`, "processes", 4},
+		{`{"node":"none"}`, "processes", 0},
+	},
 	"run_analysis": {
 		{`{"sql":"SELECT node, count(*) AS n FROM events GROUP BY node ORDER BY node"}`, "rows", 8},
 		{`{"sql":"SELECT node FROM events WHERE false"}`, "rows", 0},
@@ -56,7 +60,9 @@ var schemaExamples = map[string][]schemaExample{
 // SDK rejects the whole tools/list otherwise), and structuredContent validates against
 // the outputSchema (the SDK fails the call otherwise).
 func TestEveryToolSchemaIsAnObjectAndEveryResultFitsIt(t *testing.T) {
-	r, err := NewRegistry(plantedStore(t))
+	env := plantedStore(t)
+	plantProcessActivity(t, env) // hours before plantedStore's rows: its windows do not see them
+	r, err := NewRegistry(env)
 	if err != nil {
 		t.Fatal(err)
 	}
