@@ -49,6 +49,10 @@ var schemaExamples = map[string][]schemaExample{
 		{`{` + processWindow + `}`, "processes", 4},
 		{`{"node":"none"}`, "processes", 0},
 	},
+	"cuda_graph_activity": {
+		{`{` + graphWindow + `}`, "processes", 3},
+		{`{"node":"none"}`, "processes", 0},
+	},
 	"run_analysis": {
 		{`{"sql":"SELECT node, count(*) AS n FROM events GROUP BY node ORDER BY node"}`, "rows", 8},
 		{`{"sql":"SELECT node FROM events WHERE false"}`, "rows", 0},
@@ -62,6 +66,7 @@ var schemaExamples = map[string][]schemaExample{
 func TestEveryToolSchemaIsAnObjectAndEveryResultFitsIt(t *testing.T) {
 	env := plantedStore(t)
 	plantProcessActivity(t, env) // hours before plantedStore's rows: its windows do not see them
+	plantGraphActivity(t, env)
 	r, err := NewRegistry(env)
 	if err != nil {
 		t.Fatal(err)

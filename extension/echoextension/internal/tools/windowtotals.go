@@ -21,8 +21,10 @@ const seriesLookback = 5 * time.Minute
 //
 //	pts: every such point from seriesLookback before since until until;
 //	w:   the points inside [since, until), each with what it added to the window:
-//	     d_value (sums), d_count and d_sum (histograms), and new_max, the largest value
-//	     known to fall inside the window (NULL when none is).
+//	     d_value (sums), d_count and d_sum (histograms), new_max, the largest value
+//	     known to fall inside the window (NULL when none is), and counted_before, true
+//	     on a cumulative point whose series had already counted something before the
+//	     window (for delta series the tools cannot know).
 //
 // A series is one (node, pid, name, api, thread, communicator, attributes) tuple, as an
 // OTLP series is its identity plus its attributes. A delta point adds itself. A
@@ -42,7 +44,7 @@ func windowTotalsCTE(since, until time.Time, names []string, f filter) (string, 
 		args = append(args, n)
 	}
 	args = append(args, f.args...)
-	args = append(args, since)
+	args = append(args, since, since)
 	cte := fmt.Sprintf(`pts AS (
 		SELECT ts, cluster, node, pid, process, rank, thread_id, comm_id, name, api, attributes,
 			value * %[1]s AS value, count, sum * %[1]s AS sum, max * %[1]s AS max, p99 * %[1]s AS p99,
@@ -54,7 +56,7 @@ func windowTotalsCTE(since, until time.Time, names []string, f filter) (string, 
 	increments AS (
 		SELECT *,
 			lag(value) OVER series AS prev_value, lag(count) OVER series AS prev_count,
-			lag(sum) OVER series AS prev_sum, lag(max) OVER series AS prev_max
+			lag(sum) OVER series AS prev_sum, lag(max) OVER series AS prev_max, lag(ts) OVER series AS prev_ts
 		FROM pts
 		WINDOW series AS (PARTITION BY node, pid, name, api, thread_id, comm_id, attributes ORDER BY ts)
 	),
@@ -63,7 +65,8 @@ func windowTotalsCTE(since, until time.Time, names []string, f filter) (string, 
 			CASE WHEN delta OR prev_value IS NULL OR value < prev_value THEN value ELSE value - prev_value END AS d_value,
 			CASE WHEN delta OR prev_count IS NULL OR count < prev_count THEN count ELSE count - prev_count END AS d_count,
 			CASE WHEN delta OR prev_count IS NULL OR count < prev_count THEN sum ELSE sum - prev_sum END AS d_sum,
-			CASE WHEN delta OR prev_count IS NULL OR count < prev_count OR max > prev_max THEN max END AS new_max
+			CASE WHEN delta OR prev_count IS NULL OR count < prev_count OR max > prev_max THEN max END AS new_max,
+			coalesce(NOT delta AND prev_ts < ?::TIMESTAMP AND prev_value > 0, false) AS counted_before
 		FROM increments WHERE ts >= ?
 	)`, timeScaleSQL, echoschema.AttrTemporality, marks, f.sql())
 	return cte, args
