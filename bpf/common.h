@@ -25,6 +25,7 @@ enum event_kind {
 	EVENT_NCCL_CALL = 9,      /* one NCCL call: communicator, rank, op, bytes, sequence */
 	EVENT_RDMA_ASYNC = 10,    /* one verbs asynchronous event (port error, QP fatal ...) */
 	EVENT_CUDA_THREAD = 11,   /* a thread's first traced CUDA call: it drives a GPU */
+	EVENT_LIBRARY_MAPPED = 12, /* a process mapped a probed library's code (libmap.bpf.c) */
 };
 
 /* Why an event or a kernel-side sample was lost. Counted per CPU, read by userspace. */

@@ -141,7 +141,7 @@ func kernelCheck(release string) Check {
 
 func tracefsImpact(uprobePMU bool) string {
 	if uprobePMU {
-		return "nothing: this kernel attaches uprobes through its uprobe PMU"
+		return "libraries are attached at the scans only, up to 200 ms after a process maps them, not on first use: the mmap tracepoints are found through tracefs (uprobes still attach through the uprobe PMU)"
 	}
 	return "uprobes cannot attach: this kernel has no uprobe PMU and creates them through tracefs, so no CUDA or NCCL call is seen"
 }

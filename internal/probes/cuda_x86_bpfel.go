@@ -111,6 +111,7 @@ const (
 	cudaEventKindEVENT_NCCL_CALL      cudaEventKind = 9
 	cudaEventKindEVENT_RDMA_ASYNC     cudaEventKind = 10
 	cudaEventKindEVENT_CUDA_THREAD    cudaEventKind = 11
+	cudaEventKindEVENT_LIBRARY_MAPPED cudaEventKind = 12
 )
 
 type cudaMemcpyKind uint32

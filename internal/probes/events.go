@@ -20,6 +20,8 @@ type (
 	NCCLCall = ncclNcclCallEvent
 	// RDMAAsyncEvent is one verbs asynchronous event a process received.
 	RDMAAsyncEvent = rdmaRdmaAsyncEvent
+	// LibraryMapped is a process that has just mapped a probed library's code.
+	LibraryMapped = libmapLibraryMappedEvent
 )
 
 // EventKind is enum event_kind.
@@ -37,6 +39,7 @@ const (
 	KindNCCLCall      = EventKind(cudaEventKindEVENT_NCCL_CALL)
 	KindRDMAAsync     = EventKind(cudaEventKindEVENT_RDMA_ASYNC)
 	KindCUDAThread    = EventKind(cudaEventKindEVENT_CUDA_THREAD)
+	KindLibraryMapped = EventKind(cudaEventKindEVENT_LIBRARY_MAPPED)
 )
 
 // Handler receives decoded events. Pointers are valid only during the call: the
@@ -55,6 +58,13 @@ type Handler interface {
 	Identity(*ProcessIdentity)
 	NCCLCall(*NCCLCall)
 	RDMAAsync(*RDMAAsyncEvent)
+}
+
+// LibraryMapHandler is implemented by handlers that attach on first use: discovery,
+// not the signal pipeline, wants these records, so Handler does not demand it and
+// records reaching a handler without it are skipped.
+type LibraryMapHandler interface {
+	LibraryMapped(*LibraryMapped)
 }
 
 var kindOffset = unsafe.Offsetof(EventHeader{}.Kind)
@@ -110,6 +120,13 @@ func Decode(raw []byte, h Handler) error {
 	case KindRDMAAsync:
 		if ev, ok := cast[RDMAAsyncEvent](raw); ok {
 			h.RDMAAsync(ev)
+			return nil
+		}
+	case KindLibraryMapped:
+		if ev, ok := cast[LibraryMapped](raw); ok {
+			if lh, wants := h.(LibraryMapHandler); wants {
+				lh.LibraryMapped(ev)
+			}
 			return nil
 		}
 	default:
@@ -168,4 +185,30 @@ func (ev *RDMAAsyncEvent) DeviceName() string {
 		b = append(b, byte(ch))
 	}
 	return string(b)
+}
+
+// MappedLibrary is the library family the kernel matched by file name, and false for a
+// value this build does not know.
+func (ev *LibraryMapped) MappedLibrary() (Library, bool) {
+	switch libmapMappedLibrary(ev.Library) {
+	case libmapMappedLibraryMAPPED_CUDART:
+		return LibCUDART, true
+	case libmapMappedLibraryMAPPED_CUDA:
+		return LibCUDA, true
+	case libmapMappedLibraryMAPPED_NCCL:
+		return LibNCCL, true
+	case libmapMappedLibraryMAPPED_IBVERBS:
+		return LibIBVerbs, true
+	}
+	return "", false
+}
+
+// FileName is the base name of the mapped file, as the kernel read it.
+func (ev *LibraryMapped) FileName() string { return cString(ev.Name[:]) }
+
+// DeviceNumber is the file's device as stat(2) reports it: the kernel records its
+// internal encoding (major << 20 | minor).
+func (ev *LibraryMapped) DeviceNumber() uint64 {
+	major, minor := uint64(ev.Dev>>20), uint64(ev.Dev&0xfffff)
+	return (minor & 0xff) | (major&0xfff)<<8 | (minor&^0xff)<<12 | (major&^0xfff)<<32
 }

@@ -8,3 +8,4 @@ package probes
 //go:generate go tool bpf2go -cc clang-19 -strip llvm-strip-19 -target amd64 -cflags "-O2 -mcpu=v3 -g -Wall -Werror" hostbaseline ../../bpf/host_baseline.bpf.c -- -I../../bpf
 //go:generate go tool bpf2go -cc clang-19 -strip llvm-strip-19 -target amd64 -cflags "-O2 -mcpu=v3 -g -Wall -Werror" -type nccl_call_event -type nccl_api nccl ../../bpf/nccl.bpf.c -- -I../../bpf
 //go:generate go tool bpf2go -cc clang-19 -strip llvm-strip-19 -target amd64 -cflags "-O2 -mcpu=v3 -g -Wall -Werror" -type rdma_async_event rdma ../../bpf/rdma.bpf.c -- -I../../bpf
+//go:generate go tool bpf2go -cc clang-19 -strip llvm-strip-19 -target amd64 -cflags "-O2 -mcpu=v3 -g -Wall -Werror" -type library_mapped_event -type mapped_library libmap ../../bpf/libmap.bpf.c -- -I../../bpf

@@ -41,6 +41,7 @@ type Probes struct {
 	hostBaseline hostbaselineObjects
 	nccl         ncclObjects
 	rdma         rdmaObjects
+	libmap       libmapObjects
 
 	mu          sync.Mutex
 	links       []link.Link
@@ -127,6 +128,10 @@ func Load(opts Options) (*Probes, error) {
 		p.hostBaseline.Close()
 		p.host.Close()
 		p.cuda.Close()
+		return nil, err
+	}
+	if err := p.loadLibraryMaps(shared); err != nil {
+		p.Close()
 		return nil, err
 	}
 	if p.callStats, err = p.cuda.CallStatsTable.Memory(); err != nil {
@@ -261,6 +266,15 @@ func closeAll(links []link.Link) {
 	}
 }
 
+// IsAttached says whether the library file with this device and inode (as stat(2)
+// reports them) is probed already.
+func (p *Probes) IsAttached(dev, ino uint64) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	_, ok := p.attached[fileID{dev: dev, ino: ino}]
+	return ok
+}
+
 // Attached lists the library files probed so far.
 func (p *Probes) Attached() []LibraryAttachment {
 	p.mu.Lock()
@@ -347,6 +361,7 @@ func (p *Probes) Close() error {
 	if p.reader != nil {
 		_ = p.reader.Close()
 	}
+	p.libmap.Close()
 	p.rdma.Close()
 	p.nccl.Close()
 	p.hostBaseline.Close()

@@ -103,7 +103,7 @@ func loadAndAttach(t *testing.T, paths fakegpu.Paths, traceAll bool) *probes.Pro
 	return p
 }
 
-func runReader(t *testing.T, p *probes.Probes, h probes.Handler) (stop func()) {
+func runReader(t testing.TB, p *probes.Probes, h probes.Handler) (stop func()) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {

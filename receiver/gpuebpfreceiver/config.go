@@ -76,6 +76,10 @@ type DiscoveryConfig struct {
 	// RescanInterval is how often every process's mappings are scanned for new
 	// libraries; processes that exec are also scanned shortly after their exec.
 	RescanInterval time.Duration `mapstructure:"rescan_interval"`
+	// AttachOnMap attaches to a library the moment a process maps its code (from the
+	// mmap tracepoints, through tracefs), not at the next scan: a job's first calls and
+	// its NCCL communicators are seen (default true). Scans remain the fallback.
+	AttachOnMap bool `mapstructure:"attach_on_map"`
 }
 
 // LogsConfig controls per-event log records.
@@ -151,6 +155,7 @@ func createDefaultConfig() *Config {
 			ProcRoot:       "/proc",
 			CgroupRoot:     "/sys/fs/cgroup",
 			RescanInterval: 30 * time.Second,
+			AttachOnMap:    true,
 		},
 		Logs: LogsConfig{
 			Policy:             LogsNotable,

@@ -18,7 +18,8 @@ func TestLoadConfig(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if def.Mode != ModeEBPF || def.CollectionInterval != 10*time.Second || !def.Targets.All || def.Logs.Policy != LogsNotable {
+	if def.Mode != ModeEBPF || def.CollectionInterval != 10*time.Second || !def.Targets.All || def.Logs.Policy != LogsNotable ||
+		!def.Discovery.AttachOnMap {
 		t.Errorf("defaults: %+v", def)
 	}
 
@@ -28,6 +29,7 @@ func TestLoadConfig(t *testing.T) {
 	}
 	if custom.Temporality != TemporalityDelta || custom.ClusterName != "train-a" || custom.Targets.All ||
 		len(custom.Targets.PIDs) != 1 || custom.Targets.PIDs[0] != 4242 || custom.Discovery.ProcRoot != "/host/proc" ||
+		custom.Discovery.AttachOnMap ||
 		custom.Logs.MaxPerSecond != 50 || custom.Logs.OutlierMinDuration != 5*time.Millisecond ||
 		custom.Limits.RingBufferBytes != 16<<20 || custom.Limits.MaxProcesses != 64 ||
 		custom.Logs.NCCL != (NCCLLogsConfig{SampleEvery: 4, MaxPerSecond: 2000}) ||

@@ -261,3 +261,61 @@ func TestTargetsTraceOnlyTheNamedPID(t *testing.T) {
 		t.Fatalf("collector exit code %d", code)
 	}
 }
+
+// A short job that starts after the collector, on a libcudart no process had mapped,
+// and is done long before the first post-exec scan (200 ms): its libraries are attached
+// as the loader maps them, before its first call, and every launch is counted. Without
+// attach on first use the same job's start is lost.
+func TestAttachOnFirstUseSeesAShortJobWhole(t *testing.T) {
+	privtest.Require(t)
+	paths := fakegpu.Build(t)
+	// The hold stands for the time between loading the libraries and the first call
+	// (PyTorch spends seconds importing); it is well under the 200 ms scan.
+	job := fakegpu.Options{Steps: 5, Launches: 1500, Hold: 30 * time.Millisecond}
+
+	for _, onMap := range []bool{true, false} {
+		t.Run(fmt.Sprintf("attach_on_map=%v", onMap), func(t *testing.T) {
+			lib := privateCUDA(t, paths)
+			cudart := filepath.Join(lib, filepath.Base(paths.Cudart))
+			sink, col := startCollectorWith(t, fmt.Sprintf("discovery:\n  rescan_interval: 1h\n  attach_on_map: %v", onMap))
+			o := job
+			o.Env = []string{"LD_LIBRARY_PATH=" + lib}
+			w := fakegpu.Start(t, paths, o)
+			report, err := w.Wait(time.Minute)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if report.Calls["cudaLaunchKernel"] != 1500 {
+				t.Fatalf("the workload made %d launches, want 1500", report.Calls["cudaLaunchKernel"])
+			}
+			if !onMap {
+				// Found by the scan 200 ms after its exec, or not at all: the job
+				// was over, or mostly over, by then.
+				time.Sleep(time.Second)
+				if got := view(sink, w.Pid).series[cudartLaunches].value; got >= 1500 {
+					t.Errorf("without attach on first use %d launches were counted: the test does not exercise the gap", got)
+				}
+				col.Terminate(t, 30*time.Second)
+				return
+			}
+			line := waitProbing(t, col, cudart)
+			if !strings.Contains(line, fmt.Sprintf(`"first_pid": %d`, w.Pid)) {
+				t.Errorf("%s was first probed for another process than the workload (pid %d): %s", cudart, w.Pid, line)
+			}
+			for _, l := range strings.Split(col.Output(), "\n") {
+				if strings.Contains(l, "attached on first use") && strings.Contains(l, fmt.Sprintf(`"pid": %d`, w.Pid)) {
+					t.Logf("gap: %s", l)
+				}
+			}
+			v := waitFor(t, sink, w.Pid, "every launch", func(v processView) bool {
+				return v.series[cudartLaunches].value == 1500
+			})
+			if got := v.value(t, cudartLaunches); got != 1500 {
+				t.Errorf("launches %d, want all 1500", got)
+			}
+			if code := col.Terminate(t, 30*time.Second); code != 0 {
+				t.Fatalf("collector exit code %d", code)
+			}
+		})
+	}
+}

@@ -23,6 +23,10 @@ import (
 // execRescanQueue bounds the processes waiting for a post-exec scan of their mappings.
 const execRescanQueue = 1024
 
+// libraryMapQueue bounds the library mappings waiting to be attached on first use. A
+// job start maps a few libraries per rank; a full queue leaves the rest to the scans.
+const libraryMapQueue = 1024
+
 // ebpfSource is the real thing: BPF programs in the kernel, libraries found in /proc.
 type ebpfSource struct {
 	cfg    *Config
@@ -32,6 +36,7 @@ type ebpfSource struct {
 	cgroupRoot string // the cgroup v2 mount (Discovery.CgroupRoot, or its unified/)
 	cgroupIDs  map[uint64]bool
 	rescan     chan uint32
+	mapped     chan libraryMapping
 	drops      counterSet
 	wg         sync.WaitGroup
 	cancel     context.CancelFunc
@@ -52,7 +57,8 @@ func newEBPFSource(cfg *Config, logger *zap.Logger) (eventSource, error) {
 		return nil, fmt.Errorf("gpuebpf: %w", err)
 	}
 	s := &ebpfSource{cfg: cfg, logger: logger, probes: p, cgroupRoot: procinfo.CgroupV2Mount(cfg.Discovery.CgroupRoot),
-		cgroupIDs: map[uint64]bool{}, rescan: make(chan uint32, execRescanQueue)}
+		cgroupIDs: map[uint64]bool{}, rescan: make(chan uint32, execRescanQueue),
+		mapped: make(chan libraryMapping, libraryMapQueue)}
 	if err := s.setUp(); err != nil {
 		_ = p.Close()
 		return nil, err
@@ -70,6 +76,14 @@ func executable() string {
 func (s *ebpfSource) setUp() error {
 	if err := s.probes.AttachHost(); err != nil {
 		return fmt.Errorf("gpuebpf: attach host tracepoints: %w", err)
+	}
+	if s.cfg.Discovery.AttachOnMap {
+		// Before the first scan: a library mapped between the scan and this attach
+		// would otherwise wait for the next scan.
+		if err := s.probes.AttachLibraryMaps(); err != nil {
+			s.cfg.Discovery.AttachOnMap = false
+			s.logger.Warn("libraries are attached at scans only, not on first use: mount tracefs at /sys/kernel/tracing to attach within milliseconds", zap.Error(err))
+		}
 	}
 	for _, pid := range s.cfg.Targets.PIDs {
 		if err := s.probes.TracePID(uint32(pid)); err != nil {
@@ -113,7 +127,8 @@ func pathUnder(path, root string) bool {
 }
 
 // adopt attaches to newly seen library files and traces the processes that map them.
-func (s *ebpfSource) adopt(mappings []discovery.Mapping) {
+// It reports whether it attached a library file for the first time.
+func (s *ebpfSource) adopt(mappings []discovery.Mapping) (attachedNew bool) {
 	for _, m := range mappings {
 		att, isNew, err := s.probes.AttachLibrary(m.HostPath, m.Library)
 		if err != nil {
@@ -122,6 +137,7 @@ func (s *ebpfSource) adopt(mappings []discovery.Mapping) {
 			continue
 		}
 		if isNew {
+			attachedNew = true
 			s.logger.Info("probing library", zap.String("path", m.Path), zap.Uint32("first_pid", m.PID),
 				zap.Int("functions", len(att.APIs)), zap.Strings("missing", att.Missing))
 		}
@@ -129,6 +145,7 @@ func (s *ebpfSource) adopt(mappings []discovery.Mapping) {
 			_ = s.probes.TracePID(m.PID)
 		}
 	}
+	return attachedNew
 }
 
 // wanted says whether a discovered process is to be traced under the targets config.
@@ -184,9 +201,60 @@ func (w execWatcher) Process(kind probes.EventKind, ev *probes.ProcessEvent) {
 	w.Handler.Process(kind, ev)
 }
 
+// libraryMapping is a probed library a process has just mapped (attach on first use).
+type libraryMapping struct {
+	pid      uint32
+	dev, ino uint64
+	mappedAt uint64 // CLOCK_MONOTONIC ns of the mmap's return
+}
+
+// LibraryMapped queues the mapping for the attach loop; the reader must not wait for
+// an attach, which reads the library's symbols and makes a uprobe per function.
+func (w execWatcher) LibraryMapped(ev *probes.LibraryMapped) {
+	select {
+	case w.s.mapped <- libraryMapping{pid: ev.Hdr.Pid, dev: ev.DeviceNumber(), ino: ev.Ino, mappedAt: ev.Hdr.TsNs}:
+	default:
+		w.s.drops.add("attach_queue_full", 1)
+	}
+}
+
+// attachOnMapLoop attaches the libraries processes map, as they map them. The record
+// comes from the mmap's return, so the mapping is already in /proc/PID/maps.
+func (s *ebpfSource) attachOnMapLoop(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case m := <-s.mapped:
+			// Every rank of a job maps the same files: once a file is probed, only
+			// the process's place in the traced set is left to decide.
+			if s.probes.IsAttached(m.dev, m.ino) {
+				if !s.cfg.Targets.All && s.wanted(m.pid) {
+					_ = s.probes.TracePID(m.pid)
+				}
+				continue
+			}
+			mappings, err := discovery.ScanPID(s.cfg.Discovery.ProcRoot, m.pid)
+			if err != nil {
+				continue // the process is gone already
+			}
+			if s.adopt(mappings) {
+				// What the process may have called unseen: operators and the
+				// benchmark read the gap here.
+				s.logger.Info("attached on first use", zap.Uint32("pid", m.pid),
+					zap.Duration("since_mmap", time.Duration(monotonicNow()-int64(m.mappedAt))))
+			}
+		}
+	}
+}
+
 func (s *ebpfSource) start(ctx context.Context, h probes.Handler) error {
 	ctx, s.cancel = context.WithCancel(ctx)
-	s.wg.Add(2)
+	s.wg.Add(3)
+	go func() {
+		defer s.wg.Done()
+		s.attachOnMapLoop(ctx)
+	}()
 	go func() {
 		defer s.wg.Done()
 		err := s.probes.Run(ctx, execWatcher{Handler: h, s: s}, func(error) { s.drops.add("decode", 1) })
