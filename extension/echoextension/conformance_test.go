@@ -1,0 +1,658 @@
+package echoextension
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"math"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"reflect"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"go.opentelemetry.io/collector/pdata/pcommon"
+	"go.opentelemetry.io/collector/pdata/plog"
+	"go.opentelemetry.io/collector/pdata/plog/plogotlp"
+	"go.opentelemetry.io/collector/pdata/pmetric"
+	"go.opentelemetry.io/collector/pdata/pmetric/pmetricotlp"
+
+	"github.com/fathom-gpu/fathom/extension/echoextension/internal/store"
+	"github.com/fathom-gpu/fathom/extension/echoextension/internal/tools"
+	"github.com/fathom-gpu/fathom/internal/collectortest"
+)
+
+// EnvRequireConformance turns the conformance test's skip into a failure. The test needs
+// node and the npm packages of test/mcpconformance, which a Go checkout does not have
+// until `npm ci` runs there. A developer without them gets a skip that says so; .ci/run
+// installs them and sets this to 1, so CI cannot pass by skipping the only check made
+// with clients Fathom did not write.
+const EnvRequireConformance = "FATHOM_REQUIRE_CONFORMANCE"
+
+// conformanceDir returns test/mcpconformance with its packages installed, or stops the
+// test: skipped locally, failed under EnvRequireConformance=1.
+func conformanceDir(t *testing.T) string {
+	t.Helper()
+	dir := filepath.Join(collectortest.RepoRoot(t), "test", "mcpconformance")
+	missing := ""
+	if _, err := exec.LookPath("node"); err != nil {
+		missing = "node (v20 or newer) on PATH"
+	} else if err := installedAsPinned(dir); err != nil {
+		missing = err.Error()
+	}
+	if missing == "" {
+		return dir
+	}
+	if os.Getenv(EnvRequireConformance) == "1" {
+		t.Fatalf("the MCP/OpenAPI conformance test needs %s, and %s=1 makes that a failure", missing, EnvRequireConformance)
+	}
+	t.Skipf("needs %s; set %s=1 to make this a failure", missing, EnvRequireConformance)
+	return ""
+}
+
+// installedAsPinned: node_modules holds exactly the versions package.json pins. A stale
+// node_modules would run another SDK than the one the test claims to prove.
+func installedAsPinned(dir string) error {
+	var manifest struct{ Dependencies map[string]string }
+	raw, err := os.ReadFile(filepath.Join(dir, "package.json"))
+	if err != nil {
+		return err
+	}
+	if err := json.Unmarshal(raw, &manifest); err != nil {
+		return fmt.Errorf("%s/package.json: %v", dir, err)
+	}
+	for name, pinned := range manifest.Dependencies {
+		var installed struct{ Version string }
+		raw, err := os.ReadFile(filepath.Join(dir, "node_modules", name, "package.json"))
+		if err == nil {
+			err = json.Unmarshal(raw, &installed)
+		}
+		if err != nil || installed.Version != pinned {
+			return fmt.Errorf("%s %s installed in %s/node_modules (found %q: run `npm ci` there)", name, pinned, dir, installed.Version)
+		}
+	}
+	return nil
+}
+
+const conformanceYAML = `
+extensions:
+  echo:
+    path: ${env:ECHO_DB}
+    rates_file: ${env:ECHO_RATES}
+    server:
+      endpoint: ${env:ECHO_ADDR}
+      # Loopback listener in a test: plain HTTP on purpose.
+      insecure_allow_plaintext: true
+      audit_log: ${env:ECHO_AUDIT}
+      rate_limit: {requests_per_second: 1000, burst: 1000}
+      tokens:
+        - {name: agent, env: AGENT_TOKEN, scopes: [tools, sql]}
+        - {name: viewer, env: VIEWER_TOKEN, scopes: [tools]}
+        # One request, then next to no refill: every later request is a 429, however
+        # slow the machine.
+        - {name: throttled, env: THROTTLED_TOKEN, scopes: [tools, sql], rate_limit: {requests_per_second: 0.0001, burst: 1}}
+receivers:
+  otlp:
+    protocols:
+      http:
+        endpoint: ${env:OTLP_HTTP}
+exporters:
+  duckdb:
+    store: echo
+service:
+  extensions: [echo]
+  telemetry:
+    metrics:
+      level: none
+  pipelines:
+    logs:
+      receivers: [otlp]
+      exporters: [duckdb]
+    metrics:
+      receivers: [otlp]
+      exporters: [duckdb]
+`
+
+const (
+	viewerToken    = "viewer-token-0123456789abcdef"
+	throttledToken = "throttled-token-0123456789abcdef"
+	gpuRate        = 3.5
+)
+
+// plantedValue is each node's nccl.allreduce.duration in ms: node-3 is the straggler.
+// median 10.1, absolute deviations 0.1 0.1 0.3 19.9, so MAD 0.2.
+var plantedValue = []float64{10, 10.2, 9.8, 30}
+
+const (
+	plantedPoints   = 60  // per node, one a second
+	plantedCalls    = 100 // cudaMemcpy latencies 1..100 us on node-0
+	plantedFix      = "pin the data loader to the GPU's NUMA node"
+	plantedSQL      = "SELECT node, kind, count(*) AS n, round(avg(value), 3) AS mean FROM events WHERE cluster = 'conf' GROUP BY ALL ORDER BY node, kind"
+	plantedSQLRows  = "[[node-0 gauge 60 10] [node-0 log 100 50.5] [node-1 gauge 60 10.2] [node-2 gauge 60 9.8] [node-3 gauge 60 30] [node-3 log 2 <nil>]]"
+	plantedClusters = "conf"
+)
+
+func nodeResource(attrs pcommon.Map, node int) {
+	attrs.PutStr("fathom.cluster.name", plantedClusters)
+	attrs.PutStr("host.name", fmt.Sprintf("node-%d", node))
+	attrs.PutStr("fathom.job.name", "pretrain")
+	attrs.PutInt("fathom.world_size", int64(len(plantedValue)))
+	attrs.PutStr("cloud.provider", "gcp")
+	attrs.PutStr("fathom.gpu.model", "H100")
+}
+
+// plant sends the conformance data set over OTLP/HTTP, all of it inside the minute that
+// starts at base: a gauge per node, per-call cudaMemcpy latencies on node-0 and two
+// causal chains on node-3. The gateway acknowledges only what it has committed.
+func plant(t *testing.T, otlp string, base time.Time) {
+	t.Helper()
+	md := pmetric.NewMetrics()
+	for n, v := range plantedValue {
+		rm := md.ResourceMetrics().AppendEmpty()
+		nodeResource(rm.Resource().Attributes(), n)
+		m := rm.ScopeMetrics().AppendEmpty().Metrics().AppendEmpty()
+		m.SetName("nccl.allreduce.duration")
+		m.SetUnit("ms")
+		points := m.SetEmptyGauge().DataPoints()
+		for i := range plantedPoints {
+			p := points.AppendEmpty()
+			p.SetTimestamp(pcommon.NewTimestampFromTime(base.Add(time.Duration(i) * time.Second)))
+			p.SetDoubleValue(v)
+			p.Attributes().PutInt("fathom.rank", int64(n))
+		}
+	}
+	metrics, err := pmetricotlp.NewExportRequestFromMetrics(md).MarshalProto()
+	must(t, err)
+
+	ld := plog.NewLogs()
+	rl := ld.ResourceLogs().AppendEmpty()
+	nodeResource(rl.Resource().Attributes(), 0)
+	calls := rl.ScopeLogs().AppendEmpty().LogRecords()
+	for i := 1; i <= plantedCalls; i++ {
+		lr := calls.AppendEmpty()
+		lr.SetTimestamp(pcommon.NewTimestampFromTime(base.Add(30*time.Second + time.Duration(i)*time.Millisecond)))
+		lr.SetEventName("cuda.memcpy.duration")
+		lr.SetSeverityNumber(plog.SeverityNumberInfo)
+		lr.Body().SetDouble(float64(i))
+		lr.Attributes().PutStr("cuda.api.name", "cudaMemcpy")
+		lr.Attributes().PutInt("fathom.rank", 0)
+	}
+	rl = ld.ResourceLogs().AppendEmpty()
+	nodeResource(rl.Resource().Attributes(), 3)
+	chains := rl.ScopeLogs().AppendEmpty().LogRecords()
+	for i, cause := range []string{"run_queue_wait", "page_fault"} {
+		lr := chains.AppendEmpty()
+		lr.SetTimestamp(pcommon.NewTimestampFromTime(base.Add(time.Duration(40+10*i) * time.Second)))
+		lr.SetEventName("fathom.causal_chain")
+		lr.SetSeverityNumber(plog.SeverityNumberError)
+		lr.SetSeverityText("ERROR")
+		lr.Attributes().PutInt("fathom.rank", 3)
+		lr.Attributes().PutStr("fathom.chain.root_cause", cause)
+		lr.Attributes().PutStr("fathom.chain.severity", "high")
+		lr.Attributes().PutStr("fathom.chain.fix", plantedFix)
+	}
+	logs, err := plogotlp.NewExportRequestFromLogs(ld).MarshalProto()
+	must(t, err)
+
+	for path, body := range map[string][]byte{"/v1/metrics": metrics, "/v1/logs": logs} {
+		resp, err := http.Post("http://"+otlp+path, "application/x-protobuf", bytes.NewReader(body))
+		must(t, err)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("OTLP %s answered %d", path, resp.StatusCode)
+		}
+	}
+}
+
+// badCall is an argument set a tool must refuse: the error text starts with the code
+// and says what is wrong.
+type badCall struct {
+	args string
+	code string
+	says string
+}
+
+// conformanceCase is one tool's valid call, its refusals and the check of its answer.
+// Every tool the server lists needs one: client.mjs refuses to pass a tool it cannot
+// call with arguments that mean something.
+type conformanceCase struct {
+	args  string
+	bad   []badCall
+	check func(t *testing.T, raw json.RawMessage)
+}
+
+func decode[T any](t *testing.T, raw json.RawMessage) T {
+	t.Helper()
+	var out T
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	// A field the Go type lacks means the answer is not the type the schema was made from.
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&out); err != nil {
+		t.Fatalf("result %s: %v", raw, err)
+	}
+	return out
+}
+
+func near(got, want float64) bool { return math.Abs(got-want) <= 1e-9*math.Max(1, math.Abs(want)) }
+
+// conformanceCases are the calls both transports make, over the window [base, base+5m),
+// with what the planted data must give.
+func conformanceCases(base time.Time) map[string]conformanceCase {
+	since, until := base.Format(time.RFC3339), base.Add(5*time.Minute).Format(time.RFC3339)
+	window := fmt.Sprintf(`"since":%q,"until":%q`, since, until)
+	const median, mad = 10.1, 0.2
+	lag := plantedValue[3] - median
+	score := lag / (1.4826 * mad)
+	gpuHours := lag / 1000 * plantedPoints * float64(len(plantedValue)) / 3600
+	return map[string]conformanceCase{
+		"cluster_summary": {
+			args: `{"cluster":"conf",` + window + `}`,
+			bad:  []badCall{{`{"since":"2026-01-02T00:00:00Z","until":"2026-01-01T00:00:00Z"}`, "invalid_argument", "since"}},
+			check: func(t *testing.T, raw json.RawMessage) {
+				got := decode[tools.ClusterSummaryOutput](t, raw)
+				want := tools.ClusterSummaryOutput{Since: base.Format(time.RFC3339Nano), Until: base.Add(5 * time.Minute).Format(time.RFC3339Nano),
+					Clusters: []tools.ClusterSummary{{
+						Cluster: "conf", Nodes: 4, Ranks: 4, Rows: 4*plantedPoints + plantedCalls + 2,
+						First: base.Format(time.RFC3339Nano), Last: base.Add(59 * time.Second).Format(time.RFC3339Nano),
+						LogRecords: plantedCalls + 2, Errors: 2, CausalChains: 2,
+						TopSignals: []tools.SignalCount{{Name: "nccl.allreduce.duration", Rows: 4 * plantedPoints},
+							{Name: "cuda.memcpy.duration", Rows: plantedCalls}, {Name: "fathom.causal_chain", Rows: 2}},
+					}}}
+				if !reflect.DeepEqual(got, want) {
+					t.Errorf("cluster_summary:\n got %+v\nwant %+v", got, want)
+				}
+			},
+		},
+		"event_history": {
+			args: `{"cluster":"conf","node":"node-0","name":"cuda.*","limit":3,` + window + `}`,
+			bad: []badCall{
+				{`{"since":"last tuesday"}`, "invalid_argument", `"last tuesday" is neither an RFC 3339 time nor a duration`},
+				{`{"limit":5000}`, "invalid_argument", "limit"},
+			},
+			check: func(t *testing.T, raw json.RawMessage) {
+				got := decode[tools.EventHistoryOutput](t, raw)
+				var values []string
+				for _, e := range got.Events {
+					values = append(values, fmt.Sprintf("%s %s %s %s %v", e.Time, e.Node, e.Name, e.API, *e.Value))
+				}
+				at := func(ms int) string {
+					return base.Add(30*time.Second + time.Duration(ms)*time.Millisecond).Format(time.RFC3339Nano)
+				}
+				want := []string{at(100) + " node-0 cuda.memcpy.duration cudaMemcpy 100", at(99) + " node-0 cuda.memcpy.duration cudaMemcpy 99",
+					at(98) + " node-0 cuda.memcpy.duration cudaMemcpy 98"}
+				if !reflect.DeepEqual(values, want) || got.NextPageToken == "" {
+					t.Errorf("event_history: got %q (next page %q), want %q and a next page", values, got.NextPageToken, want)
+				}
+			},
+		},
+		"find_outlier_nodes": {
+			args: `{"signal":"nccl.allreduce.duration","cluster":"conf",` + window + `}`,
+			bad:  []badCall{{`{"signal":"x","k":-1}`, "invalid_argument", "k"}},
+			check: func(t *testing.T, raw json.RawMessage) {
+				got := decode[tools.OutlierOutput](t, raw)
+				if got.Signal != "nccl.allreduce.duration" || got.By != "node" || got.Unit != "ms" || got.Groups != 4 ||
+					!near(got.Median, median) || !near(got.MAD, mad) || !near(got.Threshold, median+3*1.4826*mad) || len(got.Outliers) != 1 {
+					t.Fatalf("find_outlier_nodes: %+v", got)
+				}
+				o := got.Outliers[0]
+				if o.Node != "node-3" || o.Cluster != "conf" || !near(o.Value, 30) || !near(o.Lag, lag) || !near(o.Score, score) || o.Points != plantedPoints {
+					t.Errorf("find_outlier_nodes outlier: %+v, want node-3 value 30 lag %g score %g points %d", o, lag, score, plantedPoints)
+				}
+			},
+		},
+		"get_cost": {
+			args: `{"signal":"nccl.allreduce.duration","cluster":"conf",` + window + `}`,
+			bad:  []badCall{{`{}`, "invalid_argument", "signal"}},
+			check: func(t *testing.T, raw json.RawMessage) {
+				got := decode[tools.CostOutput](t, raw)
+				if len(got.Stragglers) != 1 || len(got.Notes) != 0 || !near(got.TotalHours, gpuHours) || !near(got.TotalUSD, gpuHours*gpuRate) ||
+					len(got.ByGroup) != 1 || got.ByGroup[0] != (tools.CostGroup{Provider: "gcp", GPUModel: "H100", Stragglers: 1, GPUHours: got.TotalHours, USD: got.TotalUSD}) {
+					t.Fatalf("get_cost: %+v, want one straggler, %g GPU-hours, $%g", got, gpuHours, gpuHours*gpuRate)
+				}
+				s := got.Stragglers[0]
+				if s.Node != "node-3" || s.Provider != "gcp" || s.GPUModel != "H100" || !near(s.LagSeconds, lag/1000) || s.Steps != plantedPoints ||
+					s.AffectedRanks != 4 || !near(s.USDPerGPUHour, gpuRate) || !near(s.USD, gpuHours*gpuRate) {
+					t.Errorf("get_cost straggler: %+v", s)
+				}
+			},
+		},
+		"get_causal_chains": {
+			args: `{"cluster":"conf",` + window + `}`,
+			bad:  []badCall{{`{"limit":-1}`, "invalid_argument", "limit"}},
+			check: func(t *testing.T, raw json.RawMessage) {
+				got := decode[tools.CausalChainsOutput](t, raw)
+				var chains []string
+				for _, c := range got.Chains {
+					chains = append(chains, fmt.Sprintf("%s %s %s %d %s %s %s %v", c.Time, c.Cluster, c.Node, *c.Rank, c.RootCause, c.Severity, c.Fix, c.Attributes["cloud.provider"]))
+				}
+				want := []string{
+					base.Add(50*time.Second).Format(time.RFC3339Nano) + " conf node-3 3 page_fault high " + plantedFix + " gcp",
+					base.Add(40*time.Second).Format(time.RFC3339Nano) + " conf node-3 3 run_queue_wait high " + plantedFix + " gcp",
+				}
+				if !reflect.DeepEqual(chains, want) || !reflect.DeepEqual(got.ByRootCause, map[string]int{"page_fault": 1, "run_queue_wait": 1}) {
+					t.Errorf("get_causal_chains:\n got %q %v\nwant %q", chains, got.ByRootCause, want)
+				}
+			},
+		},
+		"get_trace_stats": {
+			args: `{"api":"cudaMemcpy",` + window + `}`,
+			bad:  []badCall{{`{"limit":"many"}`, "invalid_argument", "limit"}},
+			check: func(t *testing.T, raw json.RawMessage) {
+				got := decode[tools.TraceStatsOutput](t, raw)
+				if len(got.Stats) != 1 {
+					t.Fatalf("get_trace_stats: %+v", got)
+				}
+				s := got.Stats[0]
+				// trace_rollup buckets are 2^(1/32) wide: percentiles within 2.2% of the
+				// exact ones of 1..100.
+				within := func(v, exact float64) bool { return math.Abs(v-exact) <= 0.022*exact }
+				if s.API != "cudaMemcpy" || s.Node != "node-0" || s.Calls != plantedCalls || !within(s.P50, 50.5) || !within(s.P95, 95.05) || !within(s.P99, 99.01) {
+					t.Errorf("get_trace_stats: %+v, want cudaMemcpy on node-0, 100 calls, p50/p95/p99 near 50.5/95.05/99.01", s)
+				}
+			},
+		},
+		"process_host_pressure": {
+			// The planted data has no scheduler series: no process is ranked, and the
+			// answer still says how it ranks.
+			args: `{"cluster":"conf",` + window + `}`,
+			bad:  []badCall{{`{"page_token":"not-a-token"}`, "invalid_argument", "was not issued by process_host_pressure"}},
+			check: func(t *testing.T, raw json.RawMessage) {
+				got := decode[tools.ProcessPressureOutput](t, raw)
+				if got.Since != base.Format(time.RFC3339Nano) || got.Until != base.Add(5*time.Minute).Format(time.RFC3339Nano) ||
+					len(got.Processes) != 0 || !strings.HasPrefix(got.Score, "starvation_s") || got.NextPageToken != "" {
+					t.Errorf("process_host_pressure: %+v", got)
+				}
+			},
+		},
+		"cuda_graph_activity": {
+			// No graph series are planted either: the answer is the window in 1-minute
+			// buckets, no process, and the rule it counts re-captures by.
+			args: `{"cluster":"conf","bucket":"1m",` + window + `}`,
+			bad:  []badCall{{`{"bucket":"1s",` + window + `}`, "invalid_argument", "bucket"}, {`{"limit":501}`, "invalid_argument", "limit"}},
+			check: func(t *testing.T, raw json.RawMessage) {
+				got := decode[tools.GraphActivityOutput](t, raw)
+				if got.Since != base.Format(time.RFC3339Nano) || got.Until != base.Add(5*time.Minute).Format(time.RFC3339Nano) || got.BucketS != 60 ||
+					len(got.Processes) != 0 || got.Total != 0 || !strings.HasPrefix(got.Recapture, "recaptures = ") {
+					t.Errorf("cuda_graph_activity: %+v", got)
+				}
+			},
+		},
+		"run_analysis": {
+			args: mustJSON(map[string]string{"sql": plantedSQL}),
+			bad: []badCall{
+				{`{"sql":"DELETE FROM events"}`, "not_read_only", "not a SELECT"},
+				{`{"sql":""}`, "invalid_argument", "sql is empty"},
+			},
+			check: func(t *testing.T, raw json.RawMessage) {
+				got := decode[store.QueryResult](t, raw)
+				if fmt.Sprint(got.Columns) != "[node kind n mean]" || fmt.Sprint(got.Rows) != plantedSQLRows || got.RowCount != 6 || got.Truncated {
+					t.Errorf("run_analysis: %+v, want rows %s", got, plantedSQLRows)
+				}
+			},
+		},
+	}
+}
+
+func mustJSON(v any) string {
+	raw, err := json.Marshal(v)
+	if err != nil {
+		panic(err)
+	}
+	return string(raw)
+}
+
+// writePlan is what the node scripts call: each tool's arguments and refusals, the
+// prompt, and the body of every documented POST that is not a tool.
+func writePlan(t *testing.T, cases map[string]conformanceCase) string {
+	t.Helper()
+	type toolPlan struct {
+		Args json.RawMessage   `json:"args"`
+		Bad  []json.RawMessage `json:"bad"`
+	}
+	plan := struct {
+		Tools    map[string]toolPlan `json:"tools"`
+		Prompt   any                 `json:"prompt"`
+		Requests map[string]any      `json:"requests"`
+	}{
+		Tools:    map[string]toolPlan{},
+		Prompt:   map[string]any{"name": "investigate", "arguments": map[string]string{"cluster": "conf", "window": "30m"}},
+		Requests: map[string]any{"POST /api/v1/sql": map[string]string{"sql": plantedSQL}},
+	}
+	for name, c := range cases {
+		p := toolPlan{Args: json.RawMessage(c.args)}
+		for _, b := range c.bad {
+			p.Bad = append(p.Bad, json.RawMessage(b.args))
+		}
+		plan.Tools[name] = p
+	}
+	path := filepath.Join(t.TempDir(), "plan.json")
+	must(t, os.WriteFile(path, []byte(mustJSON(plan)), 0o600))
+	return path
+}
+
+// runNode runs a script of test/mcpconformance and returns its stdout; a non-zero exit
+// fails the test with what the script said.
+func runNode(t *testing.T, dir string, env []string, args ...string) []byte {
+	t.Helper()
+	cmd := exec.Command("node", args...)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), env...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	done := make(chan error, 1)
+	must(t, cmd.Start())
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("node %s: %v\n%s", strings.Join(args, " "), err, stderr.String())
+		}
+	case <-time.After(2 * time.Minute):
+		_ = cmd.Process.Kill()
+		<-done
+		t.Fatalf("node %s did not finish in 2 minutes:\n%s", strings.Join(args, " "), stderr.String())
+	}
+	return stdout.Bytes()
+}
+
+// mcpSummary is what client.mjs prints.
+type mcpSummary struct {
+	Transport         string
+	SDKLatestProtocol string
+	ProtocolVersion   *string
+	Server            struct{ Name, Version string }
+	Capabilities      []string
+	Tools             []string
+	Calls             map[string]json.RawMessage
+	BadCalls          map[string][]struct {
+		Args    json.RawMessage
+		IsError bool
+		Text    string
+	}
+	AnsweredAfterBad int
+	Prompts          []struct {
+		Name      string
+		Arguments []string
+	}
+	Prompt struct {
+		Description string
+		Messages    []struct{ Role, Type, Text string }
+	}
+	Resources []struct {
+		URI, Name, MIMEType string
+		Contents            []struct{ URI, MIMEType, Text string }
+	}
+	ToolsOnlyToken *struct {
+		Tools       []string
+		RunAnalysis struct {
+			IsError bool
+			Text    string
+		}
+	}
+	NoToken string
+}
+
+// checkMCP holds a transport's summary to what the planted data must give.
+func checkMCP(t *testing.T, raw []byte, cases map[string]conformanceCase) mcpSummary {
+	t.Helper()
+	var s mcpSummary
+	if err := json.Unmarshal(raw, &s); err != nil {
+		t.Fatalf("client.mjs summary %q: %v", raw, err)
+	}
+	t.Run(s.Transport, func(t *testing.T) {
+		if s.Server.Name != "fathom-echo" || s.Server.Version != "0.1.0" {
+			t.Errorf("server %+v", s.Server)
+		}
+		if want := []string{"logging", "prompts", "resources", "tools"}; !reflect.DeepEqual(s.Capabilities, want) {
+			t.Errorf("capabilities %v, want %v", s.Capabilities, want)
+		}
+		var want []string
+		for name := range cases {
+			want = append(want, name)
+		}
+		sort.Strings(want)
+		if !reflect.DeepEqual(s.Tools, want) {
+			t.Errorf("tools/list %v, want %v", s.Tools, want)
+		}
+		badCount := 0
+		for name, c := range cases {
+			raw, ok := s.Calls[name]
+			if !ok {
+				t.Errorf("%s was not called", name)
+				continue
+			}
+			t.Run(name, func(t *testing.T) { c.check(t, raw) })
+			got := s.BadCalls[name]
+			wantBad := append([]badCall{{`{"no_such_argument":1}`, "invalid_argument", `unexpected additional properties ["no_such_argument"]`}}, c.bad...)
+			badCount += len(wantBad)
+			if len(got) != len(wantBad) {
+				t.Errorf("%s: %d bad calls made, want %d", name, len(got), len(wantBad))
+				continue
+			}
+			for i, b := range wantBad {
+				if !got[i].IsError || !strings.HasPrefix(got[i].Text, b.code+": ") || !strings.Contains(got[i].Text, b.says) {
+					t.Errorf("%s %s: isError %v, text %q; want an error %q saying %q", name, b.args, got[i].IsError, got[i].Text, b.code, b.says)
+				}
+			}
+		}
+		if s.AnsweredAfterBad != badCount {
+			t.Errorf("the server answered a ping after %d of %d bad calls", s.AnsweredAfterBad, badCount)
+		}
+		if len(s.Prompts) != 1 || s.Prompts[0].Name != "investigate" || fmt.Sprint(s.Prompts[0].Arguments) != "[cluster window]" {
+			t.Errorf("prompts %+v", s.Prompts)
+		}
+		if s.Prompt.Description != "First look at cluster conf" || len(s.Prompt.Messages) != 1 || s.Prompt.Messages[0].Role != "user" ||
+			!strings.HasPrefix(s.Prompt.Messages[0].Text, "You are investigating why training on cluster conf is slow, over the last 30m.") {
+			t.Errorf("investigate prompt %+v", s.Prompt)
+		}
+		if len(s.Resources) != 1 || s.Resources[0].URI != "echo://schema" || s.Resources[0].MIMEType != "text/plain" ||
+			len(s.Resources[0].Contents) != 1 || !strings.Contains(s.Resources[0].Contents[0].Text, "CREATE TABLE events (") {
+			t.Errorf("resources %+v", s.Resources)
+		}
+	})
+	return s
+}
+
+// TestThirdPartyClients holds the gateway and `fathom mcp --db` to clients Fathom did not
+// write: the official TypeScript MCP SDK (which once refused Fathom's whole tools/list),
+// the MCP Inspector's CLI, and an OpenAPI 3.1 validator with every documented route
+// called for real.
+func TestThirdPartyClients(t *testing.T) {
+	dir := conformanceDir(t)
+	tmp := t.TempDir()
+	rates := filepath.Join(tmp, "rates.yaml")
+	must(t, os.WriteFile(rates, []byte(fmt.Sprintf("rates:\n  - {provider: gcp, gpu_model: H100, usd_per_gpu_hour: %g}\n", gpuRate)), 0o600))
+	cfg := filepath.Join(tmp, "gateway.yaml")
+	must(t, os.WriteFile(cfg, []byte(conformanceYAML), 0o600))
+	db := filepath.Join(tmp, "echo.duckdb")
+	addr, otlp := collectortest.Addr(t), collectortest.Addr(t)
+	gw := collectortest.Start(t, cfg, "ECHO_DB="+db, "ECHO_RATES="+rates, "ECHO_ADDR="+addr, "ECHO_AUDIT="+filepath.Join(tmp, "audit.jsonl"),
+		"AGENT_TOKEN="+agentToken, "VIEWER_TOKEN="+viewerToken, "THROTTLED_TOKEN="+throttledToken, "OTLP_HTTP="+otlp)
+	gw.WaitHTTP(t, "http://"+addr+"/api/versions", 30*time.Second)
+
+	// Whole minutes in the past: the rollup tools read minute-aligned windows, and the
+	// default windows end now.
+	base := time.Now().UTC().Truncate(time.Minute).Add(-10 * time.Minute)
+	plant(t, otlp, base)
+	cases := conformanceCases(base)
+	plan := writePlan(t, cases)
+
+	// The official TypeScript SDK over Streamable HTTP, with bearer tokens.
+	raw := runNode(t, dir, []string{"FATHOM_PLAN=" + plan, "FATHOM_MCP_URL=http://" + addr + "/mcp",
+		"FATHOM_TOKEN=" + agentToken, "FATHOM_TOKEN_TOOLS_ONLY=" + viewerToken}, "client.mjs", "http")
+	s := checkMCP(t, raw, cases)
+	if s.ProtocolVersion == nil || *s.ProtocolVersion != s.SDKLatestProtocol {
+		t.Errorf("negotiated protocol %v, want the SDK's latest %s", s.ProtocolVersion, s.SDKLatestProtocol)
+	}
+	if v := s.ToolsOnlyToken; v == nil || !reflect.DeepEqual(v.Tools, s.Tools) || !v.RunAnalysis.IsError ||
+		v.RunAnalysis.Text != `forbidden: token lacks the scope this needs: token "viewer" lacks scope "sql"` {
+		t.Errorf("a tools-only token: %+v", v)
+	}
+	if !strings.Contains(s.NoToken, `"code":"unauthenticated"`) {
+		t.Errorf("no token: %q, want the 401's unauthenticated body", s.NoToken)
+	}
+
+	// The OpenAPI document: a 3.1 validator, then every operation called for real. The
+	// statuses each operation gave are exactly the ones the cases provoke.
+	raw = runNode(t, dir, []string{"FATHOM_PLAN=" + plan, "FATHOM_API_BASE=http://" + addr,
+		"FATHOM_TOKEN=" + agentToken, "FATHOM_TOKEN_TOOLS_ONLY=" + viewerToken, "FATHOM_TOKEN_THROTTLED=" + throttledToken}, "openapi.mjs")
+	var api struct {
+		OpenAPI    string
+		Operations map[string][]int
+	}
+	must(t, json.Unmarshal(raw, &api))
+	wantOps := map[string][]int{
+		"GET /api/versions":        {200},
+		"GET /api/v1/health":       {200, 401, 429},
+		"GET /api/v1/openapi.json": {200, 401, 429},
+		"GET /api/v1/tools/list":   {200, 401, 429},
+		"POST /api/v1/sql":         {200, 400, 401, 403, 429},
+	}
+	// A tools-only token is refused only the sql-scoped operations.
+	for name := range cases {
+		wantOps["POST /api/v1/tools/"+name] = []int{200, 400, 401, 429}
+	}
+	wantOps["POST /api/v1/tools/run_analysis"] = []int{200, 400, 401, 403, 429}
+	if api.OpenAPI != "3.1.0" || !reflect.DeepEqual(api.Operations, wantOps) {
+		t.Errorf("openapi %s operations:\n got %v\nwant %v", api.OpenAPI, api.Operations, wantOps)
+	}
+
+	// The MCP Inspector's CLI mode lists the same tools.
+	inspector := func(target ...string) []string {
+		t.Helper()
+		args := append([]string{"node_modules/@modelcontextprotocol/inspector/cli/build/cli.js", "--cli"}, target...)
+		out := runNode(t, dir, nil, append(args, "--method", "tools/list")...)
+		var list struct{ Tools []struct{ Name string } }
+		if err := json.Unmarshal(out, &list); err != nil {
+			t.Fatalf("inspector output %q: %v", out, err)
+		}
+		var names []string
+		for _, tool := range list.Tools {
+			names = append(names, tool.Name)
+		}
+		sort.Strings(names)
+		return names
+	}
+	// The token rides in argv here: a test token on a loopback gateway.
+	if got := inspector("http://"+addr+"/mcp", "--transport", "http", "--header", "Authorization: Bearer "+agentToken); !reflect.DeepEqual(got, s.Tools) {
+		t.Errorf("inspector over HTTP lists %v, want %v", got, s.Tools)
+	}
+
+	// Offline: the same client and the Inspector spawn `fathom mcp --db` on the file the
+	// gateway left.
+	if code := gw.Terminate(t, 30*time.Second); code != 0 {
+		t.Fatalf("gateway exit %d", code)
+	}
+	bin := collectortest.Binary(t)
+	raw = runNode(t, dir, []string{"FATHOM_PLAN=" + plan, "FATHOM_BIN=" + bin, "FATHOM_DB=" + db, "FATHOM_RATES=" + rates}, "client.mjs", "stdio")
+	if off := checkMCP(t, raw, cases); off.ProtocolVersion != nil {
+		t.Errorf("stdio reports an HTTP protocol header %v", *off.ProtocolVersion)
+	}
+	if got := inspector(bin, "mcp", "--db", db); !reflect.DeepEqual(got, s.Tools) {
+		t.Errorf("inspector over stdio lists %v, want %v", got, s.Tools)
+	}
+}
