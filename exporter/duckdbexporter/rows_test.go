@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"go.opentelemetry.io/collector/pdata/pcommon"
+	"go.opentelemetry.io/collector/pdata/plog"
 	"go.opentelemetry.io/collector/pdata/pmetric"
 
 	"github.com/fathom-gpu/fathom/internal/echoschema"
@@ -116,5 +117,29 @@ func TestSumAndHistogramRowsCarryTheirTemporality(t *testing.T) {
 		if r.Attributes != want[i] {
 			t.Errorf("row %d (%s): attributes %s, want %s", i, r.Name, r.Attributes, want[i])
 		}
+	}
+}
+
+// The gpuebpf receiver's fathom.node.check record (a map body, list attributes) lands
+// with its body and its lists as JSON that the Echo store's node_readiness reads back.
+func TestNodeCheckRecordKeepsItsChecksQueryable(t *testing.T) {
+	ld := plog.NewLogs()
+	rl := ld.ResourceLogs().AppendEmpty()
+	rl.Resource().Attributes().PutStr("host.name", "gpu-1")
+	lr := rl.ScopeLogs().AppendEmpty().LogRecords().AppendEmpty()
+	lr.SetEventName("fathom.node.check")
+	lr.Attributes().PutBool("fathom.node.ready", false)
+	lr.Attributes().PutEmptySlice("fathom.node.checks.failed").AppendEmpty().SetStr("privileges")
+	body := lr.Body().SetEmptyMap()
+	body.PutStr("kernel", "6.8.0")
+	c := body.PutEmptySlice("checks").AppendEmpty().SetEmptyMap()
+	c.PutStr("name", "privileges")
+	c.PutBool("ok", false)
+
+	rows := logRows(nil, ld)
+	if len(rows) != 1 || rows[0].Name != "fathom.node.check" || rows[0].Node != "gpu-1" ||
+		rows[0].Attributes != `{"fathom.node.ready":false,"fathom.node.checks.failed":["privileges"]}` ||
+		rows[0].Body != `{"checks":[{"name":"privileges","ok":false}],"kernel":"6.8.0"}` {
+		t.Fatalf("row: %+v", rows)
 	}
 }

@@ -45,6 +45,9 @@ type Report struct {
 	Ready bool `json:"ready"`
 }
 
+// BPFLoadCheck names the check that loads the programs.
+const BPFLoadCheck = "bpf_load"
+
 // Linux capability numbers (include/uapi/linux/capability.h).
 const (
 	capSysAdmin    = 21
@@ -53,8 +56,20 @@ const (
 	capBPF         = 39
 )
 
+// Options changes how the costliest check is answered.
+type Options struct {
+	// BPFLoad, when set, answers the bpf_load check instead of loading and attaching
+	// every program: a running gpuebpf receiver already knows whether its own load
+	// worked, and a second load beside it would cost a verifier pass and a second set
+	// of tracepoints each time it re-checks.
+	BPFLoad func() Check
+}
+
 // Run inspects the node. procRoot is normally /proc.
-func Run(procRoot string) Report {
+func Run(procRoot string) Report { return RunWith(procRoot, Options{}) }
+
+// RunWith inspects the node, with the bpf_load check answered as opts says.
+func RunWith(procRoot string, opts Options) Report {
 	var r Report
 	var uts unix.Utsname
 	if unix.Uname(&uts) == nil {
@@ -86,9 +101,15 @@ func Run(procRoot string) Report {
 		Fix:    "mount -t debugfs debugfs /sys/kernel/debug",
 		Impact: "nothing Fathom needs; bpftool and older tools look for tracing here", Advisory: true})
 
-	loadOK, loadDetail := tryLoad()
-	add(Check{Name: "bpf_load", OK: loadOK, Detail: loadDetail, Fix: "see the privileges and btf checks; the detail is the kernel's answer",
-		Impact: "the receiver cannot run in ebpf mode on this node"})
+	if opts.BPFLoad != nil {
+		c := opts.BPFLoad()
+		c.Name = BPFLoadCheck
+		add(c)
+	} else {
+		loadOK, loadDetail := tryLoad()
+		add(Check{Name: BPFLoadCheck, OK: loadOK, Detail: loadDetail, Fix: "see the privileges and btf checks; the detail is the kernel's answer",
+			Impact: "the receiver cannot run in ebpf mode on this node"})
+	}
 
 	mappings, err := discovery.Scan(procRoot)
 	byPath := map[string]*Library{}

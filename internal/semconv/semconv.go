@@ -36,6 +36,19 @@ const (
 	ChainFix         = "fathom.chain.fix"
 )
 
+// The node check record the gpuebpf receiver sends (a log record with event.name
+// EventNodeCheck) at start, when a check's result changes, and at least every
+// readiness.report_interval: what `fathom check` finds on the node, so that a node that
+// cannot trace is told apart from one with nothing to trace. The body holds every check
+// (name, ok, advisory, detail, impact, fix) and the kernel release.
+const (
+	EventNodeCheck   = "fathom.node.check"
+	NodeReady        = "fathom.node.ready"
+	NodeChecksFailed = "fathom.node.checks.failed"
+	NodeChecksWarned = "fathom.node.checks.warned"
+	ReceiverMode     = "fathom.receiver.mode"
+)
+
 // Data point and log attributes.
 const (
 	ThreadID          = "thread.id"
@@ -160,6 +173,10 @@ var Attributes = []Doc{
 	{ChainRootCause, "log", "", "on fathom.causal_chain records: the host cause found"},
 	{ChainSeverity, "log", "", "on fathom.causal_chain records: how much GPU time the chain cost"},
 	{ChainFix, "log", "", "on fathom.causal_chain records: what to change"},
+	{NodeReady, "log", "", "on fathom.node.check records: true when every check that matters passed, so the receiver can trace in ebpf mode"},
+	{NodeChecksFailed, "log", "", "on fathom.node.check records: names of the failed checks that make the node unready (kernel, btf, privileges, bpf_load, gpu_libraries)"},
+	{NodeChecksWarned, "log", "", "on fathom.node.check records: names of the failed advisory checks (tracefs with a uprobe PMU, debugfs)"},
+	{ReceiverMode, "log", "", "on fathom.node.check records: ebpf (real events) or synthetic (made-up events, nothing traced)"},
 	{ThreadID, "point/log", "", "thread id; on thread metrics only for threads that call CUDA"},
 	{CUDAAPIName, "point/log", "", "probed function, e.g. cudaLaunchKernel, cuMemcpyHtoD_v2"},
 	{CUDALibrary, "point/log", "", "libcudart (runtime API) or libcuda (driver API)"},
@@ -251,5 +268,6 @@ var Events = []Doc{
 	{EventCausalChain, "log", "", "a host event tied to CUDA/NCCL tail latency, with root cause and fix"},
 	{EventNCCLCollective, "log", "", "one collective or send/recv: communicator, rank, op, seq, entry and return times, bytes, peer (docs/nccl.md)"},
 	{EventNCCLCall, "log", "", "one other NCCL call: communicator setup and teardown, group start/end"},
+	{EventNodeCheck, "log", "", "what fathom check finds on the node (kernel, BTF, privileges, tracefs, BPF load, GPU libraries): at the receiver's start, when a result changes, and at least every readiness.report_interval"},
 	{EventRDMAAsync, "log", "", "a verbs asynchronous event on the node: device, type, port"},
 }

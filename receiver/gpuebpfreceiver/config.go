@@ -45,6 +45,7 @@ type Config struct {
 	Limits    LimitsConfig    `mapstructure:"limits"`
 	Synthetic SyntheticConfig `mapstructure:"synthetic"`
 	RDMA      RDMAConfig      `mapstructure:"rdma"`
+	Readiness ReadinessConfig `mapstructure:"readiness"`
 
 	_ struct{}
 }
@@ -122,6 +123,20 @@ type RDMAConfig struct {
 	PollInterval time.Duration `mapstructure:"poll_interval"`
 }
 
+// ReadinessConfig controls the fathom.node.check log record: what `fathom check` finds
+// on this node, sent so that the gateway can tell a node that cannot trace from one
+// with nothing to trace.
+type ReadinessConfig struct {
+	// Enabled sends the record (default true); it needs a logs pipeline.
+	Enabled bool `mapstructure:"enabled"`
+	// CheckInterval is how often the checks run again; a record goes out when a check's
+	// result changes.
+	CheckInterval time.Duration `mapstructure:"check_interval"`
+	// ReportInterval is the longest time between two records, changed or not, so that
+	// the newest result is always among recent data.
+	ReportInterval time.Duration `mapstructure:"report_interval"`
+}
+
 // LimitsConfig bounds every table the receiver keeps, in the kernel and in Go.
 type LimitsConfig struct {
 	// RingBufferBytes sizes the kernel-to-userspace event ring (power of two, ≥ 4 KiB).
@@ -171,6 +186,7 @@ func createDefaultConfig() *Config {
 			MaxThreadsPerProcess: 16,
 		},
 		Synthetic: SyntheticConfig{Ranks: 4, CallsPerSecond: 2000, SlowRank: -1, SlowFactor: 8},
+		Readiness: ReadinessConfig{Enabled: true, CheckInterval: 5 * time.Minute, ReportInterval: time.Hour},
 	}
 }
 
@@ -226,6 +242,9 @@ func (c *Config) Validate() error {
 	}
 	if c.RDMA.PollInterval < 100*time.Millisecond {
 		errs = append(errs, fmt.Errorf("rdma.poll_interval must be at least 100ms, got %s", c.RDMA.PollInterval))
+	}
+	if c.Readiness.Enabled {
+		errs = append(errs, c.Readiness.validate()...)
 	}
 	if rb := c.Limits.RingBufferBytes; rb < 4096 || rb&(rb-1) != 0 {
 		errs = append(errs, fmt.Errorf("limits.ring_buffer_bytes must be a power of two of at least 4096, got %d", rb))

@@ -137,6 +137,10 @@ func (c *controller) start(ctx context.Context) error {
 	c.lastEmit = pcommon.NewTimestampFromTime(time.Now())
 	c.wg.Add(1)
 	go c.emitLoop(runCtx)
+	if c.cfg.Readiness.Enabled {
+		c.wg.Add(1)
+		go c.watchReadiness(runCtx)
+	}
 	c.settings.Logger.Info("gpuebpf receiver started", zap.String("mode", c.cfg.Mode), zap.Int("probes", c.source.probeCount()))
 	return nil
 }

@@ -53,6 +53,10 @@ var schemaExamples = map[string][]schemaExample{
 		{`{` + graphWindow + `}`, "processes", 3},
 		{`{"node":"none"}`, "processes", 0},
 	},
+	"node_readiness": {
+		{`{` + readinessWindow + `}`, "nodes", 5},
+		{`{"node":"none"}`, "nodes", 0},
+	},
 	"run_analysis": {
 		{`{"sql":"SELECT node, count(*) AS n FROM events GROUP BY node ORDER BY node"}`, "rows", 8},
 		{`{"sql":"SELECT node FROM events WHERE false"}`, "rows", 0},
@@ -67,6 +71,7 @@ func TestEveryToolSchemaIsAnObjectAndEveryResultFitsIt(t *testing.T) {
 	env := plantedStore(t)
 	plantProcessActivity(t, env) // hours before plantedStore's rows: its windows do not see them
 	plantGraphActivity(t, env)
+	plantReadiness(t, env)
 	r, err := NewRegistry(env)
 	if err != nil {
 		t.Fatal(err)
