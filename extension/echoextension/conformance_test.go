@@ -199,7 +199,15 @@ func plant(t *testing.T, otlp string, base time.Time) {
 	must(t, err)
 
 	for path, body := range map[string][]byte{"/v1/metrics": metrics, "/v1/logs": logs} {
-		resp, err := http.Post("http://"+otlp+path, "application/x-protobuf", bytes.NewReader(body))
+		// The collector starts its receivers after its extensions: the API can answer
+		// before the OTLP listener is up.
+		var resp *http.Response
+		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+			resp, err = http.Post("http://"+otlp+path, "application/x-protobuf", bytes.NewReader(body))
+			if err == nil || time.Now().After(deadline) {
+				break
+			}
+		}
 		must(t, err)
 		resp.Body.Close()
 		if resp.StatusCode != http.StatusOK {

@@ -270,6 +270,11 @@ func TestEveryAPICallIsSeenOnceWithItsArguments(t *testing.T) {
 	if err != nil || drops["ringbuf_full"] != 0 || drops["call_stats_full"] != 0 {
 		t.Errorf("drops %v err %v", drops, err)
 	}
+	// Uprobes run in the calling thread, never in an interrupt, and the host programs
+	// were not nested on this quiet a node: no run was skipped.
+	if n, ok := drops["program_recursion"]; !ok || n != 0 {
+		t.Errorf("program_recursion %d (reported %v), want 0", n, ok)
+	}
 }
 
 // checkCallStats compares the kernel's statistics of pid with the records of every call

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"reflect"
 	"time"
 	"unsafe"
 
@@ -48,7 +49,8 @@ func (p *Probes) Drops() (map[string]uint64, error) {
 		uint32(cudaDropReasonDROP_TRACED_SET_FULL): "traced_set_full",
 		uint32(cudaDropReasonDROP_CALL_STATS_FULL): "call_stats_full",
 	}
-	out := make(map[string]uint64, len(names))
+	out := make(map[string]uint64, len(names)+1)
+	out["program_recursion"] = p.recursionMisses()
 	for reason, name := range names {
 		var perCPU []uint64
 		if err := p.cuda.Drops.Lookup(reason, &perCPU); err != nil {
@@ -59,6 +61,28 @@ func (p *Probes) Drops() (map[string]uint64, error) {
 		}
 	}
 	return out, nil
+}
+
+// recursionMisses sums the runs the kernel skipped because the same program was
+// already running on that CPU: a tracepoint that fires in an interrupt while its
+// program runs in the interrupted context (a block completion in hard IRQ over one in
+// softirq, a page allocation in an interrupt). What the skipped run would have counted
+// is lost, so it is a drop.
+func (p *Probes) recursionMisses() uint64 {
+	var n uint64
+	for _, progs := range []any{p.cuda.cudaPrograms, p.host.hostPrograms, p.nccl.ncclPrograms, p.rdma.rdmaPrograms, p.libmap.libmapPrograms} {
+		v := reflect.ValueOf(progs)
+		for i := 0; i < v.NumField(); i++ {
+			prog, ok := v.Field(i).Interface().(*ebpf.Program)
+			if !ok || prog == nil {
+				continue
+			}
+			if st, err := prog.Stats(); err == nil {
+				n += st.RecursionMisses
+			}
+		}
+	}
+	return n
 }
 
 // HostAggregates are the in-kernel aggregates of the host family, as totals since load.
