@@ -389,6 +389,24 @@ func conformanceCases(base time.Time) map[string]conformanceCase {
 				}
 			},
 		},
+		"node_readiness": {
+			args: `{"cluster":"conf",` + window + `}`,
+			bad:  []badCall{{`{"limit":0}`, "invalid_argument", "limit"}},
+			check: func(t *testing.T, raw json.RawMessage) {
+				// The planted nodes send data but no node-check records.
+				got := decode[tools.NodeReadinessOutput](t, raw)
+				if got.Since != base.Format(time.RFC3339Nano) || got.Until != base.Add(5*time.Minute).Format(time.RFC3339Nano) ||
+					got.Counts != (tools.ReadinessCounts{NoCheckRecord: 4}) || len(got.Nodes) != 4 || got.Truncated {
+					t.Fatalf("node_readiness: %+v", got)
+				}
+				for i, n := range got.Nodes {
+					if n.Cluster != "conf" || n.Node != fmt.Sprintf("node-%d", i) || n.Status != "no_check_record" || !n.DataSeen ||
+						n.LastDataMinute != base.Format(time.RFC3339Nano) || len(n.Checks) != 0 {
+						t.Errorf("node_readiness node %d: %+v", i, n)
+					}
+				}
+			},
+		},
 		"run_analysis": {
 			args: mustJSON(map[string]string{"sql": plantedSQL}),
 			bad: []badCall{
