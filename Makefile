@@ -16,13 +16,15 @@ BUILD_DIR := build
 all: build
 
 # What a fresh machine lacks for the BPF build and the privileged tests: clang-19 and
-# libbpf headers from Debian, and a mounted tracefs. Does nothing when all is present.
+# libbpf headers from Debian, a mounted tracefs, and bpffs (where kernel state is
+# pinned). Does nothing when all is present.
 deps:
 	@if ! command -v $(CLANG) >/dev/null || ! command -v bpftool >/dev/null || [ ! -e /usr/include/bpf/bpf_helpers.h ]; then \
 	  echo "installing clang-19 llvm-19 libbpf-dev bpftool"; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq clang-19 llvm-19 libbpf-dev bpftool >/dev/null; \
 	fi
 	@if [ "$$(id -u)" = 0 ] && [ ! -e /sys/kernel/tracing/events ]; then mount -t tracefs tracefs /sys/kernel/tracing; fi
+	@if [ "$$(id -u)" = 0 ] && [ "$$(stat -f -c %T /sys/fs/bpf 2>/dev/null)" != bpf_fs ]; then mount -t bpf bpf /sys/fs/bpf; fi
 
 # go build is incremental: after a one-line change only the touched packages and the
 # link are redone; nothing here downloads modules or reruns ocb.

@@ -5,6 +5,7 @@ package privtest
 
 import (
 	"os"
+	"syscall"
 	"testing"
 )
 
@@ -36,3 +37,21 @@ func exists(path string) bool {
 	_, err := os.Stat(path)
 	return err == nil
 }
+
+// RequireBPFFS is Require, and a bpf file system at /sys/fs/bpf, where kernel state is
+// pinned.
+func RequireBPFFS(t testing.TB) {
+	t.Helper()
+	Require(t)
+	var st syscall.Statfs_t
+	if syscall.Statfs("/sys/fs/bpf", &st) == nil && st.Type == bpfFSMagic {
+		return
+	}
+	const missing = "bpffs at /sys/fs/bpf (mount -t bpf bpf /sys/fs/bpf)"
+	if os.Getenv(EnvRequire) == "1" {
+		t.Fatalf("this test needs %s, and %s=1 makes that a failure", missing, EnvRequire)
+	}
+	t.Skipf("needs %s; set %s=1 to make this a failure", missing, EnvRequire)
+}
+
+const bpfFSMagic = 0xcafe4a11 // BPF_FS_MAGIC, linux/magic.h

@@ -17,7 +17,12 @@ func (p *Probes) loadFabric(opts Options, shared map[string]*ebpf.Map) error {
 	if err := ncclSpec.Variables["trace_all"].Set(opts.TraceAllCUDA); err != nil {
 		return fmt.Errorf("configure trace_all: %w", err)
 	}
-	if err := ncclSpec.LoadAndAssign(&p.nccl, &ebpf.CollectionOptions{MapReplacements: present(ncclSpec, shared)}); err != nil {
+	p.setUprobeAttachType(ncclSpec)
+	ncclOpts, err := p.state.pin("nccl", ncclSpec, shared)
+	if err != nil {
+		return err
+	}
+	if err := ncclSpec.LoadAndAssign(&p.nccl, ncclOpts); err != nil {
 		return explainLoadError("nccl probes", err)
 	}
 	rdmaSpec, err := loadRdma()
@@ -25,7 +30,13 @@ func (p *Probes) loadFabric(opts Options, shared map[string]*ebpf.Map) error {
 		p.nccl.Close()
 		return err
 	}
-	if err := rdmaSpec.LoadAndAssign(&p.rdma, &ebpf.CollectionOptions{MapReplacements: present(rdmaSpec, shared)}); err != nil {
+	p.setUprobeAttachType(rdmaSpec)
+	rdmaOpts, err := p.state.pin("rdma", rdmaSpec, shared)
+	if err != nil {
+		p.nccl.Close()
+		return err
+	}
+	if err := rdmaSpec.LoadAndAssign(&p.rdma, rdmaOpts); err != nil {
 		p.nccl.Close()
 		return explainLoadError("rdma probes", err)
 	}

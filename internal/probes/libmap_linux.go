@@ -15,7 +15,11 @@ func (p *Probes) loadLibraryMaps(shared map[string]*ebpf.Map) error {
 	if err != nil {
 		return err
 	}
-	if err := spec.LoadAndAssign(&p.libmap, &ebpf.CollectionOptions{MapReplacements: present(spec, shared)}); err != nil {
+	opts, err := p.state.pin("libmap", spec, shared)
+	if err != nil {
+		return err
+	}
+	if err := spec.LoadAndAssign(&p.libmap, opts); err != nil {
 		return explainLoadError("library map watchers", err)
 	}
 	return nil
@@ -38,5 +42,6 @@ func (p *Probes) AttachLibraryMaps() error {
 		return fmt.Errorf("attach syscalls/sys_exit_mmap: %w", err)
 	}
 	p.links = append(p.links, enter, exit)
+	p.probes += 2
 	return nil
 }

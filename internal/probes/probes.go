@@ -7,11 +7,13 @@ import (
 	"fmt"
 	"os"
 	"reflect"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
 
 	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/features"
 	"github.com/cilium/ebpf/link"
 	"github.com/cilium/ebpf/ringbuf"
 	"github.com/cilium/ebpf/rlimit"
@@ -31,6 +33,9 @@ type Options struct {
 	// ProcSlots limits how many processes get call statistics in the kernel (1 to
 	// ProcSlots; 0 means all): the calls of further processes go out as records.
 	ProcSlots uint32
+	// PinDir, when set, keeps the kernel's state pinned in this bpffs directory, and
+	// adopts the state a previous collector of the same build left there (Adopted).
+	PinDir string
 }
 
 // Probes is the loaded BPF programs and their links. One Probes serves a whole host.
@@ -43,15 +48,24 @@ type Probes struct {
 	rdma         rdmaObjects
 	libmap       libmapObjects
 
-	mu          sync.Mutex
-	links       []link.Link
-	attached    map[fileID]LibraryAttachment
-	hostLinks   int
+	mu        sync.Mutex
+	links     []link.Link
+	attached  map[fileID]LibraryAttachment
+	hostLinks int
+	// probes counts attached probes (a uprobe_multi link holds many).
+	probes int
+	// multi: uprobes attach as uprobe_multi links (Linux 6.6+): one link and one
+	// system call per program and library instead of one per function, and one RCU
+	// grace period to detach them instead of one per probe (~85 ms each here).
+	multi       bool
 	reader      *ringbuf.Reader
 	callStats   *ebpf.Memory // call_stats_table, mapped
 	procSlots   *ebpf.Memory // proc_slots, mapped
 	pollTimeout time.Duration
 	baseline    bool
+	state       *kernelState // nil: nothing pinned
+	// adoptedBase holds the adopted kernel totals, which the readers subtract.
+	adoptedBase *adoptedTotals
 }
 
 // LibraryAttachment says what was attached to one library file.
@@ -97,8 +111,19 @@ func Load(opts Options) (*Probes, error) {
 	if err := cudaSpec.Variables["duration_bounds"].Set(durationBounds); err != nil {
 		return nil, fmt.Errorf("configure duration_bounds: %w", err)
 	}
-	p := &Probes{attached: map[fileID]LibraryAttachment{}, pollTimeout: 10 * time.Millisecond, baseline: opts.Baseline}
-	if err := cudaSpec.LoadAndAssign(&p.cuda, nil); err != nil {
+	p := &Probes{attached: map[fileID]LibraryAttachment{}, pollTimeout: 10 * time.Millisecond, baseline: opts.Baseline,
+		multi: features.HaveBPFLinkUprobeMulti() == nil}
+	if opts.PinDir != "" {
+		if p.state, err = openKernelState(opts); err != nil {
+			return nil, err
+		}
+	}
+	cudaOpts, err := p.state.pin("cuda", cudaSpec, nil)
+	if err != nil {
+		return nil, err
+	}
+	p.setUprobeAttachType(cudaSpec)
+	if err := cudaSpec.LoadAndAssign(&p.cuda, cudaOpts); err != nil {
 		return nil, explainLoadError("cuda probes", err)
 	}
 	hostSpec, err := loadHost()
@@ -113,7 +138,12 @@ func Load(opts Options) (*Probes, error) {
 		"drops":          p.cuda.Drops,
 		"thread_calls":   p.cuda.ThreadCalls,
 	}
-	if err := hostSpec.LoadAndAssign(&p.host, &ebpf.CollectionOptions{MapReplacements: shared}); err != nil {
+	hostOpts, err := p.state.pin("host", hostSpec, shared)
+	if err != nil {
+		p.cuda.Close()
+		return nil, err
+	}
+	if err := hostSpec.LoadAndAssign(&p.host, hostOpts); err != nil {
 		p.cuda.Close()
 		return nil, explainLoadError("host probes", err)
 	}
@@ -146,6 +176,12 @@ func Load(opts Options) (*Probes, error) {
 		p.Close()
 		return nil, fmt.Errorf("open event ring: %w", err)
 	}
+	if p.Adopted() {
+		if err := p.snapshotAdopted(); err != nil {
+			p.Close()
+			return nil, fmt.Errorf("read the adopted kernel state: %w", err)
+		}
+	}
 	return p, nil
 }
 
@@ -160,6 +196,11 @@ func explainLoadError(what string, err error) error {
 	}
 	return fmt.Errorf("load %s: %w", what, err)
 }
+
+// Adopted says whether the kernel state was adopted from a previous collector (see
+// Options.PinDir): the traced set, communicators and call statistics it holds predate
+// this collector.
+func (p *Probes) Adopted() bool { return p.state != nil && p.state.adopted }
 
 // HostTracepoints names the host tracepoints in the order hostPrograms lists them.
 var HostTracepoints = []string{
@@ -201,6 +242,7 @@ func (p *Probes) AttachHost() error {
 		}
 		p.links = append(p.links, l)
 		p.hostLinks++
+		p.probes++
 	}
 	return nil
 }
@@ -233,37 +275,125 @@ func (p *Probes) AttachLibrary(path string, lib Library) (att LibraryAttachment,
 		return att, false, err
 	}
 	att = LibraryAttachment{Path: path, Library: lib}
-	var added []link.Link
+	var defined []attachPoint
+	offsets := map[string]uint64{}
 	for _, pt := range points {
-		offset, defined := syms[pt.symbol]
-		if !defined {
+		offset, ok := syms[pt.symbol]
+		if !ok {
 			att.Missing = append(att.Missing, pt.symbol)
 			continue
 		}
-		entry, err := ex.Uprobe(pt.symbol, pt.entry, &link.UprobeOptions{Offset: offset, Cookie: pt.cookie})
-		if err != nil {
-			closeAll(added)
-			return att, false, fmt.Errorf("uprobe %s in %s: %w", pt.symbol, path, err)
-		}
-		// The return probe goes on the symbol itself: it only replaces the return
-		// address, which is the same wherever in the prologue it is taken.
-		ret, err := ex.Uretprobe(pt.symbol, pt.ret, &link.UprobeOptions{Offset: offset, Cookie: pt.cookie})
-		if err != nil {
-			closeAll(append(added, entry))
-			return att, false, fmt.Errorf("uretprobe %s in %s: %w", pt.symbol, path, err)
-		}
-		added = append(added, entry, ret)
+		defined = append(defined, pt)
+		offsets[pt.symbol] = offset
 		att.APIs = append(att.APIs, pt.symbol)
 	}
+	attach := p.attachEach
+	if p.multi {
+		attach = p.attachMulti
+	}
+	added, err := attach(ex, defined, offsets)
+	if err != nil {
+		closeAll(added)
+		return LibraryAttachment{Path: path, Library: lib}, false, fmt.Errorf("%s: %w", path, err)
+	}
+	p.probes += 2 * len(defined)
 	p.links = append(p.links, added...)
 	p.attached[id] = att
 	return att, true, nil
 }
 
-func closeAll(links []link.Link) {
-	for _, l := range links {
-		_ = l.Close()
+// closeAll detaches links all at once. Each uprobe's detach waits out a grace period
+// of its own (about 100 ms here), so one after the other a collector with a hundred
+// probes took ten seconds to stop, which a restart under a running job pays in calls
+// not seen; concurrent detaches share their grace periods.
+// attachEach attaches an entry and a return probe per function, each its own link. It
+// returns what it attached, also on error, for the caller to close.
+func (p *Probes) attachEach(ex *link.Executable, points []attachPoint, offsets map[string]uint64) ([]link.Link, error) {
+	var added []link.Link
+	for _, pt := range points {
+		entry, err := ex.Uprobe(pt.symbol, pt.entry, &link.UprobeOptions{Offset: offsets[pt.symbol], Cookie: pt.cookie})
+		if err != nil {
+			return added, fmt.Errorf("uprobe %s: %w", pt.symbol, err)
+		}
+		added = append(added, entry)
+		// The return probe goes on the symbol itself: it only replaces the return
+		// address, which is the same wherever in the prologue it is taken.
+		ret, err := ex.Uretprobe(pt.symbol, pt.ret, &link.UprobeOptions{Offset: offsets[pt.symbol], Cookie: pt.cookie})
+		if err != nil {
+			return added, fmt.Errorf("uretprobe %s: %w", pt.symbol, err)
+		}
+		added = append(added, ret)
 	}
+	return added, nil
+}
+
+// attachMulti attaches one uprobe_multi link per entry program and one per return
+// program, each covering every function that program serves, with the function's
+// cookie and offset (past its endbr64, see readSymbols).
+func (p *Probes) attachMulti(ex *link.Executable, points []attachPoint, offsets map[string]uint64) ([]link.Link, error) {
+	type group struct {
+		prog             *ebpf.Program
+		ret              bool
+		symbols          []string
+		offsets, cookies []uint64
+	}
+	var groups []*group
+	find := func(prog *ebpf.Program, ret bool) *group {
+		for _, g := range groups {
+			if g.prog == prog && g.ret == ret {
+				return g
+			}
+		}
+		g := &group{prog: prog, ret: ret}
+		groups = append(groups, g)
+		return g
+	}
+	for _, pt := range points {
+		for _, g := range []*group{find(pt.entry, false), find(pt.ret, true)} {
+			g.symbols = append(g.symbols, pt.symbol)
+			g.offsets = append(g.offsets, offsets[pt.symbol])
+			g.cookies = append(g.cookies, pt.cookie)
+		}
+	}
+	var added []link.Link
+	for _, g := range groups {
+		opts := &link.UprobeMultiOptions{Offsets: g.offsets, Cookies: g.cookies}
+		attach, kind := ex.UprobeMulti, "uprobe"
+		if g.ret {
+			attach, kind = ex.UretprobeMulti, "uretprobe"
+		}
+		l, err := attach(g.symbols, g.prog, opts)
+		if err != nil {
+			return added, fmt.Errorf("%s_multi %v: %w", kind, g.symbols, err)
+		}
+		added = append(added, l)
+	}
+	return added, nil
+}
+
+// setUprobeAttachType readies spec's uprobe programs for uprobe_multi links when the
+// kernel has them: the kernel checks the attach type a program was loaded with.
+func (p *Probes) setUprobeAttachType(spec *ebpf.CollectionSpec) {
+	if !p.multi {
+		return
+	}
+	for _, prog := range spec.Programs {
+		if prog.Type == ebpf.Kprobe && (strings.HasPrefix(prog.SectionName, "uprobe") || strings.HasPrefix(prog.SectionName, "uretprobe")) {
+			prog.AttachType = ebpf.AttachTraceUprobeMulti
+		}
+	}
+}
+
+func closeAll(links []link.Link) {
+	var wg sync.WaitGroup
+	for _, l := range links {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_ = l.Close()
+		}()
+	}
+	wg.Wait()
 }
 
 // IsAttached says whether the library file with this device and inode (as stat(2)
@@ -286,11 +416,11 @@ func (p *Probes) Attached() []LibraryAttachment {
 	return out
 }
 
-// ProbeCount is the number of attached links (uprobes, uretprobes, tracepoints).
+// ProbeCount is the number of attached probes (uprobes, uretprobes, tracepoints).
 func (p *Probes) ProbeCount() int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return len(p.links)
+	return p.probes
 }
 
 // TracePID adds a process to the traced set (its host events are recorded; with

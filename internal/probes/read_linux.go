@@ -50,6 +50,7 @@ func (p *Probes) Drops() (map[string]uint64, error) {
 		uint32(cudaDropReasonDROP_CALL_STATS_FULL): "call_stats_full",
 	}
 	out := make(map[string]uint64, len(names)+1)
+	// Programs are new with each collector: their misses need no adopted base.
 	out["program_recursion"] = p.recursionMisses()
 	for reason, name := range names {
 		var perCPU []uint64
@@ -58,6 +59,11 @@ func (p *Probes) Drops() (map[string]uint64, error) {
 		}
 		for _, n := range perCPU {
 			out[name] += n
+		}
+		if base := p.adoptedBase; base != nil {
+			base.mu.Lock()
+			out[name] -= base.drops[name]
+			base.mu.Unlock()
 		}
 	}
 	return out, nil
@@ -127,6 +133,11 @@ func (p *Probes) ReadHostAggregates() (HostAggregates, error) {
 	for it.Next(&pid, &pages) {
 		agg.PagesByPID[pid] = pages
 	}
+	if base := p.adoptedBase; base != nil {
+		base.mu.Lock()
+		agg.subtract(&base.host)
+		base.mu.Unlock()
+	}
 	return agg, it.Err()
 }
 
@@ -137,6 +148,11 @@ func (p *Probes) ReadHostAggregates() (HostAggregates, error) {
 // carried it: the kernel keeps totals by pid, and a process that reuses the pid must
 // start from zero.
 func (p *Probes) ForgetPageAllocs(pid uint32) error {
+	if base := p.adoptedBase; base != nil {
+		base.mu.Lock()
+		delete(base.host.PagesByPID, pid)
+		base.mu.Unlock()
+	}
 	if err := p.host.PageAllocs.Delete(pid); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
 		return err
 	}
@@ -158,6 +174,15 @@ func (p *Probes) ReadCallStats(dst []ProcessCallStats) ([]ProcessCallStats, erro
 		if _, err := p.callStats.ReadAt(asBytes(s.ByAPI[:]), slotOffset(s.slot)); err != nil {
 			return dst, fmt.Errorf("read call statistics: %w", err)
 		}
+		if base := p.adoptedBase; base != nil {
+			base.mu.Lock()
+			if adopted := base.calls[s.slot]; adopted != nil {
+				for api := range s.ByAPI {
+					s.ByAPI[api].subtract(&adopted[api])
+				}
+			}
+			base.mu.Unlock()
+		}
 	}
 	return dst, nil
 }
@@ -165,6 +190,11 @@ func (p *Probes) ReadCallStats(dst []ProcessCallStats) ([]ProcessCallStats, erro
 // ReleaseCallStats gives an exited process's slot back, once its last counts have been
 // read: its statistics are zeroed first, so the next owner starts from nothing.
 func (p *Probes) ReleaseCallStats(s *ProcessCallStats) error {
+	if base := p.adoptedBase; base != nil {
+		base.mu.Lock()
+		delete(base.calls, s.slot)
+		base.mu.Unlock()
+	}
 	var zero [APICount]CallStats
 	if _, err := p.callStats.WriteAt(asBytes(zero[:]), slotOffset(s.slot)); err != nil {
 		return fmt.Errorf("zero call statistics: %w", err)
