@@ -161,6 +161,7 @@ func newRoleEnv(t *testing.T, extra ...string) roleEnv {
 		"FATHOM_HEALTH_ENDPOINT=" + r.health,
 		"FATHOM_ZPAGES_ENDPOINT=" + r.zpages,
 		"FATHOM_TELEMETRY_PORT=" + r.telemetry,
+		"FATHOM_PIN_DIR=" + collectortest.PinDir(t),
 	}, append(echoEnv(t), extra...)...)
 	return r
 }

@@ -194,3 +194,13 @@ func syncFile(path string) error {
 	defer f.Close()
 	return f.Sync()
 }
+
+// PinDir returns a bpffs directory of the test's own for a node collector's pinned
+// kernel state (kernel_state.pin_dir), removed with what it holds when the test ends:
+// collectors of different tests must not adopt each other's state.
+func PinDir(t testing.TB) string {
+	t.Helper()
+	dir := fmt.Sprintf("/sys/fs/bpf/fathom-test-%d-%d", os.Getpid(), time.Now().UnixNano())
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	return dir
+}

@@ -3,24 +3,16 @@
 package probes_test
 
 import (
-	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
 	"time"
 
+	"github.com/fathom-gpu/fathom/internal/collectortest"
 	"github.com/fathom-gpu/fathom/internal/fakegpu"
 	"github.com/fathom-gpu/fathom/internal/privtest"
 	"github.com/fathom-gpu/fathom/internal/probes"
 )
-
-// pinDir is a bpffs directory of the test's own, removed with whatever it holds.
-func pinDir(t *testing.T) string {
-	t.Helper()
-	dir := fmt.Sprintf("/sys/fs/bpf/fathom-test-%d-%d", os.Getpid(), time.Now().UnixNano())
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	return dir
-}
 
 func loadPinned(t *testing.T, paths fakegpu.Paths, opts probes.Options) *probes.Probes {
 	t.Helper()
@@ -49,7 +41,7 @@ func loadPinned(t *testing.T, paths fakegpu.Paths, opts probes.Options) *probes.
 func TestKernelStateOutlivesTheCollector(t *testing.T) {
 	privtest.RequireBPFFS(t)
 	paths := fakegpu.Build(t)
-	opts := probes.Options{PinDir: pinDir(t)}
+	opts := probes.Options{PinDir: collectortest.PinDir(t)}
 	const ranks, hold = 4, 5 * time.Second
 
 	first := loadPinned(t, paths, opts)
@@ -144,7 +136,7 @@ func TestKernelStateOutlivesTheCollector(t *testing.T) {
 func TestKernelStateOfOtherOptionsIsNotAdopted(t *testing.T) {
 	privtest.RequireBPFFS(t)
 	paths := fakegpu.Build(t)
-	dir := pinDir(t)
+	dir := collectortest.PinDir(t)
 	first := loadPinned(t, paths, probes.Options{PinDir: dir})
 	if err := first.TracePID(uint32(os.Getpid())); err != nil {
 		t.Fatal(err)

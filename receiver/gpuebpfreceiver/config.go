@@ -3,6 +3,7 @@ package gpuebpfreceiver
 import (
 	"errors"
 	"fmt"
+	"path/filepath"
 	"time"
 )
 
@@ -46,8 +47,21 @@ type Config struct {
 	Synthetic SyntheticConfig `mapstructure:"synthetic"`
 	RDMA      RDMAConfig      `mapstructure:"rdma"`
 	Readiness ReadinessConfig `mapstructure:"readiness"`
+	// KernelState keeps what the kernel knows across collector restarts.
+	KernelState KernelStateConfig `mapstructure:"kernel_state"`
 
 	_ struct{}
+}
+
+// KernelStateConfig says where the BPF maps are pinned so that the next collector on
+// the node (a DaemonSet rolling update, a crash) adopts them: the traced set, NCCL
+// communicators and sequence numbers, calls in flight. Only the state of the same
+// build and settings is adopted. Off by default: several node collectors on one host
+// (tests, the demo) need a directory each.
+type KernelStateConfig struct {
+	// PinDir is a directory on a bpf file system, e.g. /sys/fs/bpf/fathom; "" pins
+	// nothing.
+	PinDir string `mapstructure:"pin_dir"`
 }
 
 // TargetsConfig says which processes are traced.
@@ -213,6 +227,9 @@ func (c *Config) Validate() error {
 		if pid <= 0 {
 			errs = append(errs, fmt.Errorf("targets.pids: %d is not a process id", pid))
 		}
+	}
+	if c.KernelState.PinDir != "" && !filepath.IsAbs(c.KernelState.PinDir) {
+		errs = append(errs, fmt.Errorf("kernel_state.pin_dir must be an absolute path on a bpf file system (e.g. /sys/fs/bpf/fathom), got %q", c.KernelState.PinDir))
 	}
 	if c.Discovery.ProcRoot == "" {
 		errs = append(errs, errors.New("discovery.proc_root must not be empty (the host's /proc, e.g. /proc or /host/proc)"))

@@ -19,7 +19,7 @@ func TestLoadConfig(t *testing.T) {
 		t.Fatal(err)
 	}
 	if def.Mode != ModeEBPF || def.CollectionInterval != 10*time.Second || !def.Targets.All || def.Logs.Policy != LogsNotable ||
-		!def.Discovery.AttachOnMap {
+		!def.Discovery.AttachOnMap || def.KernelState.PinDir != "" {
 		t.Errorf("defaults: %+v", def)
 	}
 
@@ -29,7 +29,7 @@ func TestLoadConfig(t *testing.T) {
 	}
 	if custom.Temporality != TemporalityDelta || custom.ClusterName != "train-a" || custom.Targets.All ||
 		len(custom.Targets.PIDs) != 1 || custom.Targets.PIDs[0] != 4242 || custom.Discovery.ProcRoot != "/host/proc" ||
-		custom.Discovery.AttachOnMap ||
+		custom.Discovery.AttachOnMap || custom.KernelState.PinDir != "/sys/fs/bpf/fathom" ||
 		custom.Logs.MaxPerSecond != 50 || custom.Logs.OutlierMinDuration != 5*time.Millisecond ||
 		custom.Limits.RingBufferBytes != 16<<20 || custom.Limits.MaxProcesses != 64 ||
 		custom.Logs.NCCL != (NCCLLogsConfig{SampleEvery: 4, MaxPerSecond: 2000}) ||
@@ -51,7 +51,8 @@ func TestInvalidConfigsSayWhatIsWrong(t *testing.T) {
 	cases := map[string][]string{
 		"bad_mode": {`mode must be "ebpf" or "synthetic", not "kprobe"`},
 		"bad_limits": {"with all: false, name at least one of pids or cgroups", `logs.policy must be "all", "notable" or "none", not "some"`, "limits.ring_buffer_bytes must be a power of two of at least 4096, got 5000",
-			"logs.nccl.sample_every must be at least 1", "rdma.poll_interval must be at least 100ms, got 1ms"},
+			"logs.nccl.sample_every must be at least 1", "rdma.poll_interval must be at least 100ms, got 1ms",
+			`kernel_state.pin_dir must be an absolute path on a bpf file system (e.g. /sys/fs/bpf/fathom), got "fathom"`},
 	}
 	for name, wants := range cases {
 		_, err := loadConfig(t, name)

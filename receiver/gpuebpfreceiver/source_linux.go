@@ -49,12 +49,17 @@ func newEBPFSource(cfg *Config, logger *zap.Logger) (eventSource, error) {
 	p, err := probes.Load(probes.Options{
 		TraceAllCUDA:    cfg.Targets.All,
 		RingBufferBytes: cfg.Limits.RingBufferBytes,
+		PinDir:          cfg.KernelState.PinDir,
 	})
 	if errors.Is(err, probes.ErrPrivileges) {
 		return nil, fmt.Errorf("gpuebpf: cannot load BPF programs without privileges: run the collector as root, or grant it with `setcap cap_bpf,cap_perfmon,cap_sys_resource,cap_sys_ptrace,cap_dac_read_search+ep %s` (or securityContext.capabilities in Kubernetes); or use mode: synthetic", executable())
 	}
 	if err != nil {
 		return nil, fmt.Errorf("gpuebpf: %w", err)
+	}
+	if p.Adopted() {
+		logger.Info("adopted the kernel state a previous collector left: traced processes, NCCL communicators and calls in flight carry on; counts start now",
+			zap.String("pin_dir", cfg.KernelState.PinDir))
 	}
 	s := &ebpfSource{cfg: cfg, logger: logger, probes: p, cgroupRoot: procinfo.CgroupV2Mount(cfg.Discovery.CgroupRoot),
 		cgroupIDs: map[uint64]bool{}, rescan: make(chan uint32, execRescanQueue),

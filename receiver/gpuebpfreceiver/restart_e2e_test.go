@@ -1,0 +1,101 @@
+//go:build linux
+
+package gpuebpfreceiver_test
+
+import (
+	"encoding/hex"
+	"fmt"
+	"hash/fnv"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fathom-gpu/fathom/internal/collectortest"
+	"github.com/fathom-gpu/fathom/internal/fakegpu"
+	"github.com/fathom-gpu/fathom/internal/privtest"
+	"github.com/fathom-gpu/fathom/internal/semconv"
+)
+
+// The node collector is restarted (SIGTERM, then a new process on the same config, as
+// a DaemonSet rolling update does) in the middle of a 4-rank job, while rank 0 is held
+// before its last all-reduce and ranks 1-3 wait inside theirs. The new collector
+// adopts the pinned kernel state: the ranks' all-reduces after the restart are on the
+// communicator the job set up before it, and the two collectors' counts add up exactly
+// to the job's: 10 all-reduces each before, 1 after.
+func TestRestartMidJobKeepsTheCommunicatorAndTheCounts(t *testing.T) {
+	privtest.RequireBPFFS(t)
+	paths := fakegpu.Build(t)
+	const ranks, steps, hold = 4, 11, 8 * time.Second
+	config := nodeConfig(fmt.Sprintf("collection_interval: 300ms\nlogs:\n  policy: none\nkernel_state:\n  pin_dir: %s", collectortest.PinDir(t)), false)
+
+	run := fakegpu.StartDDP(t, paths, fakegpu.DDPOptions{
+		Ranks: ranks, Steps: steps, KernelTime: 10 * time.Microsecond, Gate: true,
+		Slow: &fakegpu.Slowness{Rank: 0, Delay: hold, FromStep: steps - 1, Mode: "barrier"},
+	})
+	firstSink, first := startNodeCollector(t, config)
+	if strings.Contains(first.Output(), "adopted the kernel state") {
+		t.Fatalf("the first collector adopted state from an empty pin directory:\n%s", first.Output())
+	}
+	if err := run.Release(); err != nil {
+		t.Fatal(err)
+	}
+	// The series carry the communicator; before the job's report it is known only as
+	// whatever the first collector exported: the same for every rank.
+	allReduces := func(v processView) (int64, string) {
+		for key, p := range v.series {
+			if strings.HasPrefix(key, semconv.MetricNCCLCalls+"{") && strings.Contains(key, semconv.NCCLOp+"=all_reduce") {
+				return p.value, key
+			}
+		}
+		return 0, ""
+	}
+	before := map[int]string{}
+	for _, r := range run.Ranks {
+		v := waitFor(t, firstSink, r.Pid, "the all-reduces before the hold", func(v processView) bool {
+			n, _ := allReduces(v)
+			return n == steps-1
+		})
+		_, before[r.Pid] = allReduces(v)
+	}
+
+	stoppedAt := time.Now()
+	if code := first.Terminate(t, 30*time.Second); code != 0 {
+		t.Fatalf("first collector exit code %d", code)
+	}
+	secondSink, second := startNodeCollector(t, config)
+	restart := time.Since(stoppedAt)
+	t.Logf("restarted in %s", restart.Round(time.Millisecond))
+	if restart > hold/2 {
+		t.Fatalf("the restart took %s, too close to rank 0's hold of %s for the test to mean anything", restart, hold)
+	}
+	if !strings.Contains(second.Output(), "adopted the kernel state") {
+		t.Errorf("the second collector did not say it adopted the kernel state:\n%s", second.Output())
+	}
+
+	reports, err := run.Wait(time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, _ := hex.DecodeString(reports[0].UniqueID)
+	h := fnv.New64a()
+	h.Write(raw)
+	comm := fmt.Sprintf("%016x", h.Sum64())
+	for _, r := range reports {
+		series := seriesKey(semconv.MetricNCCLCalls, attrs(semconv.NCCLCommID, comm, semconv.NCCLOp, "all_reduce",
+			semconv.NCCLRank, strconv.Itoa(r.Rank), semconv.NCCLNRanks, strconv.Itoa(ranks)))
+		if before[r.Pid] != series {
+			t.Errorf("rank %d before the restart: %s, want %s", r.Rank, before[r.Pid], series)
+		}
+		v := waitFor(t, secondSink, r.Pid, "the last all-reduce", func(v processView) bool { return v.series[series].value == 1 })
+		if n, key := allReduces(v); n != 1 || key != series {
+			t.Errorf("rank %d after the restart: %d all-reduces on %s, want 1 on %s", r.Rank, n, key, series)
+		}
+		if r.Calls["ncclAllReduce"] != steps {
+			t.Errorf("rank %d made %d all-reduces, want %d", r.Rank, r.Calls["ncclAllReduce"], steps)
+		}
+	}
+	if code := second.Terminate(t, 30*time.Second); code != 0 {
+		t.Fatalf("second collector exit code %d", code)
+	}
+}
