@@ -40,7 +40,7 @@ func openKernelState(opts Options) (*kernelState, error) {
 		h.Write(b)
 	}
 	// The options baked into the programs (constants, map sizes) belong to the state.
-	fmt.Fprintf(h, "trace_all=%v ring=%d slots=%d baseline=%v", opts.TraceAllCUDA, opts.RingBufferBytes, opts.ProcSlots, opts.Baseline)
+	fmt.Fprintf(h, "trace_all=%v ring=%d slots=%d baseline=%v per_probe_links=%v", opts.TraceAllCUDA, opts.RingBufferBytes, opts.ProcSlots, opts.Baseline, opts.PerProbeLinks)
 	version := hex.EncodeToString(h.Sum(nil))[:16]
 	if err := checkBPFFS(opts.PinDir); err != nil {
 		return nil, err

@@ -33,6 +33,9 @@ type Options struct {
 	// ProcSlots limits how many processes get call statistics in the kernel (1 to
 	// ProcSlots; 0 means all): the calls of further processes go out as records.
 	ProcSlots uint32
+	// PerProbeLinks attaches one perf-event link per uprobe even where the kernel has
+	// uprobe_multi links: the only way on kernels before 6.6, kept testable here.
+	PerProbeLinks bool
 	// PinDir, when set, keeps the kernel's state pinned in this bpffs directory, and
 	// adopts the state a previous collector of the same build left there (Adopted).
 	PinDir string
@@ -112,7 +115,7 @@ func Load(opts Options) (*Probes, error) {
 		return nil, fmt.Errorf("configure duration_bounds: %w", err)
 	}
 	p := &Probes{attached: map[fileID]LibraryAttachment{}, pollTimeout: 10 * time.Millisecond, baseline: opts.Baseline,
-		multi: features.HaveBPFLinkUprobeMulti() == nil}
+		multi: !opts.PerProbeLinks && features.HaveBPFLinkUprobeMulti() == nil}
 	if opts.PinDir != "" {
 		if p.state, err = openKernelState(opts); err != nil {
 			return nil, err

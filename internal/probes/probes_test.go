@@ -83,7 +83,12 @@ const (
 
 func loadAndAttach(t *testing.T, paths fakegpu.Paths, traceAll bool) *probes.Probes {
 	t.Helper()
-	p, err := probes.Load(probes.Options{TraceAllCUDA: traceAll})
+	return loadAndAttachWith(t, paths, probes.Options{TraceAllCUDA: traceAll})
+}
+
+func loadAndAttachWith(t *testing.T, paths fakegpu.Paths, opts probes.Options) *probes.Probes {
+	t.Helper()
+	p, err := probes.Load(opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -148,10 +153,18 @@ func traceWorkload(t *testing.T, p *probes.Probes, w *fakegpu.Workload, h probes
 // Every API is seen exactly as often as the workload called it, with its arguments
 // decoded from the real x86-64 SysV layout: dim3 by value in register pairs, stream
 // on the stack, launch configs read through their pointer, copy kinds and sizes.
+// Both ways of attaching: uprobe_multi links (Linux 6.6+), and one link per probe.
 func TestEveryAPICallIsSeenOnceWithItsArguments(t *testing.T) {
 	privtest.Require(t)
 	paths := fakegpu.Build(t)
-	p := loadAndAttach(t, paths, traceNamed)
+	for name, perProbe := range map[string]bool{"uprobe_multi": false, "per_probe_links": true} {
+		t.Run(name, func(t *testing.T) {
+			everyAPICallSeenOnce(t, paths, loadAndAttachWith(t, paths, probes.Options{TraceAllCUDA: traceNamed, PerProbeLinks: perProbe}))
+		})
+	}
+}
+
+func everyAPICallSeenOnce(t *testing.T, paths fakegpu.Paths, p *probes.Probes) {
 	if got := p.ProbeCount(); got != 10+2*len(probes.APIs) {
 		t.Fatalf("probes attached: %d, want %d", got, 10+2*len(probes.APIs))
 	}
