@@ -9,6 +9,7 @@ import (
 	"go.opentelemetry.io/collector/exporter"
 	"go.opentelemetry.io/collector/pdata/plog"
 	"go.opentelemetry.io/collector/pdata/pmetric"
+	"go.opentelemetry.io/otel/metric"
 
 	"github.com/fathom-gpu/fathom/extension/echoextension"
 	"github.com/fathom-gpu/fathom/internal/echoschema"
@@ -18,10 +19,20 @@ type duckdbExporter struct {
 	cfg    *Config
 	set    exporter.Settings
 	writer echoextension.RowWriter
+	// truncatedValues counts maps and arrays cut at MaxValueDepth: the row is kept,
+	// but part of what the sender sent is not in it.
+	truncatedValues metric.Int64Counter
 }
 
-func newDuckDBExporter(cfg *Config, set exporter.Settings) *duckdbExporter {
-	return &duckdbExporter{cfg: cfg, set: set}
+func newDuckDBExporter(cfg *Config, set exporter.Settings) (*duckdbExporter, error) {
+	meter := set.MeterProvider.Meter("github.com/fathom-gpu/fathom/exporter/duckdbexporter")
+	truncated, err := meter.Int64Counter("fathom_duckdb_truncated_values",
+		metric.WithDescription("Maps and arrays in log bodies and attributes nested deeper than the exporter writes out (64 levels), stored as a marker string."),
+		metric.WithUnit("{value}"))
+	if err != nil {
+		return nil, err
+	}
+	return &duckdbExporter{cfg: cfg, set: set, truncatedValues: truncated}, nil
 }
 
 func (e *duckdbExporter) start(_ context.Context, host component.Host) error {
@@ -44,8 +55,9 @@ func (e *duckdbExporter) start(_ context.Context, host component.Host) error {
 func (e *duckdbExporter) pushLogs(ctx context.Context, ld plog.Logs) error {
 	buf := rowBuffers.Get().(*[]echoschema.Row)
 	defer putRowBuffer(buf)
-	rows := logRows(*buf, ld)
+	rows, truncated := logRows(*buf, ld)
 	*buf = rows
+	e.countTruncated(ctx, truncated)
 	if err := e.writer.AppendRows(ctx, rows); err != nil {
 		return fmt.Errorf("write %d log records: %w", len(rows), err)
 	}
@@ -55,12 +67,19 @@ func (e *duckdbExporter) pushLogs(ctx context.Context, ld plog.Logs) error {
 func (e *duckdbExporter) pushMetrics(ctx context.Context, md pmetric.Metrics) error {
 	buf := rowBuffers.Get().(*[]echoschema.Row)
 	defer putRowBuffer(buf)
-	rows := metricRows(*buf, md)
+	rows, truncated := metricRows(*buf, md)
 	*buf = rows
+	e.countTruncated(ctx, truncated)
 	if err := e.writer.AppendRows(ctx, rows); err != nil {
 		return fmt.Errorf("write %d data points: %w", len(rows), err)
 	}
 	return nil
+}
+
+func (e *duckdbExporter) countTruncated(ctx context.Context, n int) {
+	if n > 0 {
+		e.truncatedValues.Add(ctx, int64(n))
+	}
 }
 
 // rowBuffers recycles the row slices batches are converted into: the store has

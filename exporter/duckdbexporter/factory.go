@@ -52,13 +52,19 @@ func createDefaultConfig() component.Config {
 
 func createLogs(ctx context.Context, set exporter.Settings, cfg component.Config) (exporter.Logs, error) {
 	c := cfg.(*Config)
-	e := newDuckDBExporter(c, set)
+	e, err := newDuckDBExporter(c, set)
+	if err != nil {
+		return nil, err
+	}
 	return exporterhelper.NewLogs(ctx, set, cfg, e.pushLogs, options(c, e)...)
 }
 
 func createMetrics(ctx context.Context, set exporter.Settings, cfg component.Config) (exporter.Metrics, error) {
 	c := cfg.(*Config)
-	e := newDuckDBExporter(c, set)
+	e, err := newDuckDBExporter(c, set)
+	if err != nil {
+		return nil, err
+	}
 	return exporterhelper.NewMetrics(ctx, set, cfg, e.pushMetrics, options(c, e)...)
 }
 

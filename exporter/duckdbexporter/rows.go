@@ -1,6 +1,8 @@
 package duckdbexporter
 
 import (
+	"cmp"
+	"encoding/base64"
 	"math"
 	"slices"
 	"strconv"
@@ -14,16 +16,29 @@ import (
 	"github.com/fathom-gpu/fathom/internal/echoschema"
 )
 
+// MaxValueDepth bounds how deep the maps and arrays of a body or attribute are written
+// out. OTLP lets a sender nest kvlists and arrays without end: a 4 MiB request holds a
+// value ~350,000 levels deep, and writing it level by level took ~1.3 KB of goroutine
+// stack per level (Go's 1 GB stack limit is a fatal error, not a recoverable panic).
+// No real attribute comes near this depth; a deeper value is written as TruncatedValue
+// and counted.
+const MaxValueDepth = 64
+
+// TruncatedValue stands, as a JSON string, for a map or array deeper than MaxValueDepth.
+const TruncatedValue = "[fathom: value nested deeper than 64 levels, truncated]"
+
 // rowContext is what a resource (and its scope) contributes to every row under it:
 // the lifted columns and the JSON members of the remaining attributes.
 type rowContext struct {
 	base echoschema.Row
 	json []byte // `"k":v,"k2":v2` without braces; empty when none
+	// truncated counts values cut at MaxValueDepth, in the resource and every row.
+	truncated *int
 }
 
-func newRowContext(res pcommon.Resource) rowContext {
-	rc := rowContext{base: echoschema.NewRow()}
-	rc.json = liftAttributes(res.Attributes(), &rc.base, nil)
+func newRowContext(res pcommon.Resource, truncated *int) rowContext {
+	rc := rowContext{base: echoschema.NewRow(), truncated: truncated}
+	rc.json = liftAttributes(res.Attributes(), &rc.base, nil, truncated)
 	return rc
 }
 
@@ -36,7 +51,7 @@ func (rc *rowContext) rowFor(attrs pcommon.Map, buf []byte, member string) (echo
 	buf = append(buf[:0], '{')
 	buf = append(buf, member...)
 	buf = append(buf, rc.json...)
-	buf = liftAttributes(attrs, &r, buf)
+	buf = liftAttributes(attrs, &r, buf, rc.truncated)
 	if len(buf) > 1 && buf[len(buf)-1] == ',' {
 		buf = buf[:len(buf)-1]
 	}
@@ -47,7 +62,7 @@ func (rc *rowContext) rowFor(attrs pcommon.Map, buf []byte, member string) (echo
 
 // liftAttributes moves the attributes with dedicated columns into r and appends the
 // others to out as JSON members, each followed by a comma.
-func liftAttributes(attrs pcommon.Map, r *echoschema.Row, out []byte) []byte {
+func liftAttributes(attrs pcommon.Map, r *echoschema.Row, out []byte, truncated *int) []byte {
 	attrs.Range(func(k string, v pcommon.Value) bool {
 		switch k {
 		case echoschema.AttrCluster:
@@ -77,7 +92,7 @@ func liftAttributes(attrs pcommon.Map, r *echoschema.Row, out []byte) []byte {
 		default:
 			out = appendJSONString(out, k)
 			out = append(out, ':')
-			out = appendJSONValue(out, v)
+			out = appendJSONValue(out, v, 1, truncated)
 			out = append(out, ',')
 		}
 		return true
@@ -107,7 +122,11 @@ func intOf(v pcommon.Value) int64 {
 	return echoschema.Absent
 }
 
-func appendJSONValue(out []byte, v pcommon.Value) []byte {
+// appendJSONValue writes v as JSON; depth is the nesting level of v (1 for an
+// attribute's own value). Maps and arrays are written here rather than by AsString,
+// which recurses without a bound and writes nothing at all for a map holding a NaN
+// (encoding/json refuses NaN), leaving the attributes object unparseable.
+func appendJSONValue(out []byte, v pcommon.Value, depth int, truncated *int) []byte {
 	switch v.Type() {
 	case pcommon.ValueTypeInt:
 		return strconv.AppendInt(out, v.Int(), 10)
@@ -122,11 +141,62 @@ func appendJSONValue(out []byte, v pcommon.Value) []byte {
 	case pcommon.ValueTypeEmpty:
 		return append(out, "null"...)
 	case pcommon.ValueTypeMap, pcommon.ValueTypeSlice:
-		// AsString renders maps and slices as JSON already.
-		return append(out, v.AsString()...)
+		if depth > MaxValueDepth {
+			*truncated++
+			return appendJSONString(out, TruncatedValue)
+		}
+		if v.Type() == pcommon.ValueTypeSlice {
+			return appendJSONArray(out, v.Slice(), depth, truncated)
+		}
+		return appendJSONObject(out, v.Map(), depth, truncated)
+	case pcommon.ValueTypeBytes:
+		out = append(out, '"')
+		out = base64.StdEncoding.AppendEncode(out, v.Bytes().AsRaw())
+		return append(out, '"')
 	default:
 		return appendJSONString(out, v.AsString())
 	}
+}
+
+func appendJSONArray(out []byte, s pcommon.Slice, depth int, truncated *int) []byte {
+	out = append(out, '[')
+	for i := 0; i < s.Len(); i++ {
+		if i > 0 {
+			out = append(out, ',')
+		}
+		out = appendJSONValue(out, s.At(i), depth+1, truncated)
+	}
+	return append(out, ']')
+}
+
+// appendJSONObject writes a nested map with its keys sorted and, where the wire
+// repeated a key, only its last value: what encoding/json made of Map.AsRaw before,
+// so stored bodies and attributes keep their form.
+func appendJSONObject(out []byte, m pcommon.Map, depth int, truncated *int) []byte {
+	type member struct {
+		key   string
+		value pcommon.Value
+	}
+	members := make([]member, 0, m.Len())
+	for k, v := range m.All() {
+		members = append(members, member{k, v})
+	}
+	slices.SortStableFunc(members, func(a, b member) int { return cmp.Compare(a.key, b.key) })
+	out = append(out, '{')
+	first := true
+	for i, mb := range members {
+		if i+1 < len(members) && members[i+1].key == mb.key {
+			continue // a later value of the same key wins
+		}
+		if !first {
+			out = append(out, ',')
+		}
+		first = false
+		out = appendJSONString(out, mb.key)
+		out = append(out, ':')
+		out = appendJSONValue(out, mb.value, depth+1, truncated)
+	}
+	return append(out, '}')
 }
 
 const hexDigits = "0123456789abcdef"
@@ -160,11 +230,13 @@ func appendJSONString(out []byte, s string) []byte {
 	return append(out, '"')
 }
 
-func logRows(rows []echoschema.Row, ld plog.Logs) []echoschema.Row {
+// logRows converts ld into rows, one per log record; truncated counts the maps and
+// arrays cut at MaxValueDepth.
+func logRows(rows []echoschema.Row, ld plog.Logs) (_ []echoschema.Row, truncated int) {
 	rows = slices.Grow(rows[:0], ld.LogRecordCount())
 	var buf []byte
 	for _, rl := range ld.ResourceLogs().All() {
-		rc := newRowContext(rl.Resource())
+		rc := newRowContext(rl.Resource(), &truncated)
 		for _, sl := range rl.ScopeLogs().All() {
 			for _, lr := range sl.LogRecords().All() {
 				var r echoschema.Row
@@ -190,6 +262,8 @@ func logRows(rows []echoschema.Row, ld plog.Logs) []echoschema.Row {
 				case pcommon.ValueTypeInt:
 					r.Value = float64(lr.Body().Int())
 				case pcommon.ValueTypeEmpty:
+				case pcommon.ValueTypeMap, pcommon.ValueTypeSlice:
+					r.Body = string(appendJSONValue(nil, lr.Body(), 1, &truncated))
 				default:
 					r.Body = lr.Body().AsString()
 				}
@@ -200,7 +274,7 @@ func logRows(rows []echoschema.Row, ld plog.Logs) []echoschema.Row {
 			}
 		}
 	}
-	return rows
+	return rows, truncated
 }
 
 func timeOf(ts, fallback pcommon.Timestamp) time.Time {
@@ -210,11 +284,13 @@ func timeOf(ts, fallback pcommon.Timestamp) time.Time {
 	return ts.AsTime()
 }
 
-func metricRows(rows []echoschema.Row, md pmetric.Metrics) []echoschema.Row {
+// metricRows converts md into rows, one per data point; truncated counts the maps and
+// arrays cut at MaxValueDepth.
+func metricRows(rows []echoschema.Row, md pmetric.Metrics) (_ []echoschema.Row, truncated int) {
 	rows = slices.Grow(rows[:0], md.DataPointCount())
 	var buf []byte
 	for _, rm := range md.ResourceMetrics().All() {
-		rc := newRowContext(rm.Resource())
+		rc := newRowContext(rm.Resource(), &truncated)
 		for _, sm := range rm.ScopeMetrics().All() {
 			for _, m := range sm.Metrics().All() {
 				member := temporalityMember(m)
@@ -276,7 +352,7 @@ func metricRows(rows []echoschema.Row, md pmetric.Metrics) []echoschema.Row {
 			}
 		}
 	}
-	return rows
+	return rows, truncated
 }
 
 // Temporality members of stored sum and histogram rows. A cumulative point holds the

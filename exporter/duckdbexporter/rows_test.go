@@ -57,7 +57,7 @@ func TestMetricRowsLiftColumnsAndSummariseHistograms(t *testing.T) {
 	ep.SetSum(50)
 	ep.Attributes().PutStr("nccl.op", "allreduce")
 
-	rows := metricRows(nil, md)
+	rows, _ := metricRows(nil, md)
 	if len(rows) != 3 {
 		t.Fatalf("%d rows, want 3", len(rows))
 	}
@@ -107,7 +107,7 @@ func TestSumAndHistogramRowsCarryTheirTemporality(t *testing.T) {
 	g.SetName("gauge")
 	g.SetEmptyGauge().DataPoints().AppendEmpty().SetDoubleValue(1)
 
-	rows := metricRows(nil, md)
+	rows, _ := metricRows(nil, md)
 	want := []string{
 		`{"fathom.metric.temporality":"cumulative"}`,
 		`{"fathom.metric.temporality":"delta","fathom.metric.temporality":"cumulative","fathom.thread.role":"cuda"}`,
@@ -136,7 +136,7 @@ func TestNodeCheckRecordKeepsItsChecksQueryable(t *testing.T) {
 	c.PutStr("name", "privileges")
 	c.PutBool("ok", false)
 
-	rows := logRows(nil, ld)
+	rows, _ := logRows(nil, ld)
 	if len(rows) != 1 || rows[0].Name != "fathom.node.check" || rows[0].Node != "gpu-1" ||
 		rows[0].Attributes != `{"fathom.node.ready":false,"fathom.node.checks.failed":["privileges"]}` ||
 		rows[0].Body != `{"checks":[{"name":"privileges","ok":false}],"kernel":"6.8.0"}` {

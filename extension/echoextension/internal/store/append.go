@@ -7,7 +7,10 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
+	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/duckdb/duckdb-go/v2"
 
@@ -55,6 +58,7 @@ func (s *Store) Append(ctx context.Context, rows []echoschema.Row) error {
 	if len(rows) == 0 {
 		return nil
 	}
+	rows = validUTF8Rows(rows)
 	var a *appenderConn
 	select {
 	case a = <-s.appenders:
@@ -76,6 +80,36 @@ func (s *Store) Append(ctx context.Context, rows []echoschema.Row) error {
 		return err
 	}
 	return nil
+}
+
+// validUTF8Rows returns rows with invalid UTF-8 in their strings replaced by U+FFFD:
+// the same slice when there is none, a copy otherwise. OTLP strings arrive as the sender
+// wrote them (pdata does not check protobuf strings), and DuckDB refuses a whole batch
+// over one bad byte sequence in a VARCHAR; the exporter would then retry that batch,
+// good rows included, until it gave up on all of them.
+func validUTF8Rows(rows []echoschema.Row) []echoschema.Row {
+	var fixed []echoschema.Row
+	for i := range rows {
+		if !slices.ContainsFunc(rowStrings(&rows[i]), func(s *string) bool { return !utf8.ValidString(*s) }) {
+			continue
+		}
+		if fixed == nil {
+			fixed = slices.Clone(rows)
+		}
+		for _, s := range rowStrings(&fixed[i]) {
+			*s = strings.ToValidUTF8(*s, "\uFFFD")
+		}
+	}
+	if fixed == nil {
+		return rows
+	}
+	return fixed
+}
+
+// rowStrings lists every string column of a row.
+func rowStrings(r *echoschema.Row) []*string {
+	return []*string{&r.Kind, &r.Cluster, &r.Node, &r.Job, &r.Cohort, &r.Process, &r.Name, &r.API,
+		&r.CommID, &r.Unit, &r.Severity, &r.Body, &r.TraceID, &r.Attributes}
 }
 
 // write appends the rows and their rollup in one transaction: either both are
