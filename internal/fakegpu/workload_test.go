@@ -226,9 +226,12 @@ func TestWorkloadTimingFollowsTheDeviceModel(t *testing.T) {
 		o := Options{H2D: 10, D2H: 10, H2DBytes: 4 << 20, D2HBytes: 4 << 20, GBps: 2}
 		r := Run(t, p, o)
 		checkReport(t, o, r)
+		// At least the modelled time: the fake's own sleep. How close it stays to it
+		// is the machine's business (4 MiB copies took 8.8 ms against 2.1 once in CI,
+		// beside a build), so BenchmarkDeviceModelTiming reports that instead.
 		perCopy := time.Duration(float64(4<<20) / 2)
-		if got := mean(r, "cudaMemcpy"); got < perCopy || got > 3*perCopy {
-			t.Errorf("mean cudaMemcpy %v, want about %v", got, perCopy)
+		if got := mean(r, "cudaMemcpy"); got < perCopy {
+			t.Errorf("mean cudaMemcpy %v, shorter than the modelled %v", got, perCopy)
 		}
 	})
 
@@ -245,9 +248,9 @@ func TestWorkloadTimingFollowsTheDeviceModel(t *testing.T) {
 		if syncs < device/2 {
 			t.Errorf("syncs waited %v in total; launches are asynchronous, so most of %v should be there", syncs, device)
 		}
-		if got := mean(r, "cudaLaunchKernel"); got > 50*time.Microsecond {
-			t.Errorf("mean cudaLaunchKernel %v: launches must not wait for the device", got)
-		}
+		// Launches returning at once (mean well under the 100 us kernel) is a timing,
+		// reported by BenchmarkDeviceModelTiming; the syncs holding the device time,
+		// above, already show that launches do not wait.
 	})
 
 	t.Run("graph replay runs all captured kernels", func(t *testing.T) {
@@ -267,11 +270,33 @@ func TestWorkloadTimingFollowsTheDeviceModel(t *testing.T) {
 			checkReport(t, o, r)
 			api := map[string]string{"stream-sync": "cudaStreamSynchronize", "device-sync": "cudaDeviceSynchronize",
 				"event-sync": "cudaEventSynchronize"}[where]
-			if got := time.Duration(r.MaxNS[api]); got < o.Stall || got > o.Stall+200*time.Millisecond {
-				t.Errorf("%s: longest %s %v, want about %v", where, api, got, o.Stall)
+			// At least the stall; the overshoot is a timing (BenchmarkDeviceModelTiming).
+			if got := time.Duration(r.MaxNS[api]); got < o.Stall {
+				t.Errorf("%s: longest %s %v, shorter than the stall of %v", where, api, got, o.Stall)
 			}
 		}
 	})
+}
+
+// BenchmarkDeviceModelTiming reports how closely the fake device keeps to its model on
+// this machine, the upper bounds the timing test leaves out: a 4 MiB synchronous copy
+// at 2 GB/s against its modelled 2.1 ms, a launch's mean while 100 us kernels run, and
+// how far a 150 ms stall overshoots.
+func BenchmarkDeviceModelTiming(b *testing.B) {
+	p := Build(b)
+	var copyRatio, launchUS, overshootMS float64
+	for i := 0; i < b.N; i++ {
+		r := Run(b, p, Options{H2D: 10, D2H: 10, H2DBytes: 4 << 20, D2HBytes: 4 << 20, GBps: 2})
+		copyRatio += float64(mean(r, "cudaMemcpy")) / float64(time.Duration(float64(4<<20)/2))
+		r = Run(b, p, Options{Launches: 400, Syncs: 10, KernelTime: 100 * time.Microsecond})
+		launchUS += float64(mean(r, "cudaLaunchKernel")) / float64(time.Microsecond)
+		r = Run(b, p, Options{Launches: 10, Stall: 150 * time.Millisecond})
+		overshootMS += float64(time.Duration(r.MaxNS["cudaStreamSynchronize"])-150*time.Millisecond) / float64(time.Millisecond)
+	}
+	n := float64(b.N)
+	b.ReportMetric(copyRatio/n, "copy-x-model")
+	b.ReportMetric(launchUS/n, "launch-us")
+	b.ReportMetric(overshootMS/n, "stall-overshoot-ms")
 }
 
 // A starved dispatcher launches slower: launch overhead is CPU work, so busy threads on
