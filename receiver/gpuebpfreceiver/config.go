@@ -3,6 +3,7 @@ package gpuebpfreceiver
 import (
 	"errors"
 	"fmt"
+	"math"
 	"path/filepath"
 	"time"
 )
@@ -245,8 +246,10 @@ func (c *Config) Validate() error {
 	if c.Logs.MaxPerSecond < 0 {
 		errs = append(errs, fmt.Errorf("logs.max_per_second must not be negative, got %d", c.Logs.MaxPerSecond))
 	}
-	if c.Logs.OutlierFactor <= 1 {
-		errs = append(errs, fmt.Errorf("logs.outlier_factor must be greater than 1, got %g", c.Logs.OutlierFactor))
+	// NaN compares false with everything: `<= 1` alone let .nan through, and with it no
+	// call was ever an outlier; .inf did the same.
+	if !(c.Logs.OutlierFactor > 1) || math.IsInf(c.Logs.OutlierFactor, 0) {
+		errs = append(errs, fmt.Errorf("logs.outlier_factor must be a number greater than 1, got %g", c.Logs.OutlierFactor))
 	}
 	if c.Logs.NCCL.SampleEvery < 1 {
 		errs = append(errs, fmt.Errorf("logs.nccl.sample_every must be at least 1 (1 keeps every collective), got %d", c.Logs.NCCL.SampleEvery))
@@ -275,6 +278,9 @@ func (c *Config) Validate() error {
 		}
 		if c.Synthetic.CallsPerSecond < 1 {
 			errs = append(errs, fmt.Errorf("synthetic.calls_per_second must be at least 1, got %d", c.Synthetic.CallsPerSecond))
+		}
+		if !(c.Synthetic.SlowFactor >= 1) || math.IsInf(c.Synthetic.SlowFactor, 0) {
+			errs = append(errs, fmt.Errorf("synthetic.slow_factor must be a number of at least 1, got %g", c.Synthetic.SlowFactor))
 		}
 	}
 	return errors.Join(errs...)
