@@ -300,3 +300,116 @@ func grepLines(s, substr string) string {
 	}
 	return strings.Join(out, "\n")
 }
+
+// The gateway goes down and comes back under a node with data on the way: the node's
+// sending queue holds what it cannot deliver, retries by itself, and delivers every
+// point exactly once after the gateway is back, losing and duplicating nothing. (The
+// gateway is down for seconds here, not the minute of a rolling update; the queue and
+// the retries are the same.)
+func TestNodeRidesOutAGatewayRestart(t *testing.T) {
+	gatewayOTLP := collectortest.Addr(t)
+	gw := newRoleEnv(t, "FATHOM_GATEWAY_OTLP_GRPC="+gatewayOTLP, "FATHOM_GATEWAY_OTLP_HTTP="+collectortest.Addr(t))
+	gateway := collectortest.Start(t, configPath(t, "gateway.yaml"), gw.env...)
+	gateway.WaitHTTP(t, "http://"+gw.health+"/", 30*time.Second)
+
+	privtest.Require(t) // the node loads BPF programs
+	nodeOTLP := collectortest.Addr(t)
+	nd := newRoleEnv(t, "FATHOM_NODE_OTLP="+nodeOTLP, "FATHOM_GATEWAY="+gatewayOTLP, "FATHOM_COLLECTION_INTERVAL=1h")
+	node := collectortest.Start(t, configPath(t, "node.yaml"), nd.env...)
+	node.WaitHTTP(t, "http://"+nd.health+"/", 30*time.Second)
+
+	send := func(points int) {
+		t.Helper()
+		md := pmetric.NewMetrics()
+		dps := md.ResourceMetrics().AppendEmpty().ScopeMetrics().AppendEmpty().Metrics().AppendEmpty().SetEmptyGauge().DataPoints()
+		md.ResourceMetrics().At(0).ScopeMetrics().At(0).Metrics().At(0).SetName("fathom.test.gauge")
+		for i := 0; i < points; i++ {
+			dp := dps.AppendEmpty()
+			dp.SetIntValue(int64(i))
+			dp.SetTimestamp(pcommon.NewTimestampFromTime(time.Now()))
+		}
+		conn, err := grpc.NewClient(nodeOTLP, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if _, err := pmetricotlp.NewGRPCClient(conn).Export(ctx, pmetricotlp.NewExportRequestFromMetrics(md)); err != nil {
+			t.Fatalf("export to node: %v", err)
+		}
+	}
+	// metric reads one of a collector's own counters (0 when absent).
+	metric := func(url, name, match string) int {
+		re := regexp.MustCompile(name + `(?:_total)?\{[^}]*` + match + `[^}]*\} (\d+)`)
+		m := re.FindStringSubmatch(scrape(t, url))
+		if m == nil {
+			return 0
+		}
+		n, _ := strconv.Atoi(m[1])
+		return n
+	}
+	waitMetric := func(url, name, match string, want int, within time.Duration) {
+		t.Helper()
+		deadline := time.Now().Add(within)
+		for metric(url, name, match) != want {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s{%s} = %d after %s, want %d:\n%s", name, match, metric(url, name, match), within, want, grepLines(scrape(t, url), "otelcol_exporter"))
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+	}
+	const before, during = 7, 11
+	stored := `exporter="duckdb"`
+	send(before)
+	waitMetric(gw.metricsURL(), "otelcol_exporter_sent_metric_points", stored, before, 20*time.Second)
+
+	if code := gateway.Terminate(t, 20*time.Second); code != 0 {
+		t.Fatalf("gateway exit code %d", code)
+	}
+	send(during)
+	// Accepted by the node, and waiting in its queue for the gateway.
+	toGateway := `exporter="otlp_grpc/gateway"`
+	queued := `data_type="metrics",` + toGateway
+	waitMetric(nd.metricsURL(), "otelcol_exporter_queue_size", queued, 1, 10*time.Second)
+	time.Sleep(3 * time.Second)
+	// Holding it costs the node nothing near its memory_limiter budget (200 MiB).
+	if rss := vmRSS(t, node.Pid()); rss <= 0 || rss >= 200<<20 {
+		t.Errorf("node RSS %d MiB with the gateway down, want under its 200 MiB limit", rss>>20)
+	}
+
+	// The same gateway (same store file, addresses and tokens) comes back; the node's
+	// next retry (at most 30 s apart) delivers.
+	gateway = collectortest.Start(t, configPath(t, "gateway.yaml"), gw.env...)
+	gateway.WaitHTTP(t, "http://"+gw.health+"/", 30*time.Second)
+	waitMetric(gw.metricsURL(), "otelcol_exporter_sent_metric_points", stored, during, 60*time.Second)
+	waitMetric(nd.metricsURL(), "otelcol_exporter_sent_metric_points", toGateway, before+during, 10*time.Second)
+	waitMetric(nd.metricsURL(), "otelcol_exporter_queue_size", queued, 0, 10*time.Second)
+	for _, failed := range []string{"otelcol_exporter_send_failed_metric_points", "otelcol_exporter_enqueue_failed_metric_points"} {
+		if n := metric(nd.metricsURL(), failed, toGateway); n != 0 {
+			t.Errorf("node %s = %d, want 0: everything was delivered", failed, n)
+		}
+	}
+	if code := node.Terminate(t, 20*time.Second); code != 0 {
+		t.Fatalf("node exit code %d", code)
+	}
+	if code := gateway.Terminate(t, 20*time.Second); code != 0 {
+		t.Fatalf("gateway exit code %d", code)
+	}
+}
+
+// vmRSS reads a process's resident set size in bytes.
+func vmRSS(t *testing.T, pid int) int64 {
+	t.Helper()
+	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(status), "\n") {
+		if f := strings.Fields(line); len(f) == 3 && f[0] == "VmRSS:" {
+			kib, _ := strconv.ParseInt(f[1], 10, 64)
+			return kib << 10
+		}
+	}
+	return 0
+}
