@@ -326,11 +326,19 @@ func checkCallStats(t *testing.T, p *probes.Probes, pid uint32, calls []probes.C
 // scheduling state are in task storage, which the kernel frees with each thread; a
 // dead thread cannot be asked about (the kernel answers "no such entry" for any task
 // that is gone), so the test checks that both were in use while the call stalled.
+// Killed in each kind of blocking call: a stream, device or event sync, a synchronous
+// copy.
 func TestKilledMidCallLeavesNoInFlightEntry(t *testing.T) {
 	privtest.Require(t)
 	paths := fakegpu.Build(t)
 	p := loadAndAttach(t, paths, traceNamed)
-	w := fakegpu.Start(t, paths, fakegpu.Options{Gate: true, Steps: 1, Launches: 1, Stall: time.Minute, StallIn: "stream-sync"})
+	for _, where := range []string{"stream-sync", "device-sync", "event-sync", "memcpy"} {
+		t.Run(where, func(t *testing.T) { killMidCall(t, paths, p, where) })
+	}
+}
+
+func killMidCall(t *testing.T, paths fakegpu.Paths, p *probes.Probes, where string) {
+	w := fakegpu.Start(t, paths, fakegpu.Options{Gate: true, Steps: 1, Launches: 1, Stall: time.Minute, StallIn: where})
 	rec := &recorder{pid: uint32(w.Pid)}
 	trace(t, p, w.Pid)
 	stop := runReader(t, p, rec)
