@@ -319,3 +319,59 @@ func TestAttachOnFirstUseSeesAShortJobWhole(t *testing.T) {
 		})
 	}
 }
+
+// A library replaced while probed, as a package manager does it (a new file renamed
+// over the old): the running process keeps the old file and its probes; the next
+// process maps the new file, a new inode, which is attached on first use. Both
+// processes' launches are counted exactly, and nothing failed to attach.
+func TestALibraryReplacedWhileProbedIsProbedAgain(t *testing.T) {
+	privtest.Require(t)
+	paths := fakegpu.Build(t)
+	lib := privateCUDA(t, paths)
+	cudart := filepath.Join(lib, filepath.Base(paths.Cudart))
+	sink, col := startNodeCollector(t, nodeConfig("collection_interval: 300ms\nlogs:\n  policy: none\ndiscovery:\n  rescan_interval: 1h", false))
+
+	env := []string{"LD_LIBRARY_PATH=" + lib}
+	old := fakegpu.Start(t, paths, fakegpu.Options{Gate: true, Steps: 2, Launches: 400, Hold: 30 * time.Millisecond, Env: env})
+	waitProbing(t, col, cudart)
+
+	data, err := os.ReadFile(paths.Cudart)
+	if err != nil {
+		t.Fatal(err)
+	}
+	next := cudart + ".new"
+	if err := os.WriteFile(next, data, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(next, cudart); err != nil {
+		t.Fatal(err)
+	}
+	replaced := fakegpu.Start(t, paths, fakegpu.Options{Steps: 2, Launches: 700, Hold: 30 * time.Millisecond, Env: env})
+	if err := old.Release(); err != nil {
+		t.Fatal(err)
+	}
+	for w, want := range map[*fakegpu.Workload]int64{old: 400, replaced: 700} {
+		if _, err := w.Wait(time.Minute); err != nil {
+			t.Fatal(err)
+		}
+		v := waitFor(t, sink, w.Pid, "every launch", func(v processView) bool { return v.series[cudartLaunches].value == want })
+		if got := v.value(t, cudartLaunches); got != want {
+			t.Errorf("pid %d: %d launches, want %d", w.Pid, got, want)
+		}
+	}
+	var probing []string
+	for _, line := range strings.Split(col.Output(), "\n") {
+		if strings.Contains(line, "probing library") && strings.Contains(line, `"path": "`+cudart) {
+			probing = append(probing, line)
+		}
+		if strings.Contains(line, "cannot probe library") {
+			t.Errorf("an attach failed: %s", line)
+		}
+	}
+	if len(probing) != 2 || !strings.Contains(probing[1], fmt.Sprintf(`"first_pid": %d`, replaced.Pid)) {
+		t.Errorf("want the old and the new file probed, the new one for pid %d; probed:\n%s", replaced.Pid, strings.Join(probing, "\n"))
+	}
+	if code := col.Terminate(t, 30*time.Second); code != 0 {
+		t.Fatalf("collector exit code %d", code)
+	}
+}
