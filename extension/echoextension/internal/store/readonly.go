@@ -82,7 +82,10 @@ func (s *Store) QueryReadOnly(ctx context.Context, query string, lim QueryLimits
 		return nil, err
 	}
 	if _, err := conn.ExecContext(ctx, "BEGIN TRANSACTION READ ONLY", nil); err != nil {
-		return nil, fmt.Errorf("begin read-only transaction: %w", err)
+		// The checks above can use up the query's time (DuckDB folds constants such as
+		// repeat('x', 100000000) while it prepares): that is the caller's timeout, not
+		// an internal error.
+		return nil, classify(ctx, fmt.Errorf("begin read-only transaction: %w", err))
 	}
 	defer conn.ExecContext(context.Background(), "ROLLBACK", nil) //nolint:errcheck // nothing to undo
 
