@@ -11,7 +11,7 @@ export GOFLAGS += -tags=duckdb_arrow
 BIN       := bin/fathom
 BUILD_DIR := build
 
-.PHONY: all deps build generate generate-ocb check-generated test lint bench demo run-node clean
+.PHONY: all deps build generate generate-ocb check-generated test fuzz lint bench demo run-node clean
 
 all: build
 
@@ -71,6 +71,28 @@ test: deps build
 	  skip=$$(grep -cE '^\s*--- SKIP' $(BUILD_DIR)/test.log); \
 	  if grep -qE '^(FAIL|panic:)' $(BUILD_DIR)/test.log; then status=1; fi; \
 	  echo "tests: $$pass passed, $$fail failed, $$skip skipped"; exit $$status
+
+# Short runs of every fuzz target, one at a time (go fuzzes one target per package per
+# run). Their seed corpora (f.Add and testdata/fuzz/) already run as plain tests in
+# `make test`. Longer locally: make fuzz FUZZTIME=10m, or one target by hand (see
+# docs/reliability.md). Minimising a new find is capped too: a mutated multi-KB OTLP
+# request otherwise holds a worker for a minute.
+FUZZTIME         ?= 10s
+FUZZMINIMIZETIME ?= 5s
+FUZZ_TARGETS := \
+	./receiver/gpuebpfreceiver:FuzzDecodeRecord \
+	./receiver/gpuebpfreceiver:FuzzConfig \
+	./internal/probes:FuzzNCCLAndVerbsArguments \
+	./exporter/duckdbexporter:FuzzLogRows \
+	./exporter/duckdbexporter:FuzzMetricRows \
+	./extension/echoextension/internal/store:FuzzQueryReadOnly \
+	./extension/echoextension/internal/tools:FuzzRegistryCall
+
+fuzz:
+	@set -e; for t in $(FUZZ_TARGETS); do \
+	  pkg=$${t%%:*}; name=$${t##*:}; echo "== fuzz $$name ($$pkg, $(FUZZTIME))"; \
+	  $(GO) test -run '^$$' -fuzz "^$$name\$$" -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMINIMIZETIME) $$pkg; \
+	done
 
 lint:
 	$(GO) vet ./...
