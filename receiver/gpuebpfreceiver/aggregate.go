@@ -45,9 +45,12 @@ type processSeries struct {
 	blockIO       [2]expohisto.Histogram // read, write
 	nccl          map[ncclKey]*ncclSeries
 	exited        bool
-	hasSched      bool
-	hasBlock      bool
-	synthetic     bool
+	// exitRead is the number of call-statistics readings begun when the exit was seen:
+	// the series may end once a later one is merged, which holds the last counts.
+	exitRead  uint64
+	hasSched  bool
+	hasBlock  bool
+	synthetic bool
 }
 
 // api returns the process's series of an API, creating it on first use.
@@ -275,6 +278,7 @@ func (a *aggregator) Process(kind probes.EventKind, ev *probes.ProcessEvent) {
 		a.events.add(probes.KindExit)
 		if p, ok := a.processes[ev.Hdr.Pid]; ok {
 			p.exited = true
+			p.exitRead = a.kernel.reads
 			a.logs.lifecycle(p, kind, ev)
 		}
 	}

@@ -18,17 +18,35 @@ const minCallsForMedian = 20
 // reading of each process (the kernel keeps totals; series take the differences), and
 // the thresholds last written back.
 type kernelCalls struct {
-	prev       map[uint32]*[probes.APICount]probes.CallStats
-	medians    [probes.APICount]float64 // seconds; 0 = not known yet
-	thresholds [probes.APICount]uint64  // ns, as last written to the kernel
-	written    bool
-	scratch    expohisto.Histogram
+	prev map[uint32]*[probes.APICount]probes.CallStats
+	// reads counts the readings begun, merged the last one merged: a process whose
+	// exit was seen before a reading began has its last counts in that reading.
+	reads, merged uint64
+	medians       [probes.APICount]float64 // seconds; 0 = not known yet
+	thresholds    [probes.APICount]uint64  // ns, as last written to the kernel
+	written       bool
+	scratch       expohisto.Histogram
+}
+
+// beginCallStatsRead numbers the reading about to be taken, and says which processes
+// with statistics are gone already: the reading holds their last counts. Decided
+// before the reading, not after: a process that exits between the two would lose the
+// calls it made after the reading, its slot given back and zeroed.
+func (a *aggregator) beginCallStatsRead() (read uint64, goneBefore map[uint32]bool) {
+	a.kernel.reads++
+	goneBefore = map[uint32]bool{}
+	for pid := range a.kernel.prev {
+		if a.processGone(pid) {
+			goneBefore[pid] = true
+		}
+	}
+	return a.kernel.reads, goneBefore
 }
 
 // mergeCallStats adds what each process's calls added since the last reading to its
-// series, and returns the processes that are gone: their slots can be given back, their
-// last counts being in.
-func (a *aggregator) mergeCallStats(stats []probes.ProcessCallStats) (gone []*probes.ProcessCallStats) {
+// series, and returns the processes gone before the reading began (beginCallStatsRead):
+// their slots can be given back, their last counts being in.
+func (a *aggregator) mergeCallStats(stats []probes.ProcessCallStats, read uint64, goneBefore map[uint32]bool) (gone []*probes.ProcessCallStats) {
 	if a.kernel.prev == nil {
 		a.kernel.prev = map[uint32]*[probes.APICount]probes.CallStats{}
 	}
@@ -52,11 +70,12 @@ func (a *aggregator) mergeCallStats(stats []probes.ProcessCallStats) (gone []*pr
 			a.addCallDelta(p, api, &cur.ByAPI[api], &prev[api])
 			prev[api] = cur.ByAPI[api]
 		}
-		if a.processGone(cur.PID) {
+		if goneBefore[cur.PID] {
 			delete(a.kernel.prev, cur.PID)
 			gone = append(gone, cur)
 		}
 	}
+	a.kernel.merged = read
 	return gone
 }
 

@@ -249,6 +249,9 @@ func (c *controller) flushMetrics(ctx context.Context) {
 func (c *controller) pullCallStats() {
 	c.pullMu.Lock()
 	defer c.pullMu.Unlock()
+	c.agg.mu.Lock()
+	read, goneBefore := c.agg.beginCallStatsRead()
+	c.agg.mu.Unlock()
 	stats, err := c.source.callStats(c.callStats[:0])
 	if err != nil {
 		c.agg.drops.add("call_stats_read", 1)
@@ -257,7 +260,7 @@ func (c *controller) pullCallStats() {
 	}
 	c.callStats = stats
 	c.agg.mu.Lock()
-	gone := c.agg.mergeCallStats(stats)
+	gone := c.agg.mergeCallStats(stats, read, goneBefore)
 	c.agg.refreshMedians()
 	thresholds, changed := c.agg.notableThresholds()
 	c.agg.mu.Unlock()

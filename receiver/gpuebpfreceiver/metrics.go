@@ -186,8 +186,9 @@ func (a *aggregator) emit(now time.Time, lastEmit pcommon.Timestamp, host hostTo
 		fillProcessResource(rm.Resource(), p, hostResource)
 		set := newSet(rm, p.start)
 		a.emitProcess(set, p, host.kernel.PagesByPID)
-		if p.exited {
-			// Its series end with this export: an exited process's slot is freed.
+		if p.exited && p.exitRead < a.kernel.merged {
+			// Its series end with this export, which carries the last counts the
+			// kernel kept for it (a reading begun after its exit); its slot is freed.
 			delete(a.processes, pid)
 			a.ended = append(a.ended, pid)
 		} else if delta {

@@ -63,6 +63,14 @@ func TestAnExitedProcessIsListedForForgettingAfterItsLastExport(t *testing.T) {
 	var exit probes.ProcessEvent
 	exit.Hdr.Pid, exit.Hdr.Tid = pid, pid
 	a.Process(probes.KindExit, &exit)
+	// Not before a reading of the kernel's call statistics begun after the exit: the
+	// calls it made since the last one would come in after its series ended.
+	a.emit(time.Now(), 0, host, &hostTotals{}, hostIdentity("", false))
+	if len(a.ended) != 0 {
+		t.Fatalf("ended %v before a reading that holds the exited process's last counts", a.ended)
+	}
+	read, gone := a.beginCallStatsRead()
+	a.mergeCallStats(nil, read, gone)
 	md := a.emit(time.Now(), 0, host, &hostTotals{}, hostIdentity("", false))
 	if got, _, ok := processSum(md, pid, semconv.MetricProcessPageAllocs); !ok || got != 10 {
 		t.Errorf("the last export carries %d pages (present %v), want 10", got, ok)
