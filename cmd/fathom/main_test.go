@@ -236,26 +236,7 @@ func TestNodeForwardsToGateway(t *testing.T) {
 	node.WaitHTTP(t, "http://"+nd.health+"/", 30*time.Second)
 
 	const points = 7
-	md := pmetric.NewMetrics()
-	sm := md.ResourceMetrics().AppendEmpty().ScopeMetrics().AppendEmpty()
-	g := sm.Metrics().AppendEmpty()
-	g.SetName("fathom.test.gauge")
-	dps := g.SetEmptyGauge().DataPoints()
-	for i := 0; i < points; i++ {
-		dp := dps.AppendEmpty()
-		dp.SetIntValue(int64(i))
-		dp.SetTimestamp(pcommon.NewTimestampFromTime(time.Now()))
-	}
-	conn, err := grpc.NewClient(nodeOTLP, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if _, err := pmetricotlp.NewGRPCClient(conn).Export(ctx, pmetricotlp.NewExportRequestFromMetrics(md)); err != nil {
-		t.Fatalf("export to node: %v", err)
-	}
+	exportGauge(t, nodeOTLP, points)
 
 	accepted := regexp.MustCompile(`otelcol_receiver_accepted_metric_points(?:_total)?\{[^}]*\} (\d+)`)
 	deadline := time.Now().Add(20 * time.Second)
@@ -278,6 +259,30 @@ func TestNodeForwardsToGateway(t *testing.T) {
 	}
 	if code := gateway.Terminate(t, 20*time.Second); code != 0 {
 		t.Fatalf("gateway exit code %d", code)
+	}
+}
+
+// exportGauge sends one gauge of points data points over OTLP/gRPC to addr.
+func exportGauge(t *testing.T, addr string, points int) {
+	t.Helper()
+	md := pmetric.NewMetrics()
+	g := md.ResourceMetrics().AppendEmpty().ScopeMetrics().AppendEmpty().Metrics().AppendEmpty()
+	g.SetName("fathom.test.gauge")
+	dps := g.SetEmptyGauge().DataPoints()
+	for i := 0; i < points; i++ {
+		dp := dps.AppendEmpty()
+		dp.SetIntValue(int64(i))
+		dp.SetTimestamp(pcommon.NewTimestampFromTime(time.Now()))
+	}
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := pmetricotlp.NewGRPCClient(conn).Export(ctx, pmetricotlp.NewExportRequestFromMetrics(md)); err != nil {
+		t.Fatalf("export to %s: %v", addr, err)
 	}
 }
 
@@ -318,27 +323,6 @@ func TestNodeRidesOutAGatewayRestart(t *testing.T) {
 	node := collectortest.Start(t, configPath(t, "node.yaml"), nd.env...)
 	node.WaitHTTP(t, "http://"+nd.health+"/", 30*time.Second)
 
-	send := func(points int) {
-		t.Helper()
-		md := pmetric.NewMetrics()
-		dps := md.ResourceMetrics().AppendEmpty().ScopeMetrics().AppendEmpty().Metrics().AppendEmpty().SetEmptyGauge().DataPoints()
-		md.ResourceMetrics().At(0).ScopeMetrics().At(0).Metrics().At(0).SetName("fathom.test.gauge")
-		for i := 0; i < points; i++ {
-			dp := dps.AppendEmpty()
-			dp.SetIntValue(int64(i))
-			dp.SetTimestamp(pcommon.NewTimestampFromTime(time.Now()))
-		}
-		conn, err := grpc.NewClient(nodeOTLP, grpc.WithTransportCredentials(insecure.NewCredentials()))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer conn.Close()
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if _, err := pmetricotlp.NewGRPCClient(conn).Export(ctx, pmetricotlp.NewExportRequestFromMetrics(md)); err != nil {
-			t.Fatalf("export to node: %v", err)
-		}
-	}
 	// metric reads one of a collector's own counters (0 when absent).
 	metric := func(url, name, match string) int {
 		re := regexp.MustCompile(name + `(?:_total)?\{[^}]*` + match + `[^}]*\} (\d+)`)
@@ -361,13 +345,13 @@ func TestNodeRidesOutAGatewayRestart(t *testing.T) {
 	}
 	const before, during = 7, 11
 	stored := `exporter="duckdb"`
-	send(before)
+	exportGauge(t, nodeOTLP, before)
 	waitMetric(gw.metricsURL(), "otelcol_exporter_sent_metric_points", stored, before, 20*time.Second)
 
 	if code := gateway.Terminate(t, 20*time.Second); code != 0 {
 		t.Fatalf("gateway exit code %d", code)
 	}
-	send(during)
+	exportGauge(t, nodeOTLP, during)
 	// Accepted by the node, and waiting in its queue for the gateway.
 	toGateway := `exporter="otlp_grpc/gateway"`
 	queued := `data_type="metrics",` + toGateway
