@@ -24,6 +24,7 @@ import (
 	"github.com/fathom-gpu/fathom/extension/echoextension/internal/store"
 	"github.com/fathom-gpu/fathom/extension/echoextension/internal/tools"
 	"github.com/fathom-gpu/fathom/internal/collectortest"
+	"github.com/fathom-gpu/fathom/internal/semconv"
 )
 
 // EnvRequireConformance turns the conformance test's skip into a failure. The test needs
@@ -128,11 +129,18 @@ const (
 var plantedValue = []float64{10, 10.2, 9.8, 30}
 
 const (
-	plantedPoints   = 60  // per node, one a second
-	plantedCalls    = 100 // cudaMemcpy latencies 1..100 us on node-0
-	plantedFix      = "pin the data loader to the GPU's NUMA node"
-	plantedSQL      = "SELECT node, kind, count(*) AS n, round(avg(value), 3) AS mean FROM events WHERE cluster = 'conf' GROUP BY ALL ORDER BY node, kind"
-	plantedSQLRows  = "[[node-0 gauge 60 10] [node-0 log 100 50.5] [node-1 gauge 60 10.2] [node-2 gauge 60 9.8] [node-3 gauge 60 30] [node-3 log 2 <nil>]]"
+	plantedPoints = 60  // per node, one a second
+	plantedCalls  = 100 // cudaMemcpy latencies 1..100 us on node-0
+	plantedFix    = "pin the data loader to the GPU's NUMA node"
+	plantedSQL    = "SELECT node, kind, count(*) AS n, round(avg(value), 3) AS mean FROM events WHERE cluster = 'conf' GROUP BY ALL ORDER BY node, kind"
+	// The traced processes' rows count too, the export before the window included (the
+	// query has no time bound), their mean the mean of each row's value: a histogram
+	// row's sum/count, a sum row's value (a running count, or the interval's on node-2). node-1's 12 histogram rows average 0.00617 and
+	// its 21 sum rows 205746/21; node-2 (delta) has 6 and 15: 0.35417/6 and 12629/15;
+	// node-3 19 and 21: 0.21025/19 and 593493/21.
+	plantedSQLRows = "[[node-0 gauge 60 10] [node-0 log 100 50.5] [node-1 exp_histogram 12 0.006] [node-1 gauge 60 10.2] [node-1 sum 21 9797.429] " +
+		"[node-2 exp_histogram 6 0.059] [node-2 gauge 60 9.8] [node-2 sum 15 841.933] " +
+		"[node-3 exp_histogram 19 0.011] [node-3 gauge 60 30] [node-3 log 2 <nil>] [node-3 sum 21 28261.571]]"
 	plantedClusters = "conf"
 )
 
@@ -146,8 +154,11 @@ func nodeResource(attrs pcommon.Map, node int) {
 }
 
 // plant sends the conformance data set over OTLP/HTTP, all of it inside the minute that
-// starts at base: a gauge per node, per-call cudaMemcpy latencies on node-0 and two
-// causal chains on node-3. The gateway acknowledges only what it has committed.
+// starts at base apart from the first export of the traced processes, ten seconds
+// before it: a gauge per node, per-call cudaMemcpy latencies on node-0, two causal
+// chains on node-3 and the scheduler, fork, page and CUDA graph series of one traced
+// process on each of nodes 1 to 3 (tracedProcesses). The gateway acknowledges only
+// what it has committed.
 func plant(t *testing.T, otlp string, base time.Time) {
 	t.Helper()
 	md := pmetric.NewMetrics()
@@ -163,6 +174,11 @@ func plant(t *testing.T, otlp string, base time.Time) {
 			p.SetTimestamp(pcommon.NewTimestampFromTime(base.Add(time.Duration(i) * time.Second)))
 			p.SetDoubleValue(v)
 			p.Attributes().PutInt("fathom.rank", int64(n))
+		}
+	}
+	for _, p := range tracedProcesses {
+		for i := range tracedExports {
+			p.export(md, base, i)
 		}
 	}
 	metrics, err := pmetricotlp.NewExportRequestFromMetrics(md).MarshalProto()
@@ -216,6 +232,216 @@ func plant(t *testing.T, otlp string, base time.Time) {
 	}
 }
 
+// tracedExports are the exports of the node collectors' gpuebpf receivers, relative to
+// base: collection_interval 30s, the first ten seconds before the window, so that a
+// cumulative series adds its last point in the window minus that one.
+var tracedExports = []time.Duration{-10 * time.Second, 20 * time.Second, 50 * time.Second}
+
+// spans is one export of a scheduler histogram (host.thread.off_cpu.duration or
+// host.thread.runqueue.latency), in seconds; count 0: the series sent nothing then.
+type spans struct {
+	count    uint64
+	sum, max float64
+}
+
+// schedSeries is one thread's scheduler histogram: tid -1 is the series of all the
+// process's threads that call no CUDA (role other, no thread.id), reason "" the
+// run-queue latency, else the off-CPU reason.
+type schedSeries struct {
+	tid    int64
+	reason string
+	points [3]spans
+}
+
+// counterSeries is one monotonic sum of the process at each export; -1: not sent (the
+// receiver leaves out a delta sum that counted nothing, and a series not begun yet).
+type counterSeries struct {
+	name, unit, api string
+	points          [3]int64
+}
+
+// tracedProcess is one training process as its node's receiver reports it: a resource
+// per process (host, cluster, pid, executable, rank) and its series, all of one
+// temporality, as the receiver's temporality setting makes them.
+type tracedProcess struct {
+	node  int
+	pid   int64
+	delta bool
+	sched []schedSeries
+	sums  []counterSeries
+}
+
+// graphCalls are the cuda.api.calls series of the graph APIs the receiver probes and the
+// cuda.graph.launches it derives from the launches: begin, end, instantiate, launch.
+func graphCalls(begun, ended, instantiated, launched [3]int64) []counterSeries {
+	return []counterSeries{
+		{semconv.MetricCUDAAPICalls, "{call}", "cudaStreamBeginCapture", begun},
+		{semconv.MetricCUDAAPICalls, "{call}", "cudaStreamEndCapture", ended},
+		{semconv.MetricCUDAAPICalls, "{call}", "cudaGraphInstantiate", instantiated},
+		{semconv.MetricCUDAAPICalls, "{call}", "cudaGraphLaunch", launched},
+		{semconv.MetricCUDAGraphLaunches, "{launch}", "", launched},
+	}
+}
+
+// tracedProcesses: what each is built to show, and the totals over [base, base+5m) that
+// the conformance cases expect, worked out by hand.
+//
+//	node-3 pid 4103, rank 3, cumulative: the straggler, starved of CPU. CUDA threads
+//	  4103 (run-queue 3.5-0.5 = 3.0 s; preempted 200-20 = 180 switches, 2.25-0.25 = 2.0 s,
+//	  its max rising to 0.25; voluntary 2500-500 = 2000, 20-4 = 16 s, max flat at 0.5)
+//	  and 4131, whose series begin in the window and count whole (run-queue 0.75 s;
+//	  preempted 24, 0.375 s, max 0.0625). starvation_s 3.75, preempted 204 switches,
+//	  2.375 s, longest stall 0.25. Other threads: run-queue 7-1 = 6 s, preempted 300,
+//	  3 s, longest 0.5. DataLoader workers forked 16-8 = 8, pages 262144-131072 = 131072.
+//	  Graphs replaying before the window (300 launches), 600 launches in it (300 per
+//	  export) and 2 captures and instantiations in its second half: re-captures all,
+//	  share 1.
+//	node-2 pid 4102, rank 2, delta: every point in the window adds itself, the one
+//	  before it nothing (nor its 1 s stall). Run-queue 0.5+0.5 = 1 s; preempted 10+6 = 16,
+//	  0.25+0.125 = 0.375 s, longest 0.125; forks 2; pages 4096+4096 = 8192. Graphs
+//	  captured at warm-up in the export of its first 40 launches (4 instantiations),
+//	  then 120 launches and one more capture, a re-capture: 160 launches, 5, 5, 5, 1,
+//	  share 0.2.
+//	node-1 pid 4101, rank 1, cumulative: healthy. Run-queue 0.375-0.125 = 0.25 s;
+//	  preempted 12-4 = 8, 0.0625 s; voluntary 2000-400 = 1600, 15-3 = 12 s; no max rose,
+//	  so no longest stall; other threads' run-queue 0.125 s; no fork; 2048 pages. Graphs
+//	  all captured before the window: 1500-500 = 1000 launches, nothing else.
+//
+// node-0 has no traced process: event_history's cuda.* on node-0 keeps its answer.
+var tracedProcesses = []tracedProcess{
+	{node: 3, pid: 4103, sched: []schedSeries{
+		{4103, "", [3]spans{{40, 0.5, 0.0625}, {240, 2, 0.0625}, {400, 3.5, 0.0625}}},
+		{4103, "preempted", [3]spans{{20, 0.25, 0.0625}, {120, 1.25, 0.125}, {200, 2.25, 0.25}}},
+		{4103, "voluntary", [3]spans{{500, 4, 0.5}, {1500, 12, 0.5}, {2500, 20, 0.5}}},
+		{4131, "", [3]spans{{}, {16, 0.25, 0.0625}, {48, 0.75, 0.0625}}},
+		{4131, "preempted", [3]spans{{}, {8, 0.125, 0.0625}, {24, 0.375, 0.0625}}},
+		{-1, "", [3]spans{{100, 1, 0.125}, {400, 4, 0.125}, {700, 7, 0.125}}},
+		{-1, "preempted", [3]spans{{50, 0.5, 0.25}, {200, 2, 0.5}, {350, 3.5, 0.5}}},
+	}, sums: append([]counterSeries{
+		{semconv.MetricProcessForks, "{process}", "", [3]int64{8, 12, 16}},
+		{semconv.MetricProcessPageAllocs, "{page}", "", [3]int64{131072, 196608, 262144}},
+	}, graphCalls([3]int64{3, 3, 5}, [3]int64{3, 3, 5}, [3]int64{3, 3, 5}, [3]int64{300, 600, 900})...)},
+	{node: 2, pid: 4102, delta: true, sched: []schedSeries{
+		{4102, "", [3]spans{{20, 0.5, 0.125}, {30, 0.5, 0.125}, {30, 0.5, 0.125}}},
+		{4102, "preempted", [3]spans{{5, 1.25, 1}, {10, 0.25, 0.125}, {6, 0.125, 0.0625}}},
+	}, sums: append([]counterSeries{
+		{semconv.MetricProcessForks, "{process}", "", [3]int64{4, 2, -1}},
+		{semconv.MetricProcessPageAllocs, "{page}", "", [3]int64{4096, 4096, 4096}},
+	}, graphCalls([3]int64{-1, 4, 1}, [3]int64{-1, 4, 1}, [3]int64{-1, 4, 1}, [3]int64{-1, 40, 120})...)},
+	{node: 1, pid: 4101, sched: []schedSeries{
+		{4101, "", [3]spans{{40, 0.125, 0.015625}, {80, 0.25, 0.015625}, {120, 0.375, 0.015625}}},
+		{4101, "preempted", [3]spans{{4, 0.03125, 0.015625}, {8, 0.0625, 0.015625}, {12, 0.09375, 0.015625}}},
+		{4101, "voluntary", [3]spans{{400, 3, 0.25}, {1200, 9, 0.25}, {2000, 15, 0.25}}},
+		{-1, "", [3]spans{{10, 0.0625, 0.015625}, {20, 0.125, 0.015625}, {30, 0.1875, 0.015625}}},
+	}, sums: append([]counterSeries{
+		{semconv.MetricProcessForks, "{process}", "", [3]int64{4, 4, 4}},
+		{semconv.MetricProcessPageAllocs, "{page}", "", [3]int64{65536, 66560, 67584}},
+	}, graphCalls([3]int64{6, 6, 6}, [3]int64{6, 6, 6}, [3]int64{6, 6, 6}, [3]int64{500, 1000, 1500})...)},
+}
+
+// export appends the process's export i as the receiver sends it: one resource, one
+// scope, a metric per name with a point per series.
+func (p tracedProcess) export(md pmetric.Metrics, base time.Time, i int) {
+	rm := md.ResourceMetrics().AppendEmpty()
+	attrs := rm.Resource().Attributes()
+	nodeResource(attrs, p.node)
+	attrs.PutInt(semconv.ProcessPID, p.pid)
+	attrs.PutStr(semconv.ProcessExecutableName, "python3")
+	attrs.PutStr(semconv.ProcessCommandLine, "python3 train.py --config pretrain.yaml")
+	attrs.PutInt(semconv.Rank, int64(p.node))
+	attrs.PutInt(semconv.LocalRank, 0)
+	sm := rm.ScopeMetrics().AppendEmpty()
+	sm.Scope().SetName("github.com/fathom-gpu/fathom/receiver/gpuebpfreceiver")
+	// A cumulative series starts when the process was first seen, a delta one at the
+	// previous export.
+	start := base.Add(-5 * time.Minute)
+	temporality := pmetric.AggregationTemporalityCumulative
+	if p.delta {
+		start, temporality = base.Add(tracedExports[i]-30*time.Second), pmetric.AggregationTemporalityDelta
+	}
+	ts := pcommon.NewTimestampFromTime(base.Add(tracedExports[i]))
+	metrics := map[string]pmetric.Metric{}
+	metric := func(name, unit string) pmetric.Metric {
+		m, ok := metrics[name]
+		if !ok {
+			m = sm.Metrics().AppendEmpty()
+			m.SetName(name)
+			m.SetUnit(unit)
+			metrics[name] = m
+		}
+		return m
+	}
+	for _, s := range p.sched {
+		pt := s.points[i]
+		if pt.count == 0 {
+			continue
+		}
+		name := semconv.MetricThreadRunQueue
+		if s.reason != "" {
+			name = semconv.MetricThreadOffCPU
+		}
+		m := metric(name, "s")
+		if m.Type() == pmetric.MetricTypeEmpty {
+			m.SetEmptyExponentialHistogram().SetAggregationTemporality(temporality)
+		}
+		dp := m.ExponentialHistogram().DataPoints().AppendEmpty()
+		dp.SetStartTimestamp(pcommon.NewTimestampFromTime(start))
+		dp.SetTimestamp(ts)
+		pt.fill(dp)
+		role := "cuda"
+		if s.tid < 0 {
+			role = "other"
+		}
+		dp.Attributes().PutStr(semconv.ThreadRole, role)
+		if s.tid >= 0 {
+			dp.Attributes().PutInt(semconv.ThreadID, s.tid)
+		}
+		if s.reason != "" {
+			dp.Attributes().PutStr(semconv.OffCPUReason, s.reason)
+		}
+	}
+	for _, s := range p.sums {
+		v := s.points[i]
+		if v < 0 {
+			continue
+		}
+		m := metric(s.name, s.unit)
+		if m.Type() == pmetric.MetricTypeEmpty {
+			m.SetEmptySum().SetIsMonotonic(true)
+			m.Sum().SetAggregationTemporality(temporality)
+		}
+		dp := m.Sum().DataPoints().AppendEmpty()
+		dp.SetStartTimestamp(pcommon.NewTimestampFromTime(start))
+		dp.SetTimestamp(ts)
+		dp.SetIntValue(v)
+		if s.api != "" {
+			dp.Attributes().PutStr(semconv.CUDAAPIName, s.api)
+			dp.Attributes().PutStr(semconv.CUDALibrary, "libcudart")
+		}
+	}
+}
+
+// fill writes the spans as an exponential histogram at scale 3: count-1 spans of equal
+// length and one of max, the simplest distribution with the count, sum and max the
+// tools read (the planted sums and maxes keep that length below max).
+func (s spans) fill(dp pmetric.ExponentialHistogramDataPoint) {
+	const scale = 3
+	rest := (s.sum - s.max) / float64(s.count-1)
+	// Bucket i of scale 3 holds (2^(i/8), 2^((i+1)/8)].
+	index := func(v float64) int32 { return int32(math.Ceil(math.Log2(v)*(1<<scale))) - 1 }
+	lo, hi := index(rest), index(s.max)
+	counts := make([]uint64, hi-lo+1)
+	counts[0] += s.count - 1
+	counts[hi-lo]++
+	dp.SetScale(scale)
+	dp.SetCount(s.count)
+	dp.SetSum(s.sum)
+	dp.SetMin(rest)
+	dp.SetMax(s.max)
+	dp.Positive().SetOffset(lo)
+	dp.Positive().BucketCounts().FromRaw(counts)
+}
+
 // badCall is an argument set a tool must refuse: the error text starts with the code
 // and says what is wrong.
 type badCall struct {
@@ -262,13 +488,21 @@ func conformanceCases(base time.Time) map[string]conformanceCase {
 			bad:  []badCall{{`{"since":"2026-01-02T00:00:00Z","until":"2026-01-01T00:00:00Z"}`, "invalid_argument", "since"}},
 			check: func(t *testing.T, raw json.RawMessage) {
 				got := decode[tools.ClusterSummaryOutput](t, raw)
+				// The traced processes' two exports in the window: per export node-3 sends
+				// 7 histogram points (5 at the first, before thread 4131), 2 fork and page
+				// points and 5 graph ones, node-1 4+2+5; node-2, delta, sends only what
+				// counted something (no fork at base+50s): 67 rows in all.
+				const traced = 67
 				want := tools.ClusterSummaryOutput{Since: base.Format(time.RFC3339Nano), Until: base.Add(5 * time.Minute).Format(time.RFC3339Nano),
 					Clusters: []tools.ClusterSummary{{
-						Cluster: "conf", Nodes: 4, Ranks: 4, Rows: 4*plantedPoints + plantedCalls + 2,
+						Cluster: "conf", Nodes: 4, Ranks: 4, Rows: 4*plantedPoints + plantedCalls + 2 + traced,
 						First: base.Format(time.RFC3339Nano), Last: base.Add(59 * time.Second).Format(time.RFC3339Nano),
 						LogRecords: plantedCalls + 2, Errors: 2, CausalChains: 2,
 						TopSignals: []tools.SignalCount{{Name: "nccl.allreduce.duration", Rows: 4 * plantedPoints},
-							{Name: "cuda.memcpy.duration", Rows: plantedCalls}, {Name: "fathom.causal_chain", Rows: 2}},
+							{Name: "cuda.memcpy.duration", Rows: plantedCalls}, {Name: "cuda.api.calls", Rows: 24},
+							{Name: "host.thread.off_cpu.duration", Rows: 14}, {Name: "host.thread.runqueue.latency", Rows: 12},
+							{Name: "cuda.graph.launches", Rows: 6}, {Name: "host.process.page_allocs", Rows: 6},
+							{Name: "host.process.forks", Rows: 5}, {Name: "fathom.causal_chain", Rows: 2}},
 					}}}
 				if !reflect.DeepEqual(got, want) {
 					t.Errorf("cluster_summary:\n got %+v\nwant %+v", got, want)
@@ -364,28 +598,78 @@ func conformanceCases(base time.Time) map[string]conformanceCase {
 			},
 		},
 		"process_host_pressure": {
-			// The planted data has no scheduler series: no process is ranked, and the
-			// answer still says how it ranks.
+			// The straggler's process first: its CUDA threads waited 3.75 s for a CPU
+			// (see tracedProcesses for every number).
 			args: `{"cluster":"conf",` + window + `}`,
 			bad:  []badCall{{`{"page_token":"not-a-token"}`, "invalid_argument", "was not issued by process_host_pressure"}},
 			check: func(t *testing.T, raw json.RawMessage) {
 				got := decode[tools.ProcessPressureOutput](t, raw)
 				if got.Since != base.Format(time.RFC3339Nano) || got.Until != base.Add(5*time.Minute).Format(time.RFC3339Nano) ||
-					len(got.Processes) != 0 || !strings.HasPrefix(got.Score, "starvation_s") || got.NextPageToken != "" {
+					!strings.HasPrefix(got.Score, "starvation_s") || got.NextPageToken != "" {
 					t.Errorf("process_host_pressure: %+v", got)
+				}
+				// Every second and count planted is a sum of powers of two: the totals are
+				// exact whatever order DuckDB adds them in.
+				want := []tools.ProcessPressure{
+					{Position: 1, Cluster: "conf", Node: "node-3", PID: 4103, Process: "python3", Rank: i64(3), StarvationS: 3.75,
+						CUDAThreads:  tools.SchedTotals{RunQueueWaitS: 3.75, PreemptedSwitches: 204, PreemptedOffCPUS: 2.375, VoluntarySwitches: 2000, VoluntaryOffCPUS: 16, LongestStallS: f64(0.25)},
+						OtherThreads: tools.SchedTotals{RunQueueWaitS: 6, PreemptedSwitches: 300, PreemptedOffCPUS: 3, LongestStallS: f64(0.5)},
+						Forks:        8, PageAllocs: 131072,
+						Threads: []tools.ThreadPressure{
+							{ThreadID: 4103, SchedTotals: tools.SchedTotals{RunQueueWaitS: 3, PreemptedSwitches: 180, PreemptedOffCPUS: 2, VoluntarySwitches: 2000, VoluntaryOffCPUS: 16, LongestStallS: f64(0.25)}},
+							{ThreadID: 4131, SchedTotals: tools.SchedTotals{RunQueueWaitS: 0.75, PreemptedSwitches: 24, PreemptedOffCPUS: 0.375, LongestStallS: f64(0.0625)}},
+						}},
+					{Position: 2, Cluster: "conf", Node: "node-2", PID: 4102, Process: "python3", Rank: i64(2), StarvationS: 1,
+						CUDAThreads: tools.SchedTotals{RunQueueWaitS: 1, PreemptedSwitches: 16, PreemptedOffCPUS: 0.375, LongestStallS: f64(0.125)},
+						Forks:       2, PageAllocs: 8192,
+						Threads: []tools.ThreadPressure{
+							{ThreadID: 4102, SchedTotals: tools.SchedTotals{RunQueueWaitS: 1, PreemptedSwitches: 16, PreemptedOffCPUS: 0.375, LongestStallS: f64(0.125)}},
+						}},
+					{Position: 3, Cluster: "conf", Node: "node-1", PID: 4101, Process: "python3", Rank: i64(1), StarvationS: 0.25,
+						CUDAThreads:  tools.SchedTotals{RunQueueWaitS: 0.25, PreemptedSwitches: 8, PreemptedOffCPUS: 0.0625, VoluntarySwitches: 1600, VoluntaryOffCPUS: 12},
+						OtherThreads: tools.SchedTotals{RunQueueWaitS: 0.125},
+						PageAllocs:   2048,
+						Threads: []tools.ThreadPressure{
+							{ThreadID: 4101, SchedTotals: tools.SchedTotals{RunQueueWaitS: 0.25, PreemptedSwitches: 8, PreemptedOffCPUS: 0.0625, VoluntarySwitches: 1600, VoluntaryOffCPUS: 12}},
+						}},
+				}
+				if !reflect.DeepEqual(got.Processes, want) {
+					t.Errorf("process_host_pressure:\n got %s\nwant %s", mustJSON(got.Processes), mustJSON(want))
 				}
 			},
 		},
 		"cuda_graph_activity": {
-			// No graph series are planted either: the answer is the window in 1-minute
-			// buckets, no process, and the rule it counts re-captures by.
-			args: `{"cluster":"conf","bucket":"1m",` + window + `}`,
+			// Most re-captures first: node-3 re-captured both graphs it instantiated, node-2
+			// one of five, node-1 only replayed. 30-second buckets split the exports at
+			// base+20s and base+50s.
+			args: `{"cluster":"conf","bucket":"30s",` + window + `}`,
 			bad:  []badCall{{`{"bucket":"1s",` + window + `}`, "invalid_argument", "bucket"}, {`{"limit":501}`, "invalid_argument", "limit"}},
 			check: func(t *testing.T, raw json.RawMessage) {
 				got := decode[tools.GraphActivityOutput](t, raw)
-				if got.Since != base.Format(time.RFC3339Nano) || got.Until != base.Add(5*time.Minute).Format(time.RFC3339Nano) || got.BucketS != 60 ||
-					len(got.Processes) != 0 || got.Total != 0 || !strings.HasPrefix(got.Recapture, "recaptures = ") {
+				if got.Since != base.Format(time.RFC3339Nano) || got.Until != base.Add(5*time.Minute).Format(time.RFC3339Nano) || got.BucketS != 30 ||
+					got.Total != 3 || !strings.HasPrefix(got.Recapture, "recaptures = ") {
 					t.Errorf("cuda_graph_activity: %+v", got)
+				}
+				first, second := base.Format(time.RFC3339Nano), base.Add(30*time.Second).Format(time.RFC3339Nano)
+				counts := func(launches, begun, ended, instantiated, recaptured int64) tools.GraphCounts {
+					return tools.GraphCounts{Launches: launches, CapturesBegun: begun, CapturesEnded: ended, Instantiations: instantiated, Recaptures: recaptured}
+				}
+				buckets := func(a, b tools.GraphCounts) []tools.GraphBucket {
+					return []tools.GraphBucket{{Start: first, GraphCounts: a}, {Start: second, GraphCounts: b}}
+				}
+				want := []tools.GraphProcess{
+					{Cluster: "conf", Node: "node-3", PID: 4103, Process: "python3", Rank: i64(3), GraphCounts: counts(600, 2, 2, 2, 2),
+						RecaptureShare: f64(1), LaunchSource: "cuda.graph.launches",
+						Buckets: buckets(counts(300, 0, 0, 0, 0), counts(300, 2, 2, 2, 2))},
+					{Cluster: "conf", Node: "node-2", PID: 4102, Process: "python3", Rank: i64(2), GraphCounts: counts(160, 5, 5, 5, 1),
+						RecaptureShare: f64(0.2), LaunchSource: "cuda.graph.launches",
+						Buckets: buckets(counts(40, 4, 4, 4, 0), counts(120, 1, 1, 1, 1))},
+					{Cluster: "conf", Node: "node-1", PID: 4101, Process: "python3", Rank: i64(1), GraphCounts: counts(1000, 0, 0, 0, 0),
+						LaunchSource: "cuda.graph.launches",
+						Buckets:      buckets(counts(500, 0, 0, 0, 0), counts(500, 0, 0, 0, 0))},
+				}
+				if !reflect.DeepEqual(got.Processes, want) {
+					t.Errorf("cuda_graph_activity:\n got %s\nwant %s", mustJSON(got.Processes), mustJSON(want))
 				}
 			},
 		},
@@ -415,13 +699,16 @@ func conformanceCases(base time.Time) map[string]conformanceCase {
 			},
 			check: func(t *testing.T, raw json.RawMessage) {
 				got := decode[store.QueryResult](t, raw)
-				if fmt.Sprint(got.Columns) != "[node kind n mean]" || fmt.Sprint(got.Rows) != plantedSQLRows || got.RowCount != 6 || got.Truncated {
+				if fmt.Sprint(got.Columns) != "[node kind n mean]" || fmt.Sprint(got.Rows) != plantedSQLRows || got.RowCount != 12 || got.Truncated {
 					t.Errorf("run_analysis: %+v, want rows %s", got, plantedSQLRows)
 				}
 			},
 		},
 	}
 }
+
+func i64(v int64) *int64     { return &v }
+func f64(v float64) *float64 { return &v }
 
 func mustJSON(v any) string {
 	raw, err := json.Marshal(v)
