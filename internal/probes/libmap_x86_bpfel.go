@@ -72,7 +72,6 @@ const (
 	libmapMapTracedPids               = "traced_pids"
 	libmapProgOnSysEnterMmap          = "on_sys_enter_mmap"
 	libmapProgOnSysExitMmap           = "on_sys_exit_mmap"
-	libmapVarAttachOnMap              = "attach_on_map"
 	libmapVarUnusedLibraryMappedEvent = "unused_library_mapped_event"
 	libmapVarUnusedMappedLibrary      = "unused_mapped_library"
 )
@@ -139,7 +138,6 @@ type libmapMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type libmapVariableSpecs struct {
-	AttachOnMap              *ebpf.VariableSpec `ebpf:"attach_on_map"`
 	UnusedLibraryMappedEvent *ebpf.VariableSpec `ebpf:"unused_library_mapped_event"`
 	UnusedMappedLibrary      *ebpf.VariableSpec `ebpf:"unused_mapped_library"`
 }
@@ -187,7 +185,6 @@ func (m *libmapMaps) Close() error {
 //
 // It can be passed to loadLibmapObjects or ebpf.CollectionSpec.LoadAndAssign.
 type libmapVariables struct {
-	AttachOnMap              *ebpf.Variable `ebpf:"attach_on_map"`
 	UnusedLibraryMappedEvent *ebpf.Variable `ebpf:"unused_library_mapped_event"`
 	UnusedMappedLibrary      *ebpf.Variable `ebpf:"unused_mapped_library"`
 }
