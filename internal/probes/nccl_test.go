@@ -397,18 +397,22 @@ func TestRDMAAsyncPortErrorSeenOnce(t *testing.T) {
 	}
 	defer w.Close()
 	run := fakegpu.StartDDP(t, paths, fakegpu.DDPOptions{
-		Ranks: 1, Steps: 400, BucketBytes: 4096, KernelTime: 10 * time.Microsecond, IB: true, Gate: true,
+		Ranks: 1, Steps: 400, BucketBytes: 4096, KernelTime: 100 * time.Microsecond, IB: true, Gate: true,
 		Env: []string{"FAKEIBV_EVENT_FIFO=" + fifo},
 	})
 	rec := newNCCLRecorder()
 	rec.watch(run.Ranks[0].Pid)
 	trace(t, p, run.Ranks[0].Pid)
 	stop := runReader(t, p, rec)
-	if err := run.Release(); err != nil {
+	// Written before the gate opens: the FIFO holds the line until the rank's event
+	// thread, started after the gate, parks in ibv_get_async_event and reads it. Written
+	// 100 ms after the release, it came after the whole job once in CI: 400 steps of
+	// 10 us kernels can end sooner than that. The 100 us kernels keep the job running
+	// (over 40 ms of device time) long after the thread has read it.
+	if _, err := w.WriteString("10 1\n"); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(100 * time.Millisecond) // the event thread parks in ibv_get_async_event
-	if _, err := w.WriteString("10 1\n"); err != nil {
+	if err := run.Release(); err != nil {
 		t.Fatal(err)
 	}
 	reports, err := run.Wait(time.Minute)

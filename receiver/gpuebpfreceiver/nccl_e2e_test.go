@@ -156,10 +156,12 @@ func TestNCCLAndRDMAThroughTheRealCollector(t *testing.T) {
 	})
 	sink, col := startNodeCollector(t, ncclE2EConfig, "SYSFS="+sysfs)
 
-	if err := run.Release(); err != nil {
+	// Written before the gate opens (the FIFO holds it until a rank's event thread,
+	// started after the gate, reads it): written after, it could come after the job.
+	if _, err := events.WriteString("10 1\n"); err != nil { // IBV_EVENT_PORT_ERR on port 1
 		t.Fatal(err)
 	}
-	if _, err := events.WriteString("10 1\n"); err != nil { // IBV_EVENT_PORT_ERR on port 1
+	if err := run.Release(); err != nil {
 		t.Fatal(err)
 	}
 	reports, err := run.Wait(2 * time.Minute)
