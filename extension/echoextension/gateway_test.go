@@ -97,6 +97,7 @@ func startGateway(t *testing.T) *gateway {
 	g.proc = collectortest.Start(t, cfg, "ECHO_DB="+g.db, "ECHO_RATES="+rates, "ECHO_ADDR="+addr, "ECHO_AUDIT="+g.audit,
 		"TOKEN_DIR="+tokenDir, "LIMITED_TOKEN="+limitedToken, "OTLP_HTTP="+otlp)
 	g.proc.WaitHTTP(t, g.base+"/api/versions", 30*time.Second)
+	g.proc.WaitListening(t, otlp, 30*time.Second)
 	return g
 }
 

@@ -149,6 +149,27 @@ func (p *Process) WaitHTTP(t testing.TB, url string, timeout time.Duration) []by
 	return nil
 }
 
+// WaitListening polls until addr accepts a TCP connection, or the process exits or
+// timeout passes. A collector starts its extensions before its receivers, so an
+// extension's API can answer while the OTLP listeners are not up yet.
+func (p *Process) WaitListening(t testing.TB, addr string, timeout time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for time.Now().Before(deadline) {
+		select {
+		case <-p.done:
+			t.Fatalf("fathom exited before %s listened (%v):\n%s", addr, p.err, p.Output())
+		default:
+		}
+		if conn, err := net.DialTimeout("tcp", addr, time.Second); err == nil {
+			conn.Close()
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatalf("%s did not listen within %s:\n%s", addr, timeout, p.Output())
+}
+
 // Terminate sends SIGTERM and waits for the process to exit; it returns the exit code.
 func (p *Process) Terminate(t testing.TB, timeout time.Duration) int {
 	t.Helper()
