@@ -89,6 +89,9 @@ func startHostileGateway(t *testing.T) *hostileGateway {
 	g.proc = collectortest.Start(t, cfg, "ECHO_DB="+filepath.Join(dir, "echo.duckdb"), "ECHO_ADDR="+api,
 		"AGENT_TOKEN="+hostileAgentToken, "OTLP_GRPC="+grpcAddr, "OTLP_HTTP="+httpAddr)
 	g.proc.WaitHTTP(t, g.api+"/api/v1/health", 30*time.Second)
+	// The Echo API (an extension) answers before the receivers listen.
+	g.proc.WaitListening(t, grpcAddr, 30*time.Second)
+	g.proc.WaitListening(t, httpAddr, 30*time.Second)
 	return g
 }
 
