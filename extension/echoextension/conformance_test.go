@@ -215,15 +215,7 @@ func plant(t *testing.T, otlp string, base time.Time) {
 	must(t, err)
 
 	for path, body := range map[string][]byte{"/v1/metrics": metrics, "/v1/logs": logs} {
-		// The collector starts its receivers after its extensions: the API can answer
-		// before the OTLP listener is up.
-		var resp *http.Response
-		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
-			resp, err = http.Post("http://"+otlp+path, "application/x-protobuf", bytes.NewReader(body))
-			if err == nil || time.Now().After(deadline) {
-				break
-			}
-		}
+		resp, err := http.Post("http://"+otlp+path, "application/x-protobuf", bytes.NewReader(body))
 		must(t, err)
 		resp.Body.Close()
 		if resp.StatusCode != http.StatusOK {
@@ -886,6 +878,7 @@ func TestThirdPartyClients(t *testing.T) {
 	gw := collectortest.Start(t, cfg, "ECHO_DB="+db, "ECHO_RATES="+rates, "ECHO_ADDR="+addr, "ECHO_AUDIT="+filepath.Join(tmp, "audit.jsonl"),
 		"AGENT_TOKEN="+agentToken, "VIEWER_TOKEN="+viewerToken, "THROTTLED_TOKEN="+throttledToken, "OTLP_HTTP="+otlp)
 	gw.WaitHTTP(t, "http://"+addr+"/api/versions", 30*time.Second)
+	gw.WaitListening(t, otlp, 30*time.Second) // the receivers start after the Echo API
 
 	// Whole minutes in the past: the rollup tools read minute-aligned windows, and the
 	// default windows end now.
