@@ -2,14 +2,21 @@ package duckdbexporter
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	"go.opentelemetry.io/collector/component"
 	"go.opentelemetry.io/collector/exporter"
 	"go.opentelemetry.io/collector/pdata/plog"
 	"go.opentelemetry.io/collector/pdata/pmetric"
+	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/fathom-gpu/fathom/extension/echoextension"
 	"github.com/fathom-gpu/fathom/internal/echoschema"
@@ -22,6 +29,8 @@ type duckdbExporter struct {
 	// truncatedValues counts maps and arrays cut at MaxValueDepth: the row is kept,
 	// but part of what the sender sent is not in it.
 	truncatedValues metric.Int64Counter
+	// storageFailures counts batches the file system refused, by reason.
+	storageFailures metric.Int64Counter
 }
 
 func newDuckDBExporter(cfg *Config, set exporter.Settings) (*duckdbExporter, error) {
@@ -32,7 +41,13 @@ func newDuckDBExporter(cfg *Config, set exporter.Settings) (*duckdbExporter, err
 	if err != nil {
 		return nil, err
 	}
-	return &duckdbExporter{cfg: cfg, set: set, truncatedValues: truncated}, nil
+	failures, err := meter.Int64Counter("fathom_duckdb_storage_failures",
+		metric.WithDescription("Batches refused because the file system under the Echo store refused the write (reason: disk_full, io_error, read_only, permission_denied); their senders were told to retry."),
+		metric.WithUnit("{batch}"))
+	if err != nil {
+		return nil, err
+	}
+	return &duckdbExporter{cfg: cfg, set: set, truncatedValues: truncated, storageFailures: failures}, nil
 }
 
 func (e *duckdbExporter) start(_ context.Context, host component.Host) error {
@@ -49,8 +64,8 @@ func (e *duckdbExporter) start(_ context.Context, host component.Host) error {
 }
 
 // pushLogs and pushMetrics leave failed writes retryable (the default for a plain
-// error): a full disk or a busy store is worth retrying, and exporterhelper's retry
-// and queue settings decide how long. Nothing in a batch can be malformed by then, the
+// error): the OTLP receiver answers them Unavailable (HTTP 503), and the sender, which
+// still holds the data, sends it again. Nothing in a batch can be malformed by then, the
 // receiver has already decoded it.
 func (e *duckdbExporter) pushLogs(ctx context.Context, ld plog.Logs) error {
 	buf := rowBuffers.Get().(*[]echoschema.Row)
@@ -59,7 +74,7 @@ func (e *duckdbExporter) pushLogs(ctx context.Context, ld plog.Logs) error {
 	*buf = rows
 	e.countTruncated(ctx, truncated)
 	if err := e.writer.AppendRows(ctx, rows); err != nil {
-		return fmt.Errorf("write %d log records: %w", len(rows), err)
+		return e.refusal(ctx, fmt.Errorf("write %d log records: %w", len(rows), err))
 	}
 	return nil
 }
@@ -71,9 +86,31 @@ func (e *duckdbExporter) pushMetrics(ctx context.Context, md pmetric.Metrics) er
 	*buf = rows
 	e.countTruncated(ctx, truncated)
 	if err := e.writer.AppendRows(ctx, rows); err != nil {
-		return fmt.Errorf("write %d data points: %w", len(rows), err)
+		return e.refusal(ctx, fmt.Errorf("write %d data points: %w", len(rows), err))
 	}
 	return nil
+}
+
+// StorageRetryDelay is how long a sender refused for a storage failure is asked to
+// wait (gRPC RetryInfo, HTTP Retry-After): long enough that a fleet of nodes does not
+// hammer a gateway whose disk is full, short enough that they catch up soon after an
+// operator frees space.
+const StorageRetryDelay = 5 * time.Second
+
+// refusal turns a storage failure into the status the sender sees: Unavailable with a
+// retry delay and the reason in its message, counted by reason. Other failures pass
+// through (retryable too).
+func (e *duckdbExporter) refusal(ctx context.Context, err error) error {
+	var se *echoextension.StorageError
+	if !errors.As(err, &se) {
+		return err
+	}
+	e.storageFailures.Add(ctx, 1, metric.WithAttributes(attribute.String("reason", se.Reason)))
+	st, detailErr := status.New(codes.Unavailable, err.Error()).WithDetails(&errdetails.RetryInfo{RetryDelay: durationpb.New(StorageRetryDelay)})
+	if detailErr != nil {
+		return status.Error(codes.Unavailable, err.Error())
+	}
+	return st.Err()
 }
 
 func (e *duckdbExporter) countTruncated(ctx context.Context, n int) {

@@ -42,10 +42,17 @@ func createDefaultConfig() component.Config {
 	batch.MinSize = 4096
 	batch.MaxSize = 16_384
 	queue.Batch = configoptional.Some(batch)
+	// No retry inside the gateway: the sender is waiting for this write's result and
+	// holds the data, so a failed batch goes straight back to it (Unavailable, HTTP
+	// 503) and it sends the batch again. Retrying here held the sender past its own
+	// timeout, after which it resent the batch while this copy was still being
+	// retried, and both were stored once the disk had room again.
+	retry := configretry.NewDefaultBackOffConfig()
+	retry.Enabled = false
 	return &Config{
 		TimeoutConfig: exporterhelper.NewDefaultTimeoutConfig(),
 		QueueConfig:   configoptional.Some(queue),
-		RetryConfig:   configretry.NewDefaultBackOffConfig(),
+		RetryConfig:   retry,
 		Store:         component.MustNewID("echo"),
 	}
 }

@@ -74,6 +74,12 @@ type hostileGateway struct {
 
 func startHostileGateway(t *testing.T) *hostileGateway {
 	t.Helper()
+	return startHostileGatewayOn(t, filepath.Join(t.TempDir(), "echo.duckdb"))
+}
+
+// startHostileGatewayOn starts the gateway with its store at dbPath.
+func startHostileGatewayOn(t *testing.T, dbPath string) *hostileGateway {
+	t.Helper()
 	dir := t.TempDir()
 	cfg := filepath.Join(dir, "gateway.yaml")
 	if err := os.WriteFile(cfg, []byte(hostileGatewayConfig), 0o600); err != nil {
@@ -86,7 +92,7 @@ func startHostileGateway(t *testing.T) *hostileGateway {
 		api: "http://" + api, otlpHTTP: "http://" + httpAddr + "/v1/logs", rpc: grpcAddr,
 		h2c: &http.Client{Transport: &http.Transport{Protocols: &protocols}, Timeout: 2 * time.Minute},
 	}
-	g.proc = collectortest.Start(t, cfg, "ECHO_DB="+filepath.Join(dir, "echo.duckdb"), "ECHO_ADDR="+api,
+	g.proc = collectortest.Start(t, cfg, "ECHO_DB="+dbPath, "ECHO_ADDR="+api,
 		"AGENT_TOKEN="+hostileAgentToken, "OTLP_GRPC="+grpcAddr, "OTLP_HTTP="+httpAddr)
 	g.proc.WaitHTTP(t, g.api+"/api/v1/health", 30*time.Second)
 	// The Echo API (an extension) answers before the receivers listen.

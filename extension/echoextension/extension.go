@@ -23,6 +23,11 @@ type RowWriter interface {
 	AppendRows(ctx context.Context, rows []echoschema.Row) error
 }
 
+// StorageError is what AppendRows returns when the file system under the store
+// refused the write (disk full, failed, read-only): nothing of the batch was stored,
+// and the same write can succeed only once the file system is back.
+type StorageError = store.StorageError
+
 // ErrNotStarted is returned to writers before Start or after Shutdown.
 var ErrNotStarted = errors.New("echo store is not open")
 

@@ -55,3 +55,16 @@ func RequireBPFFS(t testing.TB) {
 }
 
 const bpfFSMagic = 0xcafe4a11 // BPF_FS_MAGIC, linux/magic.h
+
+// RequireRoot stops the test unless it runs as root; why says what root is needed for
+// (e.g. "mounting a scratch file system"). Under FATHOM_REQUIRE_PRIVILEGED=1 it fails.
+func RequireRoot(t testing.TB, why string) {
+	t.Helper()
+	if os.Geteuid() == 0 {
+		return
+	}
+	if os.Getenv(EnvRequire) == "1" {
+		t.Fatalf("this test needs root (%s), and %s=1 makes that a failure", why, EnvRequire)
+	}
+	t.Skipf("needs root (%s); set %s=1 to make this a failure", why, EnvRequire)
+}

@@ -74,12 +74,54 @@ func (s *Store) Append(ctx context.Context, rows []echoschema.Row) error {
 	}
 	if err := a.write(ctx, rows); err != nil {
 		// A failed append or flush leaves the Appenders unusable; the whole batch is
-		// reported failed (and rolled back) so the exporter's retry sends it again on
-		// fresh ones.
+		// reported failed (and rolled back) so that its sender sends it again, and the
+		// next batch gets fresh ones.
 		_ = a.close()
-		return err
+		return storageError(err)
 	}
 	return nil
+}
+
+// StorageError is a write the file system under the store refused: the disk is full,
+// failed or read-only. The batch was rolled back; the same write can succeed only once
+// the file system is back, so the sender should keep its data and send it again later.
+type StorageError struct {
+	// Reason is one of disk_full, io_error, read_only, permission_denied.
+	Reason string
+	Err    error
+}
+
+func (e *StorageError) Error() string {
+	return fmt.Sprintf("echo store cannot write: %s; retry later (%v)", storageReasons[e.Reason], e.Err)
+}
+
+func (e *StorageError) Unwrap() error { return e.Err }
+
+// storageReasons says each reason in the words of strerror(3), which is what an
+// operator will search the gateway's logs for.
+var storageReasons = map[string]string{
+	"disk_full":         "no space left on device",
+	"io_error":          "input/output error",
+	"read_only":         "read-only file system",
+	"permission_denied": "permission denied",
+}
+
+// storageError classifies a failed write. DuckDB reports file system errors as text
+// (an IOException carrying strerror), so the text is all there is to match.
+func storageError(err error) error {
+	msg := err.Error()
+	for _, c := range [...]struct{ strerror, reason string }{
+		{"No space left on device", "disk_full"},
+		{"Disk quota exceeded", "disk_full"},
+		{"Input/output error", "io_error"},
+		{"Read-only file system", "read_only"},
+		{"Permission denied", "permission_denied"},
+	} {
+		if strings.Contains(msg, c.strerror) {
+			return &StorageError{Reason: c.reason, Err: err}
+		}
+	}
+	return err
 }
 
 // validUTF8Rows returns rows with invalid UTF-8 in their strings replaced by U+FFFD:
