@@ -10,6 +10,7 @@ require (
 	github.com/modelcontextprotocol/go-sdk v1.8.0
 	github.com/open-telemetry/opentelemetry-collector-contrib/exporter/prometheusremotewriteexporter v0.162.0
 	github.com/open-telemetry/opentelemetry-collector-contrib/extension/healthcheckextension v0.162.0
+	github.com/open-telemetry/opentelemetry-collector-contrib/extension/pprofextension v0.162.0
 	github.com/open-telemetry/opentelemetry-collector-contrib/processor/cumulativetodeltaprocessor v0.162.0
 	github.com/open-telemetry/opentelemetry-collector-contrib/processor/deltatocumulativeprocessor v0.162.0
 	github.com/open-telemetry/opentelemetry-collector-contrib/processor/resourceprocessor v0.162.0

@@ -56,7 +56,45 @@ func newEchoExtension(set extension.Settings, cfg *Config) (*echoExtension, erro
 	if err != nil {
 		return nil, err
 	}
-	return &echoExtension{cfg: cfg, set: set, logger: set.Logger, retentionDeleted: deleted}, nil
+	e := &echoExtension{cfg: cfg, set: set, logger: set.Logger, retentionDeleted: deleted}
+	// Read when the collector's telemetry is scraped, so an operator (and `make soak`)
+	// sees what the store holds in memory and on disk without a SQL token.
+	if _, err := meter.Int64ObservableGauge("fathom_echo_duckdb_memory_bytes",
+		metric.WithDescription("Memory DuckDB holds for the Echo store (sum of duckdb_memory()), bounded by memory_limit."),
+		metric.WithUnit("By"), metric.WithInt64Callback(e.observeMemory)); err != nil {
+		return nil, err
+	}
+	if _, err := meter.Int64ObservableGauge("fathom_echo_store_used_bytes",
+		metric.WithDescription("Data blocks in use in the Echo store file (what retention.max_size_mib bounds; the file itself never shrinks)."),
+		metric.WithUnit("By"), metric.WithInt64Callback(e.observeUsed)); err != nil {
+		return nil, err
+	}
+	return e, nil
+}
+
+// observeMemory and observeUsed skip the observation when the store is closed or the
+// query fails: a scrape must never wait on, or fail because of, the store.
+func (e *echoExtension) observeMemory(ctx context.Context, o metric.Int64Observer) error {
+	e.observeStore(ctx, o, (*store.Store).MemoryBytes)
+	return nil
+}
+
+func (e *echoExtension) observeUsed(ctx context.Context, o metric.Int64Observer) error {
+	e.observeStore(ctx, o, (*store.Store).UsedBytes)
+	return nil
+}
+
+func (e *echoExtension) observeStore(ctx context.Context, o metric.Int64Observer, read func(*store.Store, context.Context) (int64, error)) {
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	if e.store == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	if n, err := read(e.store, ctx); err == nil {
+		o.Observe(n)
+	}
 }
 
 func (e *echoExtension) Start(ctx context.Context, host component.Host) error {

@@ -83,3 +83,63 @@ func deletedRows(rm metricdata.ResourceMetrics) int64 {
 	}
 	return 0
 }
+
+// The store's memory and data size are gauges of the extension's own telemetry: the
+// data size matches what retention measures, and both are absent once the store is
+// closed (a scrape never fails on the store).
+func TestStoreGaugesReadTheOpenStore(t *testing.T) {
+	reader := sdkmetric.NewManualReader()
+	set := extensiontest.NewNopSettings(metadata.Type)
+	set.MeterProvider = sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	cfg := createDefaultConfig().(*Config)
+	cfg.Path = filepath.Join(t.TempDir(), "echo.duckdb")
+	ext, err := NewFactory().Create(context.Background(), set, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ext.Start(context.Background(), componenttest.NewNopHost()); err != nil {
+		t.Fatal(err)
+	}
+	if err := ext.(RowWriter).AppendRows(context.Background(), rowsAt(5000, time.Now())); err != nil {
+		t.Fatal(err)
+	}
+	st := ext.(*echoExtension).store
+	if _, err := st.DB().Exec("CHECKPOINT"); err != nil {
+		t.Fatal(err)
+	}
+	wantUsed, err := st.UsedBytes(context.Background())
+	if err != nil || wantUsed <= 0 {
+		t.Fatalf("used bytes %d (%v)", wantUsed, err)
+	}
+	gauges := func() map[string]int64 {
+		var rm metricdata.ResourceMetrics
+		if err := reader.Collect(context.Background(), &rm); err != nil {
+			t.Fatal(err)
+		}
+		got := map[string]int64{}
+		for _, sm := range rm.ScopeMetrics {
+			for _, m := range sm.Metrics {
+				if g, ok := m.Data.(metricdata.Gauge[int64]); ok {
+					for _, dp := range g.DataPoints {
+						got[m.Name] = dp.Value
+					}
+				}
+			}
+		}
+		return got
+	}
+	got := gauges()
+	if got["fathom_echo_store_used_bytes"] != wantUsed {
+		t.Errorf("fathom_echo_store_used_bytes = %d, want %d", got["fathom_echo_store_used_bytes"], wantUsed)
+	}
+	// DuckDB holds at least the blocks just written in its buffer pool.
+	if mem := got["fathom_echo_duckdb_memory_bytes"]; mem < 256<<10 {
+		t.Errorf("fathom_echo_duckdb_memory_bytes = %d, want the store's buffers (at least 256 KiB)", mem)
+	}
+	if err := ext.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if got := gauges(); len(got) != 0 {
+		t.Errorf("gauges of a closed store: %v", got)
+	}
+}

@@ -104,6 +104,16 @@ func (s *Store) UsedBytes(ctx context.Context) (int64, error) {
 	return used, nil
 }
 
+// MemoryBytes is what DuckDB holds in memory for this instance: buffer pool, WAL
+// staging and query state (the sum of duckdb_memory()).
+func (s *Store) MemoryBytes(ctx context.Context) (int64, error) {
+	var n int64
+	if err := s.db.QueryRowContext(ctx, `SELECT coalesce(sum(memory_usage_bytes), 0)::BIGINT FROM duckdb_memory()`).Scan(&n); err != nil {
+		return 0, fmt.Errorf("duckdb memory: %w", err)
+	}
+	return n, nil
+}
+
 // trimRollups drops the rollup minutes that ended before cutoff; the minute holding the
 // cutoff stays, as some of its rows do.
 func (s *Store) trimRollups(ctx context.Context, cutoff time.Time) error {
