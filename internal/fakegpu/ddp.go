@@ -19,12 +19,24 @@ type Slowness struct {
 	Rank     int
 	Delay    time.Duration // --slow-ms
 	FromStep int
-	// Mode is "compute" (one extra kernel of Delay; the default), "contention" (Delay of
-	// host CPU work while Threads busy threads share its CPU) or "barrier" (sleep Delay
-	// before entering the all-reduce).
+	// Mode is "compute" (Delay more host CPU work per step; the default), "stall" (sleep
+	// Delay off-CPU before each all-reduce, like a data-loader wait), "contention" (Delay
+	// of host CPU work while Threads busy threads share its CPU) or "kernel" (one extra
+	// kernel of Delay: a slow device, which delays every rank's sync alike).
 	Mode    string
 	Threads int
 }
+
+// NCCL modes of the fake libnccl (FAKENCCL_MODE).
+const (
+	// NCCLAsync is the default and what NCCL does: a collective is enqueued on the stream
+	// and the call returns at once; peers of a late rank wait in their next synchronizing
+	// CUDA call.
+	NCCLAsync = "async"
+	// NCCLBlocking makes collectives return only when every rank has arrived, so peers
+	// wait inside the NCCL call. Not what NCCL does: for tests about that wait.
+	NCCLBlocking = "blocking"
+)
 
 // DDPOptions mirrors the flags of fakegpu-ddp; a zero field keeps the program's default.
 type DDPOptions struct {
@@ -35,9 +47,12 @@ type DDPOptions struct {
 	ComputeKernels   int
 	OptimizerKernels int
 	KernelTime       time.Duration // default 50us
+	HostCompute      time.Duration // host CPU work per step on every rank
 	Slow             *Slowness
 	RingBytes        int64 // per-step send/recv ring exchange
 	IB               bool  // a verbs async-event thread per rank
+	// NCCLMode is NCCLAsync (the default when empty) or NCCLBlocking.
+	NCCLMode string
 	// Gate makes StartDDP return once every rank waits at its gate, before any CUDA or
 	// NCCL call; Release starts them all.
 	Gate bool
@@ -59,6 +74,9 @@ func (o DDPOptions) Args() []string {
 	num("optimizer-kernels", int64(o.OptimizerKernels))
 	if o.KernelTime != 0 {
 		args = append(args, "--kernel-us", strconv.FormatFloat(float64(o.KernelTime)/float64(time.Microsecond), 'f', -1, 64))
+	}
+	if o.HostCompute != 0 {
+		args = append(args, "--host-compute-us", strconv.FormatFloat(float64(o.HostCompute)/float64(time.Microsecond), 'f', -1, 64))
 	}
 	if s := o.Slow; s != nil {
 		args = append(args, "--slow-rank", strconv.Itoa(s.Rank))
@@ -84,7 +102,9 @@ type DDPBytes struct {
 }
 
 // DDPRank is one rank's JSON report. Per-step times are CLOCK_MONOTONIC nanoseconds:
-// AllReduceEntryNS/ExitNS bracket the step's ncclAllReduce calls.
+// AllReduceEntryNS/ExitNS bracket the step's ncclAllReduce calls; StreamSyncNS is the
+// time the step spent in cudaStreamSynchronize (where an asynchronous all-reduce's wait
+// for a late peer shows).
 type DDPRank struct {
 	Rank             int              `json:"rank"`
 	LocalRank        int              `json:"local_rank"`
@@ -105,10 +125,12 @@ type DDPRank struct {
 	VerifyErrors     int64            `json:"verify_errors"` // wrong all-reduce or ring results
 	IBEvents         int64            `json:"ib_events"`
 	IBLastEvent      int              `json:"ib_last_event"` // enum ibv_event_type, -1 if none
+	NCCLMode         string           `json:"nccl_mode"`
 	StepStartNS      []int64          `json:"step_start_ns"`
 	AllReduceEntryNS []int64          `json:"allreduce_entry_ns"`
 	AllReduceExitNS  []int64          `json:"allreduce_exit_ns"`
 	StepEndNS        []int64          `json:"step_end_ns"`
+	StreamSyncNS     []int64          `json:"stream_sync_ns"`
 }
 
 // AllReduceTimes returns the per-step time spent in ncclAllReduce.
@@ -116,6 +138,15 @@ func (r DDPRank) AllReduceTimes() []time.Duration {
 	out := make([]time.Duration, len(r.AllReduceEntryNS))
 	for i := range out {
 		out[i] = time.Duration(r.AllReduceExitNS[i] - r.AllReduceEntryNS[i])
+	}
+	return out
+}
+
+// StreamSyncTimes returns the per-step time spent in cudaStreamSynchronize.
+func (r DDPRank) StreamSyncTimes() []time.Duration {
+	out := make([]time.Duration, len(r.StreamSyncNS))
+	for i, ns := range r.StreamSyncNS {
+		out[i] = time.Duration(ns)
 	}
 	return out
 }
@@ -150,6 +181,9 @@ func StartDDP(t testing.TB, p Paths, o DDPOptions) *DDPRun {
 	}
 	run.Cmd = exec.Command(p.DDP, args...)
 	run.Cmd.Env = append(os.Environ(), o.Env...)
+	if o.NCCLMode != "" {
+		run.Cmd.Env = append(run.Cmd.Env, "FAKENCCL_MODE="+o.NCCLMode)
+	}
 	run.Cmd.Stdout = &run.stdout
 	run.Cmd.Stderr = &run.stderr
 	run.Cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}

@@ -2,19 +2,36 @@ package fakegpu
 
 import (
 	"os"
+	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
 )
 
-func meanOf(ds []time.Duration) time.Duration {
-	var sum time.Duration
-	for _, d := range ds {
-		sum += d
+func medianOf(ds []time.Duration) time.Duration {
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	return s[len(s)/2]
+}
+
+// quantileOf returns the q-quantile (0..1) of ds, nearest rank.
+func quantileOf(ds []time.Duration, q float64) time.Duration {
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	return s[int(q*float64(len(s)-1))]
+}
+
+// minus returns a[i] - b[i] over steps [from, to).
+func minus(a, b []time.Duration, from, to int) []time.Duration {
+	out := make([]time.Duration, 0, to-from)
+	for i := from; i < to; i++ {
+		out = append(out, a[i]-b[i])
 	}
-	return sum / time.Duration(len(ds))
+	return out
 }
 
 func TestDDPEightRanksExactCounts(t *testing.T) {
@@ -67,9 +84,13 @@ func TestDDPEightRanksExactCounts(t *testing.T) {
 	if len(pids) != 8 {
 		t.Errorf("8 ranks ran in %d processes", len(pids))
 	}
-	// A collective ends for everybody only after the last rank entered it.
+	// A collective completes for everybody only after the last rank entered it: no rank
+	// ends its step (the sync after which it reads the results) before that. The calls
+	// themselves return at once, so some rank leaves its all-reduce before the last one
+	// enters in most steps.
+	leftEarly := 0
 	for s := 0; s < steps; s++ {
-		var lastEntry, firstExit int64
+		var lastEntry, firstExit, firstEnd int64
 		for i, r := range ranks {
 			if i == 0 || r.AllReduceEntryNS[s] > lastEntry {
 				lastEntry = r.AllReduceEntryNS[s]
@@ -77,51 +98,149 @@ func TestDDPEightRanksExactCounts(t *testing.T) {
 			if i == 0 || r.AllReduceExitNS[s] < firstExit {
 				firstExit = r.AllReduceExitNS[s]
 			}
+			if i == 0 || r.StepEndNS[s] < firstEnd {
+				firstEnd = r.StepEndNS[s]
+			}
+		}
+		if firstEnd < lastEntry {
+			t.Fatalf("step %d: a rank ended the step at %d before the last one entered the all-reduce at %d", s, firstEnd, lastEntry)
 		}
 		if firstExit < lastEntry {
-			t.Fatalf("step %d: a rank left the all-reduce at %d before the last one entered at %d", s, firstExit, lastEntry)
+			leftEarly++
 		}
+	}
+	t.Logf("a rank left the all-reduce before the last one entered it in %d of %d steps", leftEarly, steps)
+	if leftEarly == 0 {
+		t.Error("no rank ever returned from ncclAllReduce before every rank had entered it: the all-reduce blocks")
 	}
 	if left, _ := filepath.Glob("/dev/shm/fakenccl-*"); len(left) != 0 {
 		t.Errorf("shared memory left behind: %v", left)
 	}
 }
 
-// A slow rank makes its peers wait inside ncclAllReduce for about the delay it adds.
-func TestDDPSlowRankMakesPeersWait(t *testing.T) {
+// One rank is slow from step `from`, in each way fakegpu-ddp makes a host slow: 25% more
+// host compute per step, an off-CPU stall before each all-reduce (a data-loader wait), or
+// CPU work on a CPU shared with busy threads. With the asynchronous fake, as with NCCL,
+// every ncclAllReduce returns in microseconds and the slow rank's peers wait for it in
+// their cudaStreamSynchronize, by about the delay, while the slow rank waits least. With
+// the blocking fake the same wait shows inside ncclAllReduce instead, and not in the
+// syncs. Either way the calls are exact and the sums right.
+//
+// Timing bounds are medians over the 30 slow steps, so a few steps stretched by the
+// scheduler (2 cores shared by 4 ranks and whatever else runs) do not decide the result.
+// The lower bound is half the delay: the slow rank's lateness is its whole delay when it
+// gets a CPU of its own, and more when it shares one. The upper bound allows the CPU work
+// to stretch by `stretch` on a shared CPU (contention pins it next to busy threads).
+func TestDDPSlowRank(t *testing.T) {
 	p := Build(t)
-	const steps, from = 40, 20
-	for _, mode := range []string{"compute", "barrier", "contention"} {
-		t.Run(mode, func(t *testing.T) {
-			delay := 20 * time.Millisecond
-			o := DDPOptions{Ranks: 4, Steps: steps, BucketBytes: 16 << 10, KernelTime: 20 * time.Microsecond,
-				Slow: &Slowness{Rank: 2, Delay: delay, FromStep: from, Mode: mode}}
-			ranks := RunDDP(t, p, o)
-			slow := ranks[2]
-			if !slow.Slow {
-				t.Fatal("rank 2 does not report itself slow")
-			}
-			slowAfter := meanOf(slow.AllReduceTimes()[from:])
-			for _, r := range ranks {
-				if r.Rank == 2 {
+	const ranks, steps, from, slowRank = 4, 60, 30, 2
+	cases := []struct {
+		slowMode       string
+		delay, perStep time.Duration
+		stretch        time.Duration
+	}{
+		{"compute", 10 * time.Millisecond, 40 * time.Millisecond, 4},
+		{"stall", 20 * time.Millisecond, 0, 2},
+		{"contention", 20 * time.Millisecond, 0, 10},
+	}
+	for _, ncclMode := range []string{NCCLAsync, NCCLBlocking} {
+		for _, c := range cases {
+			t.Run(ncclMode+"/"+c.slowMode, func(t *testing.T) {
+				o := DDPOptions{Ranks: ranks, Steps: steps, BucketBytes: 16 << 10, KernelTime: 20 * time.Microsecond,
+					HostCompute: c.perStep, NCCLMode: ncclMode,
+					Slow: &Slowness{Rank: slowRank, Delay: c.delay, FromStep: from, Mode: c.slowMode}}
+				reports := RunDDP(t, p, o)
+				var calls []time.Duration
+				for _, r := range reports {
+					if r.Slow != (r.Rank == slowRank) || r.NCCLMode != ncclMode || r.VerifyErrors != 0 {
+						t.Errorf("rank %d: slow %v, mode %q, %d wrong results", r.Rank, r.Slow, r.NCCLMode, r.VerifyErrors)
+					}
+					if r.Calls["ncclAllReduce"] != steps || r.Calls["cudaStreamSynchronize"] != 2*steps || r.Calls["cudaLaunchKernel"] != steps*10 {
+						t.Errorf("rank %d: calls %v", r.Rank, r.Calls)
+					}
+					calls = append(calls, r.AllReduceTimes()...)
+				}
+				slow := reports[slowRank]
+				slowSync, slowAR := slow.StreamSyncTimes(), slow.AllReduceTimes()
+				t.Logf("ncclAllReduce on all ranks: median %v, p90 %v, max %v", medianOf(calls), quantileOf(calls, 0.9), slices.Max(calls))
+				for _, r := range reports {
+					if r.Rank == slowRank {
+						continue
+					}
+					sync, ar := r.StreamSyncTimes(), r.AllReduceTimes()
+					// what rank r waits more than the slow rank, per step, before and after
+					syncBefore, syncAfter := medianOf(minus(sync, slowSync, 1, from)), medianOf(minus(sync, slowSync, from+1, steps))
+					arBefore, arAfter := medianOf(minus(ar, slowAR, 1, from)), medianOf(minus(ar, slowAR, from+1, steps))
+					t.Logf("rank %d waits more than the slow rank: in syncs %v before, %v after; in all-reduces %v before, %v after",
+						r.Rank, syncBefore, syncAfter, arBefore, arAfter)
+					inCalls, inSyncs := arAfter, syncAfter
+					if ncclMode == NCCLAsync {
+						inCalls, inSyncs = syncAfter, arAfter
+					}
+					if inCalls < c.delay/2 || inCalls > c.stretch*c.delay {
+						t.Errorf("rank %d waits %v more than the slow rank after it slowed down, want about %v", r.Rank, inCalls, c.delay)
+					}
+					if inSyncs > c.delay/3 {
+						t.Errorf("rank %d waits %v more than the slow rank where the wait does not belong", r.Rank, inSyncs)
+					}
+					if d := max(syncBefore, arBefore, -syncBefore, -arBefore); d > c.delay/3 {
+						t.Errorf("rank %d waits %v more or less than rank %d before it slowed down", r.Rank, d, slowRank)
+					}
+				}
+				if ncclMode == NCCLAsync {
+					// An enqueue is a launch's CPU time (4 us) and a 16 KiB copy; the rest
+					// is a rank preempted on a shared CPU.
+					if m, p90 := medianOf(calls), quantileOf(calls, 0.9); m > 200*time.Microsecond || p90 > time.Millisecond {
+						t.Errorf("ncclAllReduce takes %v (median), %v (p90): it waits for peers", m, p90)
+					}
+				}
+			})
+		}
+	}
+}
+
+// A rank may run only FAKENCCL_QUEUE_DEPTH collectives ahead of a peer's host: with 6
+// buckets a step and a queue of 4, the peers of a rank that stalls before its
+// all-reduces wait inside their 5th ncclAllReduce of the step until the slow rank's
+// host has enqueued its 5th (and freed the entry of its 1st); with 4 buckets they
+// never wait in a call.
+func TestDDPQueueFullBlocksTheEnqueue(t *testing.T) {
+	p := Build(t)
+	const ranks, steps, from, delay = 3, 30, 10, 20 * time.Millisecond
+	for _, buckets := range []int{4, 6} {
+		t.Run(strconv.Itoa(buckets)+" buckets", func(t *testing.T) {
+			reports := RunDDP(t, p, DDPOptions{Ranks: ranks, Steps: steps, Buckets: buckets, BucketBytes: 4096, KernelTime: 20 * time.Microsecond,
+				Env:  []string{"FAKENCCL_QUEUE_DEPTH=4"},
+				Slow: &Slowness{Rank: 0, Delay: delay, FromStep: from, Mode: "stall"}})
+			for _, r := range reports {
+				if r.VerifyErrors != 0 || r.Calls["ncclAllReduce"] != int64(steps*buckets) {
+					t.Fatalf("rank %d: %d wrong results, %d all-reduces", r.Rank, r.VerifyErrors, r.Calls["ncclAllReduce"])
+				}
+				if r.Rank == 0 {
 					continue
 				}
-				times := r.AllReduceTimes()
-				before, after := meanOf(times[:from]), meanOf(times[from:])
-				t.Logf("rank %d: all-reduce %v before, %v after (slow rank: %v)", r.Rank, before, after, slowAfter)
-				// contention stretches the delay (CPU work shared with busy threads)
-				upper := 3 * delay
-				if mode == "contention" {
-					upper = 10 * delay
-				}
-				if grew := after - before; grew < delay*7/10 || grew > upper {
-					t.Errorf("rank %d: all-reduce grew by %v, want about %v", r.Rank, grew, delay)
-				}
-				if after < slowAfter+delay*7/10 {
-					t.Errorf("rank %d waits %v, only %v more than the slow rank", r.Rank, after, after-slowAfter)
+				inCalls := medianOf(r.AllReduceTimes()[from+1:])
+				t.Logf("rank %d: %v per step in ncclAllReduce after rank 0 slowed down", r.Rank, inCalls)
+				if full := buckets > 4; full && (inCalls < delay/2 || inCalls > 2*delay) {
+					t.Errorf("rank %d waits %v per step in ncclAllReduce, want about %v (a full queue)", r.Rank, inCalls, delay)
+				} else if !full && inCalls > delay/3 {
+					t.Errorf("rank %d waits %v per step in ncclAllReduce with room in the queue", r.Rank, inCalls)
 				}
 			}
 		})
+	}
+}
+
+// A FAKENCCL_MODE that is neither async nor blocking fails communicator creation with
+// a message naming it, instead of silently picking a mode.
+func TestDDPBadNCCLModeIsAnError(t *testing.T) {
+	p := Build(t)
+	cmd := exec.Command(p.DDP, "--spawn", "2", "--steps", "1")
+	cmd.Env = append(os.Environ(), "FAKENCCL_MODE=eager")
+	out, err := cmd.CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "FAKENCCL_MODE=eager: want async (the default) or blocking") ||
+		!strings.Contains(string(out), "ncclCommInitRank failed") {
+		t.Errorf("fakegpu-ddp with FAKENCCL_MODE=eager: %v\n%s", err, out)
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"debug/elf"
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -15,12 +16,12 @@ func TestLibrariesExportExactlyTheAPI(t *testing.T) {
 	p := Build(t)
 	for _, lib := range []struct {
 		path, soname string
-		apis         []string
+		apis, hooks  []string
 	}{
-		{p.Cudart, "libcudart.so.12", RuntimeAPIs},
-		{p.Cuda, "libcuda.so.1", DriverAPIs},
-		{p.NCCL, "libnccl.so.2", NCCLAPIs},
-		{p.IBVerbs, "libibverbs.so.1", IBVerbsAPIs},
+		{p.Cudart, "libcudart.so.12", RuntimeAPIs, HookSymbols},
+		{p.Cuda, "libcuda.so.1", DriverAPIs, nil},
+		{p.NCCL, "libnccl.so.2", NCCLAPIs, nil},
+		{p.IBVerbs, "libibverbs.so.1", IBVerbsAPIs, nil},
 	} {
 		t.Run(lib.soname, func(t *testing.T) {
 			f, err := elf.Open(lib.path)
@@ -41,7 +42,12 @@ func TestLibrariesExportExactlyTheAPI(t *testing.T) {
 				names = append(names, name)
 			}
 			slices.Sort(names)
-			want := slices.Sorted(slices.Values(lib.apis))
+			want := slices.Sorted(slices.Values(slices.Concat(lib.apis, lib.hooks)))
+			for _, hook := range lib.hooks {
+				if !strings.HasPrefix(hook, "fakegpu_") {
+					t.Errorf("%s: an internal export must carry the fakegpu_ prefix, never a name a real library could use", hook)
+				}
+			}
 			if !slices.Equal(names, want) {
 				t.Errorf("exported functions\n got %v\nwant %v", names, want)
 			}

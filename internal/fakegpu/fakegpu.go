@@ -117,6 +117,11 @@ var RuntimeAPIs = []string{
 	"cudaGraphDestroy", "cudaGraphExecDestroy",
 }
 
+// HookSymbols are what libcudart.so.12 exports besides the runtime API: the hooks the
+// fake libnccl.so.2 uses to put collectives on streams (c/fake_hooks.h). No NVIDIA
+// library exports a fakegpu_ name, and no probe attaches to them.
+var HookSymbols = []string{"fakegpu_collective_complete", "fakegpu_set_resolver", "fakegpu_stream_collective"}
+
 // DriverAPIs are the CUDA driver entry points libcuda.so.1 exports.
 var DriverAPIs = []string{
 	"cuInit", "cuLaunchKernel", "cuLaunchKernel_ptsz", "cuLaunchKernelEx",

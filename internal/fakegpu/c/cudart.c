@@ -1,10 +1,19 @@
 /*
  * libcudart.so.12: the CUDA 12 runtime API over the simulated device in engine.c.
  *
- * Streams keep a virtual "busy until" time on CLOCK_MONOTONIC. Launches and async copies
+ * Streams keep a virtual "done at" time on CLOCK_MONOTONIC. Launches and async copies
  * cost a little CPU and push that time forward; synchronizing calls sleep until it. Stream
  * capture records work into a graph instead, and a graph launch replays it. Handles live
  * in fixed pools, so a stale or foreign handle is detected without touching freed memory.
+ *
+ * NCCL collectives (fake_hooks.h) make a stream's time depend on other rank processes:
+ * until every rank's stream has reached the collective, its completion is unknown, so a
+ * time behind one is kept as max(completion(dep) + dep_ns, at). Enqueuing more work only
+ * grows dep_ns and at; a synchronizing call asks libnccl to resolve the collective (which
+ * waits for the peers to enqueue theirs) and then sleeps until the resolved time. So, as
+ * on a real GPU, ncclAllReduce returns at once and the host sees a late peer only in its
+ * next cudaStreamSynchronize, cudaEventSynchronize, cudaDeviceSynchronize, blocking copy
+ * or cudaFree.
  */
 #define _GNU_SOURCE
 #include <stdlib.h>
@@ -12,6 +21,7 @@
 
 #include "engine.h"
 #include "fake_cuda.h"
+#include "fake_hooks.h"
 
 #define MAX_STREAMS 256
 #define MAX_EVENTS 4096
@@ -19,10 +29,16 @@
 #define MAX_EXECS 256
 #define CUDA_STREAM_NON_BLOCKING 0x1u
 
+/* A point on the device timeline: `at`, or max(completion(dep) + dep_ns, at) while dep
+ * names a collective whose completion is not known yet. */
+struct fg_when {
+	uint64_t dep, dep_ns, at;
+};
+
 struct CUstream_st {
 	int live;
 	unsigned int flags;
-	uint64_t busy_until;
+	struct fg_when done; /* when all work queued so far is done */
 	int capturing;
 	enum cudaStreamCaptureMode capture_mode;
 	int capture_invalid;
@@ -31,7 +47,7 @@ struct CUstream_st {
 
 struct CUevent_st {
 	int live;
-	uint64_t complete_at; /* 0 until recorded */
+	struct fg_when complete; /* at 0 until recorded */
 };
 
 struct CUgraph_st {
@@ -44,6 +60,7 @@ struct CUgraph_st {
 /* streams[0] is the legacy default stream (NULL, cudaStreamLegacy, cudaStreamPerThread). */
 static struct CUstream_st streams[MAX_STREAMS] = {[0] = {.live = 1}};
 static struct CUevent_st events[MAX_EVENTS];
+static int events_used; /* high-water mark: events[events_used..] were never live */
 static struct CUgraph_st graphs[MAX_GRAPHS];
 static struct CUgraphExec_st execs[MAX_EXECS];
 
@@ -91,38 +108,151 @@ static struct CUgraphExec_st *lookup_exec(cudaGraphExec_t x)
 	return x;
 }
 
-static uint64_t blocking_streams_busy(void)
+/* ---- device times that may wait on collectives ---- */
+
+static fakegpu_resolver resolver;
+
+/* acc = max(acc, x). Returns 0, or a dep to resolve first when acc and x wait on two
+ * different collectives (rare: a max of the two cannot be kept symbolically). */
+static uint64_t when_max(struct fg_when *acc, const struct fg_when *x)
 {
-	uint64_t t = 0;
-	for (int i = 0; i < MAX_STREAMS; i++)
-		if (streams[i].live && !(streams[i].flags & CUDA_STREAM_NON_BLOCKING))
-			t = fg_max(t, streams[i].busy_until);
-	return t;
+	if (x->dep && acc->dep && x->dep != acc->dep)
+		return acc->dep;
+	if (x->dep && !acc->dep) {
+		acc->dep = x->dep;
+		acc->dep_ns = x->dep_ns;
+	} else if (x->dep) {
+		acc->dep_ns = fg_max(acc->dep_ns, x->dep_ns);
+	}
+	acc->at = fg_max(acc->at, x->at);
+	return 0;
 }
 
-static uint64_t all_streams_busy(void)
+static void settle(struct fg_when *w, uint64_t dep, uint64_t complete_at)
 {
-	uint64_t t = 0;
-	for (int i = 0; i < MAX_STREAMS; i++)
-		if (streams[i].live)
-			t = fg_max(t, streams[i].busy_until);
-	return t;
+	if (w->dep == dep) {
+		w->at = fg_max(w->at, complete_at + w->dep_ns);
+		w->dep = w->dep_ns = 0;
+	}
 }
 
-/*
- * Enqueues device work of the given duration and returns when it completes. Legacy
+FAKEGPU_API void fakegpu_collective_complete(uint64_t dep, uint64_t complete_at)
+{
+	pthread_mutex_lock(&fg_lock);
+	for (int i = 0; i < MAX_STREAMS; i++)
+		settle(&streams[i].done, dep, complete_at);
+	for (int i = 0; i < events_used; i++)
+		settle(&events[i].complete, dep, complete_at);
+	pthread_mutex_unlock(&fg_lock);
+}
+
+FAKEGPU_API void fakegpu_set_resolver(fakegpu_resolver resolve)
+{
+	pthread_mutex_lock(&fg_lock);
+	resolver = resolve;
+	pthread_mutex_unlock(&fg_lock);
+}
+
+/* Waits until the completion of dep is known. Called without fg_lock: the resolver waits
+ * for other processes and reports back through fakegpu_collective_complete. */
+static void resolve(uint64_t dep)
+{
+	pthread_mutex_lock(&fg_lock);
+	fakegpu_resolver fn = resolver;
+	pthread_mutex_unlock(&fg_lock);
+	if (!fn || fn(dep) != 0)
+		fakegpu_collective_complete(dep, fg_now_ns());
+}
+
+/* Sleeps until the device reaches the time `read` takes under fg_lock, resolving the
+ * collectives it waits on first. Returns read's error, if any. */
+static cudaError_t wait_for(cudaError_t (*read)(void *arg, struct fg_when *w), void *arg)
+{
+	for (;;) {
+		struct fg_when w = {0};
+		pthread_mutex_lock(&fg_lock);
+		cudaError_t err = read(arg, &w);
+		pthread_mutex_unlock(&fg_lock);
+		if (err)
+			return err;
+		if (!w.dep) {
+			fg_wait_until(w.at);
+			return cudaSuccess;
+		}
+		resolve(w.dep);
+	}
+}
+
+/* acc = max(acc, every live stream, or every blocking one). Returns 0 or a dep to
+ * resolve. Caller holds fg_lock. */
+static uint64_t streams_done(struct fg_when *acc, int blocking_only)
+{
+	for (int i = 0; i < MAX_STREAMS; i++) {
+		const struct CUstream_st *s = &streams[i];
+		if (!s->live || (blocking_only && (s->flags & CUDA_STREAM_NON_BLOCKING)))
+			continue;
+		uint64_t conflict = when_max(acc, &s->done);
+		if (conflict)
+			return conflict;
+	}
+	return 0;
+}
+
+/* Where new work on s may start: after the stream's own work, and with legacy
  * default-stream semantics: work on the legacy stream waits for every blocking stream,
- * and work on a blocking stream waits for the legacy stream. Caller holds fg_lock.
- */
+ * and work on a blocking stream waits for the legacy stream. Returns 0 or a dep to
+ * resolve. Caller holds fg_lock. */
+static uint64_t start_of(struct CUstream_st *s, struct fg_when *start)
+{
+	*start = s->done;
+	start->at = fg_max(start->at, fg_now_ns());
+	if (s == &streams[0])
+		return streams_done(start, 1);
+	if (!(s->flags & CUDA_STREAM_NON_BLOCKING))
+		return when_max(start, &streams[0].done);
+	return 0;
+}
+
+/* Enqueues device work of the given duration. Returns 0, or a dep the caller must
+ * resolve (after dropping fg_lock) before trying again. Caller holds fg_lock. */
 static uint64_t enqueue(struct CUstream_st *s, uint64_t ns)
 {
-	uint64_t start = fg_max(fg_now_ns(), s->busy_until);
-	if (s == &streams[0])
-		start = fg_max(start, blocking_streams_busy());
-	else if (!(s->flags & CUDA_STREAM_NON_BLOCKING))
-		start = fg_max(start, streams[0].busy_until);
-	s->busy_until = start + ns;
-	return s->busy_until;
+	struct fg_when start;
+	uint64_t conflict = start_of(s, &start);
+	if (conflict)
+		return conflict;
+	s->done = (struct fg_when){.dep = start.dep, .dep_ns = start.dep ? start.dep_ns + ns : 0, .at = start.at + ns};
+	return 0;
+}
+
+FAKEGPU_API int fakegpu_stream_collective(cudaStream_t stream, uint64_t dep, uint64_t prev,
+                                          struct fakegpu_arrival *out)
+{
+	fg_init();
+	fg_cpu_work(fg_cfg.launch_ns);
+	for (;;) {
+		cudaError_t err = cudaSuccess;
+		uint64_t conflict = 0;
+		struct fg_when start;
+		pthread_mutex_lock(&fg_lock);
+		struct CUstream_st *s = lookup_stream(stream);
+		if (!s) {
+			err = cudaErrorInvalidResourceHandle;
+		} else if (s->capturing) {
+			/* the fake cannot replay a collective from a graph */
+			s->capture_invalid = 1;
+			err = cudaErrorStreamCaptureUnsupported;
+		} else if (!(conflict = start_of(s, &start)) && start.dep && start.dep != prev) {
+			conflict = start.dep;
+		} else if (!conflict) {
+			*out = (struct fakegpu_arrival){.after_prev = start.dep != 0, .dep_ns = start.dep_ns, .at = start.at};
+			s->done = (struct fg_when){.dep = dep};
+		}
+		pthread_mutex_unlock(&fg_lock);
+		if (!conflict)
+			return fail(err);
+		resolve(conflict);
+	}
 }
 
 /* Adds a node to the graph a stream is capturing. Caller holds fg_lock. */
@@ -155,18 +285,23 @@ static cudaError_t launch(const void *func, dim3 grid, dim3 block, cudaStream_t 
 	if (!grid.x || !grid.y || !grid.z || !threads || threads > 1024)
 		return fail(cudaErrorInvalidConfiguration);
 	fg_cpu_work(fg_cfg.launch_ns);
-	cudaError_t err = cudaSuccess;
-	pthread_mutex_lock(&fg_lock);
-	struct CUstream_st *s = lookup_stream(stream);
 	uint64_t ns = fg_kernel_ns((uint64_t)grid.x * grid.y * grid.z);
-	if (!s)
-		err = cudaErrorInvalidResourceHandle;
-	else if (s->capturing)
-		err = capture_node(s, ns, NULL, NULL, 0);
-	else
-		enqueue(s, ns);
-	pthread_mutex_unlock(&fg_lock);
-	return fail(err);
+	for (;;) {
+		cudaError_t err = cudaSuccess;
+		uint64_t conflict = 0;
+		pthread_mutex_lock(&fg_lock);
+		struct CUstream_st *s = lookup_stream(stream);
+		if (!s)
+			err = cudaErrorInvalidResourceHandle;
+		else if (s->capturing)
+			err = capture_node(s, ns, NULL, NULL, 0);
+		else
+			conflict = enqueue(s, ns);
+		pthread_mutex_unlock(&fg_lock);
+		if (!conflict)
+			return fail(err);
+		resolve(conflict);
+	}
 }
 
 FAKEGPU_API cudaError_t cudaLaunchKernel(const void *func, dim3 gridDim, dim3 blockDim, void **args,
@@ -271,16 +406,23 @@ FAKEGPU_API cudaError_t cudaMalloc(void **devPtr, size_t size)
 	return fail(rc ? cudaErrorMemoryAllocation : cudaSuccess);
 }
 
+/* When every stream is done, for wait_for. */
+static cudaError_t read_device_done(void *arg, struct fg_when *w)
+{
+	(void)arg;
+	uint64_t conflict = streams_done(w, 0);
+	if (conflict)
+		*w = (struct fg_when){.dep = conflict};
+	return cudaSuccess;
+}
+
 /* cudaFree implicitly synchronizes the device, a classic hidden stall in training loops. */
 FAKEGPU_API cudaError_t cudaFree(void *devPtr)
 {
 	enter();
 	if (!devPtr)
 		return cudaSuccess;
-	pthread_mutex_lock(&fg_lock);
-	uint64_t idle_at = all_streams_busy();
-	pthread_mutex_unlock(&fg_lock);
-	fg_wait_until(idle_at);
+	wait_for(read_device_done, NULL);
 	pthread_mutex_lock(&fg_lock);
 	int rc = fg_mem_free(devPtr);
 	pthread_mutex_unlock(&fg_lock);
@@ -330,6 +472,13 @@ static cudaError_t check_copy(void *dst, const void *src, size_t count, enum cud
 	return cudaSuccess;
 }
 
+/* When the work queued on a stream is done, for wait_for. */
+static cudaError_t read_stream_done(void *arg, struct fg_when *w)
+{
+	*w = ((struct CUstream_st *)arg)->done;
+	return cudaSuccess;
+}
+
 /*
  * cudaMemcpy runs on the legacy default stream. Host<->device copies block the caller
  * until the copy is done (after all earlier work, which is why a D2H after a kernel
@@ -344,17 +493,25 @@ FAKEGPU_API cudaError_t cudaMemcpy(void *dst, const void *src, size_t count, enu
 		return fail(cudaErrorInvalidValue);
 	fg_cpu_work(fg_cfg.launch_ns);
 	int dir;
-	pthread_mutex_lock(&fg_lock);
-	cudaError_t err = check_copy(dst, src, count, kind, &dir);
-	uint64_t done = 0;
-	if (!err && dir != FG_H2H)
-		done = enqueue(&streams[0], fg_copy_ns(count, dir));
-	pthread_mutex_unlock(&fg_lock);
+	cudaError_t err;
+	for (;;) {
+		uint64_t conflict = 0;
+		pthread_mutex_lock(&fg_lock);
+		err = check_copy(dst, src, count, kind, &dir);
+		if (!err && dir != FG_H2H)
+			conflict = enqueue(&streams[0], fg_copy_ns(count, dir));
+		pthread_mutex_unlock(&fg_lock);
+		if (!conflict)
+			break;
+		resolve(conflict);
+	}
 	if (err)
 		return fail(err);
-	memcpy(dst, src, count);
+	/* A blocking copy waits for the collectives before it, whose results land when they
+	 * are resolved, so the bytes move only after that. */
 	if (dir == FG_H2D || dir == FG_D2H)
-		fg_wait_until(done);
+		wait_for(read_stream_done, &streams[0]);
+	memcpy(dst, src, count);
 	return cudaSuccess;
 }
 
@@ -369,16 +526,23 @@ FAKEGPU_API cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t count
 	fg_cpu_work(fg_cfg.launch_ns);
 	int dir;
 	int copy_now = 0;
-	pthread_mutex_lock(&fg_lock);
-	struct CUstream_st *s = lookup_stream(stream);
-	cudaError_t err = s ? check_copy(dst, src, count, kind, &dir) : cudaErrorInvalidResourceHandle;
-	if (!err && s->capturing) {
-		err = capture_node(s, fg_copy_ns(count, dir), dst, src, count);
-	} else if (!err) {
-		enqueue(s, fg_copy_ns(count, dir));
-		copy_now = 1;
+	cudaError_t err;
+	for (;;) {
+		uint64_t conflict = 0;
+		pthread_mutex_lock(&fg_lock);
+		struct CUstream_st *s = lookup_stream(stream);
+		err = s ? check_copy(dst, src, count, kind, &dir) : cudaErrorInvalidResourceHandle;
+		if (!err && s->capturing)
+			err = capture_node(s, fg_copy_ns(count, dir), dst, src, count);
+		else if (!err && !(conflict = enqueue(s, fg_copy_ns(count, dir))))
+			copy_now = 1;
+		pthread_mutex_unlock(&fg_lock);
+		if (!conflict)
+			break;
+		resolve(conflict);
 	}
-	pthread_mutex_unlock(&fg_lock);
+	/* The bytes move at enqueue (there is no device to move them later): a copy queued
+	 * behind a collective that is still in flight copies what was there before it. */
 	if (copy_now)
 		memcpy(dst, src, count);
 	return fail(err);
@@ -441,35 +605,28 @@ FAKEGPU_API cudaError_t cudaStreamDestroy(cudaStream_t stream)
 }
 
 /* Host synchronization while a stream captures is illegal and invalidates the capture. */
-static cudaError_t sync_target(struct CUstream_st *s, uint64_t *deadline)
+static cudaError_t read_sync_target(void *arg, struct fg_when *w)
 {
+	struct CUstream_st *s = lookup_stream(arg);
+	if (!s)
+		return cudaErrorInvalidResourceHandle;
 	if (s->capturing) {
 		s->capture_invalid = 1;
 		return cudaErrorStreamCaptureUnsupported;
 	}
-	*deadline = s->busy_until;
+	*w = s->done;
 	return cudaSuccess;
 }
 
 FAKEGPU_API cudaError_t cudaStreamSynchronize(cudaStream_t stream)
 {
 	enter();
-	uint64_t deadline = 0;
-	pthread_mutex_lock(&fg_lock);
-	struct CUstream_st *s = lookup_stream(stream);
-	cudaError_t err = s ? sync_target(s, &deadline) : cudaErrorInvalidResourceHandle;
-	pthread_mutex_unlock(&fg_lock);
-	if (err)
-		return fail(err);
-	fg_wait_until(deadline);
-	return cudaSuccess;
+	return fail(wait_for(read_sync_target, stream));
 }
 
-FAKEGPU_API cudaError_t cudaDeviceSynchronize(void)
+static cudaError_t read_device_sync_target(void *arg, struct fg_when *w)
 {
-	enter();
 	cudaError_t err = cudaSuccess;
-	pthread_mutex_lock(&fg_lock);
 	for (int i = 0; i < MAX_STREAMS; i++) {
 		struct CUstream_st *s = &streams[i];
 		if (s->live && s->capturing && s->capture_mode == cudaStreamCaptureModeGlobal) {
@@ -477,12 +634,13 @@ FAKEGPU_API cudaError_t cudaDeviceSynchronize(void)
 			err = cudaErrorStreamCaptureUnsupported;
 		}
 	}
-	uint64_t deadline = all_streams_busy();
-	pthread_mutex_unlock(&fg_lock);
-	if (err)
-		return fail(err);
-	fg_wait_until(deadline);
-	return cudaSuccess;
+	return err ? err : read_device_done(arg, w);
+}
+
+FAKEGPU_API cudaError_t cudaDeviceSynchronize(void)
+{
+	enter();
+	return fail(wait_for(read_device_sync_target, NULL));
 }
 
 FAKEGPU_API cudaError_t cudaEventCreate(cudaEvent_t *event)
@@ -495,6 +653,7 @@ FAKEGPU_API cudaError_t cudaEventCreate(cudaEvent_t *event)
 	for (int i = 0; i < MAX_EVENTS; i++) {
 		if (!events[i].live) {
 			events[i] = (struct CUevent_st){.live = 1};
+			events_used = i + 1 > events_used ? i + 1 : events_used;
 			*event = &events[i];
 			err = cudaSuccess;
 			break;
@@ -514,38 +673,50 @@ FAKEGPU_API cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream)
 	struct CUstream_st *s = lookup_stream(stream);
 	if (!e || !s)
 		err = cudaErrorInvalidResourceHandle;
-	else if (!s->capturing)
-		e->complete_at = fg_max(s->busy_until, fg_now_ns());
+	else if (!s->capturing) {
+		e->complete = s->done;
+		e->complete.at = fg_max(e->complete.at, fg_now_ns());
+	}
 	pthread_mutex_unlock(&fg_lock);
 	return fail(err);
+}
+
+static cudaError_t read_event(void *arg, struct fg_when *w)
+{
+	struct CUevent_st *e = lookup_event(arg);
+	if (!e)
+		return cudaErrorInvalidResourceHandle;
+	*w = e->complete;
+	return cudaSuccess;
 }
 
 FAKEGPU_API cudaError_t cudaEventSynchronize(cudaEvent_t event)
 {
 	enter();
-	pthread_mutex_lock(&fg_lock);
-	struct CUevent_st *e = lookup_event(event);
-	uint64_t deadline = e ? e->complete_at : 0;
-	pthread_mutex_unlock(&fg_lock);
-	if (!e)
-		return fail(cudaErrorInvalidResourceHandle);
-	fg_wait_until(deadline);
-	return cudaSuccess;
+	return fail(wait_for(read_event, event));
 }
 
 FAKEGPU_API cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned int flags)
 {
 	enter();
-	cudaError_t err = cudaSuccess;
-	pthread_mutex_lock(&fg_lock);
-	struct CUevent_st *e = lookup_event(event);
-	struct CUstream_st *s = lookup_stream(stream);
-	if (!e || !s || flags > 1)
-		err = !e || !s ? cudaErrorInvalidResourceHandle : cudaErrorInvalidValue;
-	else
-		s->busy_until = fg_max(s->busy_until, e->complete_at);
-	pthread_mutex_unlock(&fg_lock);
-	return fail(err);
+	for (;;) {
+		cudaError_t err = cudaSuccess;
+		uint64_t conflict = 0;
+		pthread_mutex_lock(&fg_lock);
+		struct CUevent_st *e = lookup_event(event);
+		struct CUstream_st *s = lookup_stream(stream);
+		if (!e || !s || flags > 1) {
+			err = !e || !s ? cudaErrorInvalidResourceHandle : cudaErrorInvalidValue;
+		} else {
+			struct fg_when done = s->done;
+			if (!(conflict = when_max(&done, &e->complete)))
+				s->done = done;
+		}
+		pthread_mutex_unlock(&fg_lock);
+		if (!conflict)
+			return fail(err);
+		resolve(conflict);
+	}
 }
 
 FAKEGPU_API cudaError_t cudaEventDestroy(cudaEvent_t event)
@@ -654,18 +825,23 @@ FAKEGPU_API cudaError_t cudaGraphLaunch(cudaGraphExec_t graphExec, cudaStream_t 
 {
 	enter();
 	fg_cpu_work(fg_cfg.launch_ns);
-	cudaError_t err = cudaSuccess;
-	pthread_mutex_lock(&fg_lock);
-	struct CUgraphExec_st *x = lookup_exec(graphExec);
-	struct CUstream_st *s = lookup_stream(stream);
-	if (!x || !s)
-		err = cudaErrorInvalidResourceHandle;
-	else if (s->capturing)
-		err = capture_node(s, x->total_ns, NULL, NULL, 0);
-	else
-		enqueue(s, fg_exec_replay(x));
-	pthread_mutex_unlock(&fg_lock);
-	return fail(err);
+	for (;;) {
+		cudaError_t err = cudaSuccess;
+		uint64_t conflict = 0;
+		pthread_mutex_lock(&fg_lock);
+		struct CUgraphExec_st *x = lookup_exec(graphExec);
+		struct CUstream_st *s = lookup_stream(stream);
+		if (!x || !s)
+			err = cudaErrorInvalidResourceHandle;
+		else if (s->capturing)
+			err = capture_node(s, x->total_ns, NULL, NULL, 0);
+		else if (!(conflict = enqueue(s, x->total_ns)))
+			fg_exec_replay(x);
+		pthread_mutex_unlock(&fg_lock);
+		if (!conflict)
+			return fail(err);
+		resolve(conflict);
+	}
 }
 
 FAKEGPU_API cudaError_t cudaGraphDestroy(cudaGraph_t graph)

@@ -1,8 +1,16 @@
 /*
  * fakegpu-ddp: a data-parallel training loop across rank processes, like PyTorch DDP over
- * NCCL. Each step computes (kernels + stream sync), all-reduces the gradient buckets,
- * optionally exchanges a ring of send/recv, and runs the optimizer. One rank can be made
- * slow from a given step, and the peers then wait for it inside ncclAllReduce.
+ * NCCL. Each step does its host work (--host-compute-us of CPU), computes (kernels +
+ * stream sync), all-reduces the gradient buckets, optionally exchanges a ring of
+ * send/recv, runs the optimizer and synchronizes the stream, then checks the results.
+ *
+ * One rank can be made slow from a given step. With the fake NCCL's default asynchronous
+ * collectives, ncclAllReduce returns in microseconds on every rank, the all-reduce
+ * completes on the device when the late rank's stream reaches it, and the peers wait for
+ * it in the step's final cudaStreamSynchronize, while the slow rank itself waits least
+ * (the per-step stream_sync_ns of the report shows it). With FAKENCCL_MODE=blocking the
+ * peers wait inside ncclAllReduce instead. A slow kernel (--slow-mode kernel) delays every
+ * rank's sync alike: no host-side timing names a slow device.
  *
  * `--spawn N` is the launcher (like torchrun): it makes the NCCL unique id and runs N rank
  * processes of this same program with RANK, LOCAL_RANK, WORLD_SIZE and FAKENCCL_UNIQUE_ID
@@ -38,7 +46,7 @@
 
 static struct {
 	long spawn, steps, bucket_bytes, buckets, compute_kernels, optimizer_kernels;
-	double kernel_us;
+	double kernel_us, host_compute_us;
 	long slow_rank, slow_ms, slow_from_step, slow_threads;
 	const char *slow_mode;
 	long ring_bytes, ib, wait_timeout_ms;
@@ -57,12 +65,16 @@ static const struct flag flags[] = {
 	{"compute-kernels", OPT_LONG, &opt.compute_kernels, "forward+backward kernels per step"},
 	{"optimizer-kernels", OPT_LONG, &opt.optimizer_kernels, "optimizer kernels per step"},
 	{"kernel-us", OPT_DOUBLE, &opt.kernel_us, "device time per kernel (sets FAKEGPU_KERNEL_US)"},
+	{"host-compute-us", OPT_DOUBLE, &opt.host_compute_us,
+	 "host CPU work per step on every rank before its kernels (data preparation, Python)"},
 	{"slow-rank", OPT_LONG, &opt.slow_rank, "rank made slow (-1: none)"},
 	{"slow-ms", OPT_LONG, &opt.slow_ms, "delay the slow rank adds per step"},
 	{"slow-from-step", OPT_LONG, &opt.slow_from_step, "first slow step"},
 	{"slow-mode", OPT_STRING, &opt.slow_mode,
-	 "compute: one extra kernel of --slow-ms; contention: --slow-ms of host CPU work while "
-	 "--slow-threads busy threads share its CPU; barrier: sleep before entering the all-reduce"},
+	 "compute: --slow-ms more host CPU work per step; stall: sleep --slow-ms off-CPU before each "
+	 "all-reduce (a data-loader wait; barrier is the old name); contention: --slow-ms of host CPU "
+	 "work while --slow-threads busy threads share its CPU; kernel: one extra kernel of --slow-ms "
+	 "(a slow device)"},
 	{"slow-threads", OPT_LONG, &opt.slow_threads, "busy threads for --slow-mode contention"},
 	{"ring-bytes", OPT_LONG, &opt.ring_bytes, "per step, send this many bytes to rank+1 and receive from rank-1"},
 	{"ib", OPT_FLAG, &opt.ib, "open the first verbs device and wait for its async events on a thread"},
@@ -299,6 +311,14 @@ static void *ib_main(void *arg)
 
 static void fake_kernel(void) {}
 
+/* Host work is CPU time, not wall time: a rank whose CPU is shared takes longer. */
+static void host_work(uint64_t ns)
+{
+	uint64_t until = thread_cpu_ns() + ns;
+	while (thread_cpu_ns() < until)
+		;
+}
+
 static void launch(cudaStream_t stream, unsigned int blocks)
 {
 	dim3 grid = {blocks, 1, 1}, block = {256, 1, 1};
@@ -397,11 +417,11 @@ static int run_rank(void)
 		die(1, "rank %d: communicator says rank %d of %d", rank, comm_rank, comm_size);
 
 	long steps = opt.steps;
-	uint64_t *times = calloc((size_t)steps * 4, sizeof(uint64_t));
+	uint64_t *times = calloc((size_t)steps * 5, sizeof(uint64_t));
 	if (!times)
 		die(1, "out of memory");
 	uint64_t *step_start = times, *ar_entry = times + steps, *ar_exit = times + 2 * steps,
-	         *step_end = times + 3 * steps;
+	         *step_end = times + 3 * steps, *sync_ns = times + 4 * steps;
 	uint64_t verify_errors = 0, allreduce_bytes = 0, send_bytes = 0, recv_bytes = 0;
 	const float want = (float)world * (float)(world + 1) / 2;
 	const char *mode = opt.slow_mode;
@@ -411,10 +431,14 @@ static int run_rank(void)
 
 	for (long s = 0; s < steps; s++) {
 		int slow_now = slow && s >= opt.slow_from_step;
+		uint64_t sync_before = stats[API_cudaStreamSynchronize].total_ns;
 		step_start[s] = now_ns();
+		host_work((uint64_t)(opt.host_compute_us * 1000.0));
+		if (slow_now && !strcmp(mode, "compute"))
+			host_work((uint64_t)opt.slow_ms * 1000000ull);
 		for (long k = 0; k < opt.compute_kernels; k++)
 			launch(stream, 128);
-		if (slow_now && !strcmp(mode, "compute")) {
+		if (slow_now && !strcmp(mode, "kernel")) {
 			/* kernels are billed by waves of one block per SM (132 by default) */
 			uint64_t waves = (uint64_t)((double)opt.slow_ms * 1000.0 / opt.kernel_us + 0.5);
 			launch(stream, (unsigned int)(waves ? waves : 1) * 132);
@@ -427,12 +451,10 @@ static int run_rank(void)
 				for (; busy_started < opt.slow_threads; busy_started++)
 					pthread_create(&busy[busy_started], NULL, busy_main, &cpu);
 			}
-			uint64_t until = thread_cpu_ns() + (uint64_t)opt.slow_ms * 1000000ull;
-			while (thread_cpu_ns() < until)
-				;
+			host_work((uint64_t)opt.slow_ms * 1000000ull);
 		}
 		CALL(cudaStreamSynchronize, stream);
-		if (slow_now && !strcmp(mode, "barrier")) {
+		if (slow_now && (!strcmp(mode, "stall") || !strcmp(mode, "barrier"))) {
 			struct timespec d = {opt.slow_ms / 1000, (opt.slow_ms % 1000) * 1000000L};
 			nanosleep(&d, NULL);
 		}
@@ -444,10 +466,6 @@ static int run_rank(void)
 			allreduce_bytes += bucket;
 		}
 		ar_exit[s] = now_ns();
-		/* spot-check the reduced gradients: a stride through each bucket plus its end */
-		for (long b = 0; b < opt.buckets; b++)
-			for (size_t i = 0; i < count; i += (i + 1021 < count || i + 1 == count) ? 1021 : count - 1 - i)
-				verify_errors += reduced[(size_t)b * count + i] != want;
 
 		if (opt.ring_bytes && world > 1) {
 			int next = (rank + 1) % world, prev = (rank + world - 1) % world;
@@ -457,14 +475,28 @@ static int run_rank(void)
 			CALL(ncclGroupEnd);
 			send_bytes += (uint64_t)opt.ring_bytes;
 			recv_bytes += (uint64_t)opt.ring_bytes;
-			verify_errors += (unsigned char)ring_recv[0] != (prev & 0xff) ||
-			                 (unsigned char)ring_recv[opt.ring_bytes - 1] != (prev & 0xff);
 		}
 
 		for (long k = 0; k < opt.optimizer_kernels; k++)
 			launch(stream, 128);
 		CALL(cudaStreamSynchronize, stream);
+		/* Results are read only after the sync, as from a GPU: an asynchronous all-reduce
+		 * has written nothing when its call returns. What was checked is cleared, so a
+		 * result that never lands shows in the next step. Spot-check: a stride through
+		 * each bucket plus its end. */
+		for (long b = 0; b < opt.buckets; b++)
+			for (size_t i = 0; i < count; i += (i + 1021 < count || i + 1 == count) ? 1021 : count - 1 - i) {
+				verify_errors += reduced[(size_t)b * count + i] != want;
+				reduced[(size_t)b * count + i] = 0;
+			}
+		if (opt.ring_bytes && world > 1) {
+			int prev = (rank + world - 1) % world;
+			verify_errors += (unsigned char)ring_recv[0] != (prev & 0xff) ||
+			                 (unsigned char)ring_recv[opt.ring_bytes - 1] != (prev & 0xff);
+			ring_recv[0] = ring_recv[opt.ring_bytes - 1] = (char)~prev;
+		}
 		step_end[s] = now_ns();
+		sync_ns[s] = stats[API_cudaStreamSynchronize].total_ns - sync_before;
 	}
 
 	atomic_store(&stop_busy, 1);
@@ -500,10 +532,13 @@ static int run_rank(void)
 	       (unsigned long long)send_bytes, (unsigned long long)recv_bytes);
 	printf(",\"verify_errors\":%llu,\"ib_events\":%ld,\"ib_last_event\":%d", (unsigned long long)verify_errors,
 	       atomic_load(&ib_events), atomic_load(&ib_last_event));
+	const char *nccl_mode = getenv("FAKENCCL_MODE");
+	printf(",\"nccl_mode\":\"%s\"", nccl_mode && !strcmp(nccl_mode, "blocking") ? "blocking" : "async");
 	print_array("step_start_ns", step_start, steps);
 	print_array("allreduce_entry_ns", ar_entry, steps);
 	print_array("allreduce_exit_ns", ar_exit, steps);
 	print_array("step_end_ns", step_end, steps);
+	print_array("stream_sync_ns", sync_ns, steps);
 	printf("}\n");
 	fflush(stdout);
 	free(times);
@@ -520,19 +555,21 @@ int main(int argc, char **argv)
 		       "line; --spawn N runs N ranks and prints their lines in rank order.\n\n");
 		cli_usage(stdout, flags, NFLAGS);
 		printf("\nEnvironment: RANK, LOCAL_RANK, WORLD_SIZE, FAKENCCL_UNIQUE_ID (set by --spawn),\n"
-		       "FAKENCCL_GBPS, FAKENCCL_TIMEOUT_MS, FAKEIBV_EVENT_FIFO, and the FAKEGPU_* knobs.\n"
+		       "FAKENCCL_MODE (async, the default, or blocking), FAKENCCL_QUEUE_DEPTH, FAKENCCL_GBPS,\n"
+		       "FAKENCCL_TIMEOUT_MS, FAKENCCL_SLOT_KB, FAKEIBV_EVENT_FIFO, and the FAKEGPU_* knobs.\n"
 		       "Exit status: 0 ok, 1 a call failed or results were wrong, 2 bad flags, 3 gate timeout.\n");
 		return 0;
 	}
 	if (opt.spawn < 0 || opt.spawn > MAX_SPAWN || opt.steps < 1 || opt.steps > MAX_STEPS || opt.buckets < 1 ||
 	    opt.buckets > 1024 || opt.bucket_bytes < 4 || opt.bucket_bytes % 4 || opt.compute_kernels < 0 ||
-	    opt.optimizer_kernels < 0 || opt.kernel_us <= 0 || opt.slow_ms < 0 || opt.ring_bytes < 0 ||
+	    opt.optimizer_kernels < 0 || opt.kernel_us <= 0 || opt.host_compute_us < 0 || opt.slow_ms < 0 || opt.ring_bytes < 0 ||
 	    opt.slow_threads < 0 || opt.slow_threads > 64)
 		die(2, "bad flags: --spawn 0..%d, --steps 1..%d, --buckets 1..1024, --bucket-bytes a positive "
 		       "multiple of 4, --slow-threads 0..64, no negative values",
 		    MAX_SPAWN, MAX_STEPS);
-	if (strcmp(opt.slow_mode, "compute") && strcmp(opt.slow_mode, "contention") && strcmp(opt.slow_mode, "barrier"))
-		die(2, "--slow-mode must be compute, contention or barrier");
+	if (strcmp(opt.slow_mode, "compute") && strcmp(opt.slow_mode, "stall") && strcmp(opt.slow_mode, "barrier") &&
+	    strcmp(opt.slow_mode, "contention") && strcmp(opt.slow_mode, "kernel"))
+		die(2, "--slow-mode must be compute, stall, contention or kernel");
 	char kus[32];
 	snprintf(kus, sizeof(kus), "%g", opt.kernel_us);
 	setenv("FAKEGPU_KERNEL_US", kus, 1);

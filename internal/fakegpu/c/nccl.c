@@ -2,20 +2,51 @@
  * libnccl.so.2: NCCL collectives and point-to-point between rank processes on one host.
  *
  * Ranks of a communicator share one POSIX shared-memory region named from the unique id.
- * Collectives copy and reduce real bytes through per-rank slots, in chunks, separated by
- * a cross-process barrier, so a rank that enters late makes every peer wait inside the
- * collective call, as on a cluster. Send/recv pair up through per-pair channels. Every
- * wait sleeps on a futex in the shared region.
+ * Every wait sleeps on a futex in the shared region. FAKENCCL_GBPS adds bus time (0
+ * disables it). Two modes, chosen by FAKENCCL_MODE (the same on every rank):
  *
- * Unlike real NCCL, calls return only when the operation is complete on the host (there
- * is no GPU to finish it later), so waiting for peers is visible as the duration of the
- * NCCL call itself. FAKENCCL_GBPS adds bus time (0 disables it).
+ * async (the default), like NCCL: a collective is enqueued on the CUDA stream passed to
+ * it and the call returns after the CPU cost of a launch. The rank copies its send buffer
+ * into its part of a shared ring entry (FAKENCCL_QUEUE_DEPTH entries per communicator) and
+ * publishes where its stream reaches the collective; libcudart (fake_hooks.h) makes later
+ * work on the stream wait for the collective's completion. The collective completes on
+ * the device timeline when every rank's stream has reached it, plus bus time:
+ *
+ *   arrival(k, r)  = max(completion(k-1) + A_r, B_r)  if r's stream was still behind k-1
+ *                  = B_r                              otherwise
+ *   completion(k)  = max over ranks r of arrival(k, r) + bus(k)
+ *
+ * where A_r is the device time r queued on the stream between k-1 and k, and B_r is the
+ * time the stream reaches k counting only work whose start was known (each op's enqueue
+ * time plus its duration, and the collective's own enqueue time). Every rank computes the
+ * same completion from the published (A, B). A host learns it only when it synchronizes
+ * (cudaStreamSynchronize, cudaEventSynchronize, cudaDeviceSynchronize, a blocking copy,
+ * cudaFree): libcudart calls the resolver here, which waits until every rank has
+ * published k, computes completion(k), writes this rank's result bytes from the ring and
+ * frees the rank's hold on the entry; libcudart then sleeps until completion(k). So a
+ * late rank's peers wait in their next synchronizing call and the late rank itself waits
+ * least, as on a cluster. A rank may run FAKENCCL_QUEUE_DEPTH collectives ahead of the
+ * slowest rank's host; the next enqueue blocks until the slot is free, as a full launch
+ * queue does. A collective larger than FAKENCCL_SLOT_KB per rank is refused in this mode.
+ * Send/recv and ncclCommSplit's exchange still complete on the host inside the call (at
+ * ncclGroupEnd in a group), as in blocking mode.
+ *
+ * blocking (FAKENCCL_MODE=blocking), the fake's original model: collectives copy and
+ * reduce real bytes through per-rank slots, in chunks, separated by a cross-process
+ * barrier, and return only when complete on the host, ignoring the stream; a rank that
+ * enters late makes every peer wait inside the collective call. Send/recv pair up through
+ * per-pair channels in both modes.
+ *
+ * An aborted communicator (ncclCommAbort on any rank) or a peer silent for
+ * FAKENCCL_TIMEOUT_MS completes whatever a host waits on at once, with the error reported
+ * by ncclCommGetAsyncError, so no host waits forever.
  */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <linux/futex.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -23,14 +54,19 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/random.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "fake_hooks.h"
 #include "fake_nccl.h"
 
 #define MAX_RANKS 256
 #define MAX_GROUP_OPS 4096
+#define MAX_QUEUE_DEPTH 64
+#define MAX_LOCAL_COMMS 1024 /* communicators one process has in async mode */
+#define DEP_SEQ_BITS 40
 #define COMM_MAGIC 0x6e63636cu
 #define ID_MAGIC "fakenccl"
 
@@ -46,6 +82,46 @@ struct shm_header {
 	_Atomic uint32_t aborted;  /* set by ncclCommAbort on any rank */
 	_Atomic uint64_t arrivals; /* barrier: total arrivals, never reset */
 	_Atomic uint32_t progress; /* futex word, bumped on every change */
+	_Atomic uint32_t mode;     /* mode_word() of the first rank to attach */
+};
+
+/* Async mode, one cache line per rank: how many collectives it has resolved. */
+struct rank_line {
+	_Atomic uint64_t resolved;
+	char pad[56];
+};
+
+/* Async mode, one per ring entry and rank: where the rank's stream reaches the collective. */
+struct ring_meta {
+	_Atomic uint64_t published; /* sequence + 1 once a, b and the data are in */
+	uint64_t a, b;
+	uint32_t after_prev;
+	char pad[36];
+};
+
+enum op_kind { OP_ALLREDUCE, OP_ALLGATHER, OP_REDUCESCATTER, OP_BROADCAST, OP_REDUCE, OP_SEND, OP_RECV };
+
+struct op {
+	enum op_kind kind;
+	struct ncclComm *comm;
+	const char *send;
+	char *recv;
+	size_t count; /* elements: per rank for allgather/reducescatter */
+	size_t esize;
+	ncclDataType_t type;
+	ncclRedOp_t redop;
+	int root; /* root, or peer for send/recv */
+	size_t done, chunk;
+	int phase;
+	uint64_t target;
+	int finished;
+	cudaStream_t stream;
+};
+
+/* Async mode: this process's side of one collective in flight. */
+struct pending {
+	struct op op;
+	uint64_t bus_ns;
 };
 
 struct ncclComm {
@@ -60,6 +136,15 @@ struct ncclComm {
 	uint64_t episodes; /* barrier episodes this rank has arrived at */
 	unsigned int splits;
 	ncclResult_t async_error;
+	/* async mode */
+	int async, local_index;
+	unsigned int depth;
+	struct rank_line *lines;
+	struct ring_meta *meta; /* depth x nranks */
+	char *ring;             /* depth x nranks slots */
+	struct pending *pending; /* depth */
+	uint64_t enqueued, resolved, last_complete;
+	pthread_mutex_t lock; /* recursive: a resolver may run inside an enqueue */
 };
 
 static uint64_t now_ns(void)
@@ -84,6 +169,44 @@ static double bus_gbps(void)
 	const char *v = getenv("FAKENCCL_GBPS");
 	return v && *v ? atof(v) : 20.0;
 }
+
+/* ---- mode (FAKENCCL_MODE, FAKENCCL_QUEUE_DEPTH), read once on the first call ---- */
+
+static pthread_once_t mode_once = PTHREAD_ONCE_INIT;
+static int async_mode = 1, mode_bad;
+static unsigned int queue_depth = 8;
+
+static int resolve_dep(uint64_t dep);
+static void drain(struct ncclComm *c);
+
+static void load_mode(void)
+{
+	const char *m = getenv("FAKENCCL_MODE");
+	if (m && *m && strcmp(m, "async") != 0) {
+		if (strcmp(m, "blocking") == 0) {
+			async_mode = 0;
+		} else {
+			mode_bad = 1;
+			fprintf(stderr, "fakenccl: FAKENCCL_MODE=%s: want async (the default) or blocking\n", m);
+		}
+	}
+	const char *d = getenv("FAKENCCL_QUEUE_DEPTH");
+	if (d && *d) {
+		char *end;
+		unsigned long n = strtoul(d, &end, 10);
+		if (*end || n < 1 || n > MAX_QUEUE_DEPTH) {
+			mode_bad = 1;
+			fprintf(stderr, "fakenccl: FAKENCCL_QUEUE_DEPTH=%s: want 1..%d\n", d, MAX_QUEUE_DEPTH);
+		} else {
+			queue_depth = (unsigned int)n;
+		}
+	}
+	if (async_mode && !mode_bad)
+		fakegpu_set_resolver(resolve_dep);
+}
+
+/* What a communicator's ranks must agree on, stored in the shared header. */
+static uint32_t mode_word(void) { return async_mode ? 2u | queue_depth << 8 : 1u; }
 
 static __attribute__((noinline)) void enter(void) { __asm__ volatile("" ::: "memory"); }
 
@@ -211,11 +334,57 @@ static uint64_t arrive(struct ncclComm *c)
 
 static int arrived(struct ncclComm *c, uint64_t target) { return atomic_load(&c->shm->arrivals) >= target; }
 
+/* Async mode: the communicators of this process, so that a dep handed to libcudart names
+ * one (dep = (index + 1) << DEP_SEQ_BITS | sequence). A communicator leaves the table
+ * only after all its collectives are resolved, so libcudart never holds a stale dep. */
+static pthread_mutex_t table_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct ncclComm *local_comms[MAX_LOCAL_COMMS];
+
+static ncclResult_t register_comm(struct ncclComm *c)
+{
+	pthread_mutexattr_t attr;
+	pthread_mutexattr_init(&attr);
+	pthread_mutexattr_settype(&attr, PTHREAD_MUTEX_RECURSIVE);
+	pthread_mutex_init(&c->lock, &attr);
+	pthread_mutexattr_destroy(&attr);
+	if (!(c->pending = calloc(c->depth, sizeof(*c->pending))))
+		return ncclSystemError;
+	pthread_mutex_lock(&table_lock);
+	for (int i = 0; i < MAX_LOCAL_COMMS && c->local_index < 0; i++)
+		if (!local_comms[i])
+			local_comms[c->local_index = i] = c;
+	pthread_mutex_unlock(&table_lock);
+	if (c->local_index < 0) {
+		fprintf(stderr, "fakenccl: more than %d communicators in one process\n", MAX_LOCAL_COMMS);
+		free(c->pending);
+		c->pending = NULL;
+		return ncclSystemError;
+	}
+	return ncclSuccess;
+}
+
+/* After this, no resolver runs on c: one that found it in the table holds its lock. */
+static void unregister_comm(struct ncclComm *c)
+{
+	if (c->local_index < 0)
+		return;
+	pthread_mutex_lock(&table_lock);
+	local_comms[c->local_index] = NULL;
+	pthread_mutex_unlock(&table_lock);
+	pthread_mutex_lock(&c->lock);
+	pthread_mutex_unlock(&c->lock);
+	pthread_mutex_destroy(&c->lock);
+	c->local_index = -1;
+}
+
 /* Attaches to (creating if first) the shared region of a communicator and arrives at the
  * join barrier; comm_join waits for that barrier. Split in two so ncclCommInitAll can
  * attach all of its ranks from one thread. */
 static ncclResult_t comm_attach(struct ncclComm **out, int nranks, const ncclUniqueId *id, int rank)
 {
+	pthread_once(&mode_once, load_mode);
+	if (mode_bad)
+		return ncclInvalidArgument;
 	if (!out || nranks < 1 || nranks > MAX_RANKS || rank < 0 || rank >= nranks)
 		return ncclInvalidArgument;
 	if (memcmp(id->internal, ID_MAGIC, 8) != 0)
@@ -233,19 +402,26 @@ static ncclResult_t comm_attach(struct ncclComm **out, int nranks, const ncclUni
 	for (int i = 8; i < 36; i++)
 		snprintf(c->shm_name + strlen(c->shm_name), 3, "%02x", (unsigned char)id->internal[i]);
 
-	/* Shared memory is sized from nranks alone, so every rank computes the same size; it is
-	 * sparse until touched. Channel buffers shrink as the pair count grows. */
+	/* Shared memory is sized from nranks and the mode alone, so every rank computes the
+	 * same size; it is sparse until touched. Channel buffers shrink as the pair count grows.
+	 * Layout: header, per-rank lines, ring metadata, blocking-mode slots, ring slots, channels. */
 	uint64_t slot_bytes = env_u64("FAKENCCL_SLOT_KB", 1024) << 10;
 	uint64_t chan_bytes = (16ull << 20) / ((uint64_t)nranks * (uint64_t)nranks);
 	chan_bytes = chan_bytes > (256u << 10) ? (256u << 10) : chan_bytes < 4096 ? 4096 : chan_bytes & ~63ull;
 	if (slot_bytes < 4096)
 		slot_bytes = 4096;
 	size_t header = 4096;
-	size_t bytes = header + (size_t)nranks * slot_bytes +
+	size_t depth = async_mode ? queue_depth : 0;
+	size_t lines = (size_t)nranks * sizeof(struct rank_line);
+	size_t meta = depth * (size_t)nranks * sizeof(struct ring_meta);
+	size_t bytes = header + lines + meta + (size_t)nranks * slot_bytes + depth * (size_t)nranks * slot_bytes +
 	               (size_t)nranks * (size_t)nranks * (sizeof(struct channel) + chan_bytes);
 
+	/* Grow only: a rank whose settings differ must fail the mode check below, not shrink
+	 * the region under its peers. */
 	int fd = shm_open(c->shm_name, O_CREAT | O_RDWR | O_CLOEXEC, 0600);
-	if (fd < 0 || ftruncate(fd, (off_t)bytes) != 0) {
+	struct stat st;
+	if (fd < 0 || fstat(fd, &st) != 0 || ((size_t)st.st_size < bytes && ftruncate(fd, (off_t)bytes) != 0)) {
 		if (fd >= 0)
 			close(fd);
 		free(c);
@@ -259,10 +435,16 @@ static ncclResult_t comm_attach(struct ncclComm **out, int nranks, const ncclUni
 	}
 	c->shm = map;
 	c->map_bytes = bytes;
-	c->slots = (char *)map + header;
-	c->chans = c->slots + (size_t)nranks * slot_bytes;
+	c->lines = (struct rank_line *)((char *)map + header);
+	c->meta = (struct ring_meta *)((char *)c->lines + lines);
+	c->slots = (char *)c->meta + meta;
+	c->ring = c->slots + (size_t)nranks * slot_bytes;
+	c->chans = c->ring + depth * (size_t)nranks * slot_bytes;
 	c->slot_bytes = slot_bytes;
 	c->chan_bytes = chan_bytes;
+	c->async = async_mode;
+	c->depth = (unsigned int)depth;
+	c->local_index = -1;
 
 	uint32_t expected = 0;
 	if (!atomic_compare_exchange_strong(&c->shm->nranks, &expected, (uint32_t)nranks) &&
@@ -270,6 +452,18 @@ static ncclResult_t comm_attach(struct ncclComm **out, int nranks, const ncclUni
 		munmap(map, bytes);
 		free(c);
 		return ncclInvalidUsage;
+	}
+	expected = 0;
+	if (!atomic_compare_exchange_strong(&c->shm->mode, &expected, mode_word()) && expected != mode_word()) {
+		fprintf(stderr, "fakenccl: rank %d: FAKENCCL_MODE or FAKENCCL_QUEUE_DEPTH differs from its peers'\n", rank);
+		munmap(map, bytes);
+		free(c);
+		return ncclInvalidUsage;
+	}
+	if (c->async && register_comm(c) != ncclSuccess) {
+		munmap(map, bytes);
+		free(c);
+		return ncclSystemError;
 	}
 	*out = c;
 	return ncclSuccess;
@@ -296,8 +490,11 @@ static uint64_t deadline_from_now(void)
 
 static void comm_free(struct ncclComm *c)
 {
+	if (c->async)
+		unregister_comm(c);
 	c->magic = 0;
 	munmap(c->shm, c->map_bytes);
+	free(c->pending);
 	free(c);
 }
 
@@ -420,6 +617,10 @@ FAKEGPU_API ncclResult_t ncclCommDestroy(ncclComm_t comm)
 		return ncclSuccess;
 	if (!valid_comm(comm))
 		return ncclInvalidArgument;
+	/* Its collectives finish before the communicator goes, so no stream waits on one
+	 * that nobody can resolve any more. */
+	if (comm->async)
+		drain(comm);
 	comm_free(comm);
 	return ncclSuccess;
 }
@@ -434,6 +635,8 @@ FAKEGPU_API ncclResult_t ncclCommAbort(ncclComm_t comm)
 		return ncclInvalidArgument;
 	atomic_store(&comm->shm->aborted, 1);
 	bump(comm->shm);
+	if (comm->async)
+		drain(comm); /* no waiting now: what is in flight completes at once */
 	comm_free(comm);
 	return ncclSuccess;
 }
@@ -477,24 +680,6 @@ FAKEGPU_API ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t *as
 /* ---- operations: every collective and p2p call becomes a small state machine, so a
  * group can advance many of them from one thread without deadlocking ---- */
 
-enum op_kind { OP_ALLREDUCE, OP_ALLGATHER, OP_REDUCESCATTER, OP_BROADCAST, OP_REDUCE, OP_SEND, OP_RECV };
-
-struct op {
-	enum op_kind kind;
-	struct ncclComm *comm;
-	const char *send;
-	char *recv;
-	size_t count; /* elements: per rank for allgather/reducescatter */
-	size_t esize;
-	ncclDataType_t type;
-	ncclRedOp_t redop;
-	int root; /* root, or peer for send/recv */
-	size_t done, chunk;
-	int phase;
-	uint64_t target;
-	int finished;
-};
-
 static __thread struct op *group_ops;
 static __thread int group_len, group_cap, group_depth;
 static __thread ncclResult_t group_error;
@@ -507,11 +692,26 @@ static size_t chunk_elems(const struct op *o)
 	return per ? per : 1;
 }
 
-static void deposit(struct op *o)
+/* Where rank r's part of a collective is: the blocking mode's slot, or the ring entry of
+ * the collective with sequence seq. */
+typedef char *(*slot_fn)(struct ncclComm *c, int r, uint64_t seq);
+
+static char *blocking_slot(struct ncclComm *c, int r, uint64_t seq)
+{
+	(void)seq;
+	return slot(c, r);
+}
+
+static char *ring_slot(struct ncclComm *c, int r, uint64_t seq)
+{
+	return c->ring + ((size_t)(seq % c->depth) * (size_t)c->nranks + (size_t)r) * c->slot_bytes;
+}
+
+/* Copies this rank's part of the current chunk (o->chunk elements from o->done) in. */
+static void deposit(struct op *o, char *mine)
 {
 	struct ncclComm *c = o->comm;
 	size_t n = o->chunk, es = o->esize, off = o->done;
-	char *mine = slot(c, c->rank);
 	switch (o->kind) {
 	case OP_ALLREDUCE:
 	case OP_REDUCE:
@@ -531,7 +731,8 @@ static void deposit(struct op *o)
 	}
 }
 
-static void collect(struct op *o)
+/* Produces this rank's result of the current chunk from every rank's part. */
+static void collect(struct op *o, slot_fn slot, uint64_t seq)
 {
 	struct ncclComm *c = o->comm;
 	size_t n = o->chunk, es = o->esize, off = o->done;
@@ -542,20 +743,20 @@ static void collect(struct op *o)
 		if (o->kind == OP_REDUCE && c->rank != o->root)
 			break;
 		for (int r = 0; r < c->nranks; r++)
-			src[r] = slot(c, r);
+			src[r] = slot(c, r, seq);
 		reduce(o->recv + off * es, src, c->nranks, n, o->type, o->redop);
 		break;
 	case OP_REDUCESCATTER:
 		for (int r = 0; r < c->nranks; r++)
-			src[r] = slot(c, r) + (size_t)c->rank * n * es;
+			src[r] = slot(c, r, seq) + (size_t)c->rank * n * es;
 		reduce(o->recv + off * es, src, c->nranks, n, o->type, o->redop);
 		break;
 	case OP_BROADCAST:
-		memcpy(o->recv + off * es, slot(c, o->root), n * es);
+		memcpy(o->recv + off * es, slot(c, o->root, seq), n * es);
 		break;
 	case OP_ALLGATHER:
 		for (int r = 0; r < c->nranks; r++)
-			memcpy(o->recv + ((size_t)r * o->count + off) * es, slot(c, r), n * es);
+			memcpy(o->recv + ((size_t)r * o->count + off) * es, slot(c, r, seq), n * es);
 		break;
 	default:
 		break;
@@ -617,14 +818,14 @@ static int advance(struct op *ops, int idx)
 	switch (o->phase) {
 	case 0:
 		o->chunk = o->count - o->done < chunk_elems(o) ? o->count - o->done : chunk_elems(o);
-		deposit(o);
+		deposit(o, slot(c, c->rank));
 		o->target = arrive(c);
 		o->phase = 1;
 		return 1;
 	case 1:
 		if (!arrived(c, o->target))
 			return 0;
-		collect(o);
+		collect(o, blocking_slot, 0);
 		o->target = arrive(c);
 		o->phase = 2;
 		return 1;
@@ -693,6 +894,168 @@ static ncclResult_t execute(struct op *ops, int n)
 	return ncclSuccess;
 }
 
+/* ---- async mode: collectives in flight on the device timeline ---- */
+
+static uint64_t dep_of(const struct ncclComm *c, uint64_t seq)
+{
+	return (uint64_t)(c->local_index + 1) << DEP_SEQ_BITS | (seq & ((1ull << DEP_SEQ_BITS) - 1));
+}
+
+static struct ring_meta *ring_meta(struct ncclComm *c, int r, uint64_t seq)
+{
+	return &c->meta[(seq % c->depth) * (size_t)c->nranks + (size_t)r];
+}
+
+static int all_published(struct ncclComm *c, uint64_t seq)
+{
+	for (int r = 0; r < c->nranks; r++)
+		if (atomic_load_explicit(&ring_meta(c, r, seq)->published, memory_order_acquire) != seq + 1)
+			return 0;
+	return 1;
+}
+
+static int all_resolved(struct ncclComm *c, uint64_t n)
+{
+	for (int r = 0; r < c->nranks; r++)
+		if (atomic_load_explicit(&c->lines[r].resolved, memory_order_acquire) < n)
+			return 0;
+	return 1;
+}
+
+/* Waits until ready(c, arg); an abort or FAKENCCL_TIMEOUT_MS without it ends the wait
+ * with an error, kept for ncclCommGetAsyncError. */
+static ncclResult_t wait_until_ready(struct ncclComm *c, int (*ready)(struct ncclComm *, uint64_t), uint64_t arg)
+{
+	uint64_t deadline = deadline_from_now();
+	for (;;) {
+		uint32_t seen = atomic_load(&c->shm->progress);
+		if (ready(c, arg))
+			return ncclSuccess;
+		if (atomic_load(&c->shm->aborted))
+			return c->async_error = ncclRemoteError;
+		if (now_ns() > deadline)
+			return c->async_error = ncclSystemError;
+		sleep_on(c->shm, seen, 100000000L);
+	}
+}
+
+/* Resolves this rank's oldest unresolved collective: waits for every rank to publish it,
+ * computes its completion (the model in the header comment), writes this rank's result,
+ * releases the rank's hold on the ring entry and tells libcudart. A collective cut short
+ * by an abort or a timeout completes now, with no result. Caller holds c->lock. */
+static void resolve_next(struct ncclComm *c)
+{
+	uint64_t k = c->resolved, complete = 0;
+	struct pending *p = &c->pending[k % c->depth];
+	if (wait_until_ready(c, all_published, k) == ncclSuccess) {
+		for (int r = 0; r < c->nranks; r++) {
+			const struct ring_meta *m = ring_meta(c, r, k);
+			uint64_t arrival = m->after_prev ? m->b > c->last_complete + m->a ? m->b : c->last_complete + m->a
+			                                 : m->b;
+			complete = arrival > complete ? arrival : complete;
+		}
+		complete += p->bus_ns;
+		p->op.done = 0;
+		p->op.chunk = p->op.count;
+		collect(&p->op, ring_slot, k);
+	} else {
+		complete = now_ns();
+	}
+	c->last_complete = complete;
+	c->resolved = k + 1;
+	atomic_store_explicit(&c->lines[c->rank].resolved, k + 1, memory_order_release);
+	bump(c->shm);
+	fakegpu_collective_complete(dep_of(c, k), complete);
+}
+
+static void resolve_through(struct ncclComm *c, uint64_t seq)
+{
+	while (c->resolved <= seq && c->resolved < c->enqueued)
+		resolve_next(c);
+}
+
+/* libcudart's resolver (fake_hooks.h), called by a host thread that must wait. */
+static int resolve_dep(uint64_t dep)
+{
+	uint64_t index = (dep >> DEP_SEQ_BITS) - 1;
+	pthread_mutex_lock(&table_lock);
+	struct ncclComm *c = index < MAX_LOCAL_COMMS ? local_comms[index] : NULL;
+	if (c)
+		pthread_mutex_lock(&c->lock);
+	pthread_mutex_unlock(&table_lock);
+	if (!c)
+		return -1;
+	resolve_through(c, dep & ((1ull << DEP_SEQ_BITS) - 1));
+	pthread_mutex_unlock(&c->lock);
+	return 0;
+}
+
+static uint64_t bus_ns(const struct op *o)
+{
+	double gbps = bus_gbps();
+	return gbps > 0 ? (uint64_t)((double)bus_bytes(o) / gbps) : 0;
+}
+
+static ncclResult_t enqueue_locked(struct op *o)
+{
+	struct ncclComm *c = o->comm;
+	if (atomic_load(&c->shm->aborted))
+		return c->async_error = ncclRemoteError;
+	uint64_t k = c->enqueued;
+	if (k >= c->depth) {
+		/* Entry k reuses is free once every rank has resolved k - depth: a rank that runs
+		 * a whole queue ahead of a peer's host blocks here, as on a full launch queue. */
+		resolve_through(c, k - c->depth);
+		ncclResult_t rc = wait_until_ready(c, all_resolved, k - c->depth + 1);
+		if (rc != ncclSuccess)
+			return rc;
+	}
+	uint64_t prev = c->resolved < k ? dep_of(c, k - 1) : 0;
+	struct fakegpu_arrival arrival;
+	int err = fakegpu_stream_collective(o->stream, dep_of(c, k), prev, &arrival);
+	if (err)
+		return err == cudaErrorStreamCaptureUnsupported ? ncclInvalidUsage : ncclUnhandledCudaError;
+	o->done = 0;
+	o->chunk = o->count;
+	deposit(o, ring_slot(c, c->rank, k));
+	struct ring_meta *m = ring_meta(c, c->rank, k);
+	m->a = arrival.dep_ns;
+	m->b = arrival.at;
+	m->after_prev = (uint32_t)arrival.after_prev;
+	atomic_store_explicit(&m->published, k + 1, memory_order_release);
+	bump(c->shm);
+	c->pending[k % c->depth] = (struct pending){.op = *o, .bus_ns = bus_ns(o)};
+	c->enqueued = k + 1;
+	return ncclSuccess;
+}
+
+/* Enqueues a collective on its stream; the call returns without waiting for peers. */
+static ncclResult_t enqueue(struct op *o)
+{
+	struct ncclComm *c = o->comm;
+	size_t bytes = o->count * o->esize * (o->kind == OP_REDUCESCATTER ? (size_t)c->nranks : 1);
+	if (bytes > c->slot_bytes) {
+		fprintf(stderr, "fakenccl: a collective of %zu bytes per rank exceeds FAKENCCL_SLOT_KB (%zu KiB) in async mode; "
+		        "raise it or set FAKENCCL_MODE=blocking\n", bytes, c->slot_bytes >> 10);
+		return ncclInvalidArgument;
+	}
+	if (o->count == 0)
+		return ncclSuccess;
+	pthread_mutex_lock(&c->lock);
+	ncclResult_t rc = enqueue_locked(o);
+	pthread_mutex_unlock(&c->lock);
+	return rc;
+}
+
+/* Resolves every collective this rank has in flight: the host waits for them. */
+static void drain(struct ncclComm *c)
+{
+	pthread_mutex_lock(&c->lock);
+	if (c->enqueued)
+		resolve_through(c, c->enqueued - 1);
+	pthread_mutex_unlock(&c->lock);
+}
+
 static ncclResult_t submit(struct op o)
 {
 	if (!valid_comm(o.comm))
@@ -705,7 +1068,7 @@ static ncclResult_t submit(struct op o)
 	if (o.count && ((!o.send && o.kind != OP_RECV) || (!o.recv && o.kind != OP_SEND)))
 		return ncclInvalidArgument;
 	if (group_depth == 0)
-		return execute(&o, 1);
+		return o.comm->async && !is_p2p(&o) ? enqueue(&o) : execute(&o, 1);
 	if (group_len == MAX_GROUP_OPS) {
 		group_error = ncclInvalidUsage;
 		return ncclInvalidUsage;
@@ -726,18 +1089,16 @@ FAKEGPU_API ncclResult_t ncclAllReduce(const void *sendbuff, void *recvbuff, siz
                                        ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm,
                                        cudaStream_t stream)
 {
-	(void)stream;
 	enter();
-	return submit((struct op){.kind = OP_ALLREDUCE, .comm = comm, .send = sendbuff, .recv = recvbuff,
+	return submit((struct op){.stream = stream, .kind = OP_ALLREDUCE, .comm = comm, .send = sendbuff, .recv = recvbuff,
 	                          .count = count, .type = datatype, .redop = op});
 }
 
 FAKEGPU_API ncclResult_t ncclAllGather(const void *sendbuff, void *recvbuff, size_t sendcount,
                                        ncclDataType_t datatype, ncclComm_t comm, cudaStream_t stream)
 {
-	(void)stream;
 	enter();
-	return submit((struct op){.kind = OP_ALLGATHER, .comm = comm, .send = sendbuff, .recv = recvbuff,
+	return submit((struct op){.stream = stream, .kind = OP_ALLGATHER, .comm = comm, .send = sendbuff, .recv = recvbuff,
 	                          .count = sendcount, .type = datatype});
 }
 
@@ -745,18 +1106,16 @@ FAKEGPU_API ncclResult_t ncclReduceScatter(const void *sendbuff, void *recvbuff,
                                            ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm,
                                            cudaStream_t stream)
 {
-	(void)stream;
 	enter();
-	return submit((struct op){.kind = OP_REDUCESCATTER, .comm = comm, .send = sendbuff, .recv = recvbuff,
+	return submit((struct op){.stream = stream, .kind = OP_REDUCESCATTER, .comm = comm, .send = sendbuff, .recv = recvbuff,
 	                          .count = recvcount, .type = datatype, .redop = op});
 }
 
 FAKEGPU_API ncclResult_t ncclBroadcast(const void *sendbuff, void *recvbuff, size_t count,
                                        ncclDataType_t datatype, int root, ncclComm_t comm, cudaStream_t stream)
 {
-	(void)stream;
 	enter();
-	return submit((struct op){.kind = OP_BROADCAST, .comm = comm, .send = sendbuff, .recv = recvbuff,
+	return submit((struct op){.stream = stream, .kind = OP_BROADCAST, .comm = comm, .send = sendbuff, .recv = recvbuff,
 	                          .count = count, .type = datatype, .root = root});
 }
 
@@ -764,38 +1123,34 @@ FAKEGPU_API ncclResult_t ncclBroadcast(const void *sendbuff, void *recvbuff, siz
 FAKEGPU_API ncclResult_t ncclBcast(void *buff, size_t count, ncclDataType_t datatype, int root, ncclComm_t comm,
                                    cudaStream_t stream)
 {
-	(void)stream;
 	enter();
-	return submit((struct op){.kind = OP_BROADCAST, .comm = comm, .send = buff, .recv = buff,
+	return submit((struct op){.stream = stream, .kind = OP_BROADCAST, .comm = comm, .send = buff, .recv = buff,
 	                          .count = count, .type = datatype, .root = root});
 }
 
 FAKEGPU_API ncclResult_t ncclReduce(const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype,
                                     ncclRedOp_t op, int root, ncclComm_t comm, cudaStream_t stream)
 {
-	(void)stream;
 	enter();
 	if (valid_comm(comm) && comm->rank != root)
 		recvbuff = recvbuff ? recvbuff : (void *)sendbuff; /* only the root's recvbuff is used */
-	return submit((struct op){.kind = OP_REDUCE, .comm = comm, .send = sendbuff, .recv = recvbuff,
+	return submit((struct op){.stream = stream, .kind = OP_REDUCE, .comm = comm, .send = sendbuff, .recv = recvbuff,
 	                          .count = count, .type = datatype, .redop = op, .root = root});
 }
 
 FAKEGPU_API ncclResult_t ncclSend(const void *sendbuff, size_t count, ncclDataType_t datatype, int peer,
                                   ncclComm_t comm, cudaStream_t stream)
 {
-	(void)stream;
 	enter();
-	return submit((struct op){.kind = OP_SEND, .comm = comm, .send = sendbuff, .count = count,
+	return submit((struct op){.stream = stream, .kind = OP_SEND, .comm = comm, .send = sendbuff, .count = count,
 	                          .type = datatype, .root = peer});
 }
 
 FAKEGPU_API ncclResult_t ncclRecv(void *recvbuff, size_t count, ncclDataType_t datatype, int peer,
                                   ncclComm_t comm, cudaStream_t stream)
 {
-	(void)stream;
 	enter();
-	return submit((struct op){.kind = OP_RECV, .comm = comm, .recv = recvbuff, .count = count,
+	return submit((struct op){.stream = stream, .kind = OP_RECV, .comm = comm, .recv = recvbuff, .count = count,
 	                          .type = datatype, .root = peer});
 }
 
@@ -819,8 +1174,17 @@ FAKEGPU_API ncclResult_t ncclGroupEnd(void)
 	if (--group_depth > 0)
 		return ncclSuccess;
 	ncclResult_t rc = group_error;
-	if (rc == ncclSuccess && group_len)
-		rc = execute(group_ops, group_len);
+	/* In async mode the group's collectives are enqueued, in call order, and only its
+	 * sends and receives run here. */
+	int p2p = 0;
+	for (int i = 0; rc == ncclSuccess && i < group_len; i++) {
+		if (group_ops[i].comm->async && !is_p2p(&group_ops[i]))
+			rc = enqueue(&group_ops[i]);
+		else
+			group_ops[p2p++] = group_ops[i];
+	}
+	if (rc == ncclSuccess && p2p)
+		rc = execute(group_ops, p2p);
 	group_len = 0;
 	return rc;
 }
