@@ -11,7 +11,7 @@ export GOFLAGS += -tags=duckdb_arrow
 BIN       := bin/fathom
 BUILD_DIR := build
 
-.PHONY: all deps build generate generate-ocb check-generated test fuzz lint bench demo run-node clean
+.PHONY: all deps build generate generate-ocb check-generated test fuzz lint bench soak demo run-node clean
 
 all: build
 
@@ -103,6 +103,16 @@ lint:
 # would measure each other.
 bench: build
 	$(GO) test -p 1 -run '^$$' -bench . -benchmem ./...
+
+# The soak (not in CI): a node collector under ~100k CUDA calls/s from fake GPU
+# workloads and a gateway under a steady OTLP ingest, both on the example configs, for
+# SOAK_DURATION. Prints a row of RSS, goroutines, open files, threads and DuckDB memory
+# per sample, writes the table to build/soak.md, and fails if anything grew after
+# warm-up. Needs root (BPF). Knobs: FATHOM_SOAK_SAMPLE, FATHOM_SOAK_CALLS,
+# FATHOM_SOAK_ROWS (see cmd/fathom/soak_test.go).
+SOAK_DURATION ?= 30m
+soak: deps build
+	FATHOM_SOAK_DURATION=$(SOAK_DURATION) FATHOM_BIN=$(abspath $(BIN)) $(GO) test -count=1 -v -run '^TestSoak$$' -timeout 0 ./cmd/fathom
 
 # Until the demo lands: build and start a node collector on the example config.
 run-node: build

@@ -97,8 +97,19 @@ type Process struct {
 // The process is killed at test cleanup if the test did not stop it.
 func Start(t testing.TB, config string, env ...string) *Process {
 	t.Helper()
+	return StartConfigs(t, []string{config}, env...)
+}
+
+// StartConfigs runs fathom with several --config files, which the collector merges in
+// order (maps merge, a later list replaces an earlier one).
+func StartConfigs(t testing.TB, configs []string, env ...string) *Process {
+	t.Helper()
 	p := &Process{output: &syncBuffer{}, done: make(chan struct{})}
-	p.cmd = exec.Command(Binary(t), "--config", config)
+	var args []string
+	for _, c := range configs {
+		args = append(args, "--config", c)
+	}
+	p.cmd = exec.Command(Binary(t), args...)
 	p.cmd.Env = append(os.Environ(), env...)
 	p.cmd.Stdout = p.output
 	p.cmd.Stderr = p.output
