@@ -123,6 +123,7 @@ const (
 	MetricReceiverEvents      = "fathom.receiver.events"
 	MetricReceiverDrops       = "fathom.receiver.drops"
 	MetricReceiverProbes      = "fathom.receiver.probes"
+	MetricRankDeviceWait      = "fathom.rank.device_wait.time"
 	MetricNCCLDuration        = "nccl.call.duration"
 	MetricNCCLCalls           = "nccl.calls"
 	MetricNCCLBytes           = "nccl.bytes"
@@ -248,6 +249,7 @@ var Metrics = []Doc{
 	{MetricReceiverProbes, "gauge", "{probe}", "attached probes (uprobes, uretprobes, tracepoints)"},
 	{MetricNCCLDuration, "exponential histogram", "s", "duration of NCCL calls per process, communicator, rank and op"},
 	{MetricNCCLCalls, "sum", "{call}", "NCCL calls per process, communicator, rank and op"},
+	{MetricRankDeviceWait, "sum", "s", "time a process's threads spent in CUDA calls that wait for the device (stream, event, device and context syncs, blocking copies, cudaFree); per interval, the straggler of a job waits least"},
 	{MetricNCCLBytes, "sum", "By", "bytes named by NCCL calls (count x element size) per communicator, rank and op"},
 	{MetricNCCLErrors, "sum", "{call}", "NCCL calls that returned an error"},
 	{MetricRDMAPortErrors, "sum", "{error}", "sysfs error counters of RDMA ports, by device, port, transport and counter"},

@@ -127,6 +127,14 @@ func (m *metricSet) sum(name, unit, desc string, v uint64) pcommon.Map {
 	return dp.Attributes()
 }
 
+func (m *metricSet) sumDouble(name, unit, desc string, v float64) pcommon.Map {
+	dp := m.metric(name, unit, desc, pmetric.MetricTypeSum).Sum().DataPoints().AppendEmpty()
+	dp.SetStartTimestamp(m.start)
+	dp.SetTimestamp(m.ts)
+	dp.SetDoubleValue(v)
+	return dp.Attributes()
+}
+
 func (m *metricSet) histogram(name, desc string, h *expohisto.Histogram) pcommon.Map {
 	dp := m.metric(name, "s", desc, pmetric.MetricTypeExponentialHistogram).ExponentialHistogram().DataPoints().AppendEmpty()
 	dp.SetStartTimestamp(m.start)
@@ -242,6 +250,7 @@ func (a *aggregator) emitProcess(set *metricSet, p *processSeries, pageAllocs ma
 	if graphLaunches > 0 {
 		set.sum(semconv.MetricCUDAGraphLaunches, "{launch}", "CUDA graph launches", graphLaunches)
 	}
+	emitDeviceWait(set, p)
 	if p.hasSched {
 		for tid, t := range p.threads {
 			emitThread(set, t, "cuda", int64(tid))
@@ -269,6 +278,39 @@ func (a *aggregator) emitProcess(set *metricSet, p *processSeries, pageAllocs ma
 		set.sum(semconv.MetricProcessPageAllocs, "{page}", "Pages allocated by the process", v)
 	}
 	emitNCCL(set, p)
+}
+
+// waitsForDevice marks the APIs whose calls block the host until the device has done
+// the work queued before them: what a rank's host spends in them is its device wait.
+// cudaMemcpy counts whole (its rare device-to-device form does not block); the driver's
+// device-to-device copy does not block and is left out.
+var waitsForDevice = func() (w [probes.APICount]bool) {
+	for _, name := range []string{
+		"cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize", "cudaMemcpy", "cudaFree",
+		"cuStreamSynchronize", "cuCtxSynchronize", "cuMemcpy", "cuMemcpyHtoD_v2", "cuMemcpyDtoH_v2", "cuMemFree_v2",
+	} {
+		w[apiID(name)] = true
+	}
+	return w
+}()
+
+// emitDeviceWait sums the time spent in calls that wait for the device. With
+// asynchronous collectives (real NCCL) a rank's peers wait for it on the device, and
+// their hosts see that wait in their next synchronising call, so the rank that holds
+// the others back is the one that waits least. A process that has made such calls gets
+// a point every interval, zero included.
+func emitDeviceWait(set *metricSet, p *processSeries) {
+	var seconds float64
+	seen := false
+	for id, s := range p.apis {
+		if s != nil && waitsForDevice[id] {
+			seconds += s.duration.Sum
+			seen = true
+		}
+	}
+	if seen {
+		set.sumDouble(semconv.MetricRankDeviceWait, "s", "Time the process's threads spent in CUDA calls that wait for the device", seconds)
+	}
 }
 
 func emitThread(set *metricSet, t *threadSeries, role string, tid int64) {

@@ -1,6 +1,7 @@
 package gpuebpfreceiver
 
 import (
+	"math"
 	"testing"
 	"time"
 
@@ -98,4 +99,77 @@ func processSum(md pmetric.Metrics, pid int64, name string) (int64, pmetric.Aggr
 		}
 	}
 	return 0, 0, false
+}
+
+// Device wait is the time in calls that block until the device is done: syncs,
+// blocking copies and frees count, launches and asynchronous copies do not. It follows
+// the temporality, and a process that has waited gets a point (zero too) every interval.
+func TestDeviceWaitSumsTheCallsThatWaitForTheDevice(t *testing.T) {
+	for name, ok := range map[string]bool{"cudaStreamSynchronize": true, "cuCtxSynchronize": true, "cudaMemcpy": true,
+		"cudaLaunchKernel": false, "cudaMemcpyAsync": false, "cuMemcpyDtoD_v2": false} {
+		if apiID(name) == 0 || waitsForDevice[apiID(name)] != ok {
+			t.Errorf("%s: waits for the device %v, want %v", name, waitsForDevice[apiID(name)], ok)
+		}
+	}
+	if waitsForDevice[0] {
+		t.Error("an API name in waitsForDevice is not a probed API")
+	}
+	const pid = 4343
+	call := func(a *aggregator, api string, d time.Duration) {
+		ev := probes.CUDACall{Api: apiID(api), DurationNs: uint64(d), MemcpyKind: uint8(probes.MemcpyNone)}
+		ev.Hdr.Pid = pid
+		a.CUDACall(&ev)
+	}
+	intervals := []func(a *aggregator){
+		func(a *aggregator) {
+			for range 3 {
+				call(a, "cudaStreamSynchronize", 10*time.Millisecond)
+			}
+			call(a, "cudaMemcpy", 5*time.Millisecond)
+			call(a, "cuCtxSynchronize", 2*time.Millisecond)
+			for range 100 {
+				call(a, "cudaLaunchKernel", 10*time.Microsecond)
+				call(a, "cudaMemcpyAsync", 7*time.Microsecond)
+			}
+		},
+		func(a *aggregator) { call(a, "cudaEventSynchronize", 20*time.Millisecond) },
+		func(*aggregator) {},
+	}
+	for temporality, want := range map[string][]float64{
+		TemporalityCumulative: {0.037, 0.057, 0.057},
+		TemporalityDelta:      {0.037, 0.020, 0},
+	} {
+		cfg := createDefaultConfig()
+		cfg.Temporality = temporality
+		cfg.Discovery.ProcRoot = t.TempDir()
+		clock := &wallClock{}
+		clock.refresh()
+		a := newAggregator(cfg, clock, nil, false)
+		a.logs = newLogSink(cfg, clock, &a.drops, hostIdentity("", false))
+		var prev hostTotals
+		for i, interval := range intervals {
+			interval(a)
+			md := a.emit(time.Now(), 0, hostTotals{}, &prev, hostIdentity("", false))
+			got, ok := processDoubleSum(md, pid, semconv.MetricRankDeviceWait)
+			if !ok || math.Abs(got-want[i]) > 1e-12 {
+				t.Errorf("%s interval %d: device wait %v (present %v), want %v s", temporality, i, got, ok, want[i])
+			}
+		}
+	}
+}
+
+func processDoubleSum(md pmetric.Metrics, pid int64, name string) (float64, bool) {
+	for i := 0; i < md.ResourceMetrics().Len(); i++ {
+		rm := md.ResourceMetrics().At(i)
+		if p, ok := rm.Resource().Attributes().Get(semconv.ProcessPID); !ok || p.Int() != pid {
+			continue
+		}
+		ms := rm.ScopeMetrics().At(0).Metrics()
+		for j := 0; j < ms.Len(); j++ {
+			if m := ms.At(j); m.Name() == name && m.Type() == pmetric.MetricTypeSum {
+				return m.Sum().DataPoints().At(0).DoubleValue(), true
+			}
+		}
+	}
+	return 0, false
 }
