@@ -5,6 +5,7 @@ package main
 import (
 	duckdbexporter "github.com/fathom-gpu/fathom/exporter/duckdbexporter"
 	echoextension "github.com/fathom-gpu/fathom/extension/echoextension"
+	stragglerprocessor "github.com/fathom-gpu/fathom/processor/stragglerprocessor"
 	gpuebpfreceiver "github.com/fathom-gpu/fathom/receiver/gpuebpfreceiver"
 	prometheusremotewriteexporter "github.com/open-telemetry/opentelemetry-collector-contrib/exporter/prometheusremotewriteexporter"
 	healthcheckextension "github.com/open-telemetry/opentelemetry-collector-contrib/extension/healthcheckextension"
@@ -104,6 +105,7 @@ func components() (otelcol.Factories, error) {
 		resourceprocessor.NewFactory(),
 		cumulativetodeltaprocessor.NewFactory(),
 		deltatocumulativeprocessor.NewFactory(),
+		stragglerprocessor.NewFactory(),
 	)
 	if err != nil {
 		return otelcol.Factories{}, err
@@ -114,6 +116,7 @@ func components() (otelcol.Factories, error) {
 		resourceprocessor.NewFactory().Type():          "github.com/open-telemetry/opentelemetry-collector-contrib/processor/resourceprocessor v0.162.0",
 		cumulativetodeltaprocessor.NewFactory().Type(): "github.com/open-telemetry/opentelemetry-collector-contrib/processor/cumulativetodeltaprocessor v0.162.0",
 		deltatocumulativeprocessor.NewFactory().Type(): "github.com/open-telemetry/opentelemetry-collector-contrib/processor/deltatocumulativeprocessor v0.162.0",
+		stragglerprocessor.NewFactory().Type():         "github.com/fathom-gpu/fathom v0.0.0",
 	})
 
 	factories.Connectors, err = otelcol.MakeFactoryMap[connector.Factory]()

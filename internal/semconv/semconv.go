@@ -36,6 +36,20 @@ const (
 	ChainFix         = "fathom.chain.fix"
 )
 
+// The straggler processor's records (log records with event.name EventStraggler), one
+// each time a rank becomes a straggler, falls silent, or is back within its cohort,
+// and its per-rank and per-cohort gauges.
+const (
+	EventStraggler     = "fathom.straggler"
+	StragglerState     = "fathom.straggler.state"
+	StragglerSignal    = "fathom.straggler.signal"
+	StragglerValue     = "fathom.straggler.value"
+	StragglerMedian    = "fathom.straggler.median"
+	StragglerThreshold = "fathom.straggler.threshold"
+	StragglerScore     = "fathom.straggler.score"
+	StragglerSince     = "fathom.straggler.since"
+)
+
 // The node check record the gpuebpf receiver sends (a log record with event.name
 // EventNodeCheck) at start, when a check's result changes, and at least every
 // readiness.report_interval: what `fathom check` finds on the node, so that a node that
@@ -124,6 +138,10 @@ const (
 	MetricReceiverDrops       = "fathom.receiver.drops"
 	MetricReceiverProbes      = "fathom.receiver.probes"
 	MetricRankDeviceWait      = "fathom.rank.device_wait.time"
+	MetricStragglerScore      = "fathom.straggler.score"
+	MetricStragglerFlag       = "fathom.straggler.flag"
+	MetricStragglerThreshold  = "fathom.straggler.threshold"
+	MetricStragglerMedian     = "fathom.straggler.median"
 	MetricNCCLDuration        = "nccl.call.duration"
 	MetricNCCLCalls           = "nccl.calls"
 	MetricNCCLBytes           = "nccl.bytes"
@@ -171,6 +189,13 @@ var Attributes = []Doc{
 	{Cohort, "resource", "", "group of ranks compared with each other (a job's communicator, or a set the operator names)"},
 	{GPUModel, "resource", "", "GPU model, e.g. H100-SXM; prices straggler time in the Echo store's get_cost"},
 	{CloudProvider, "resource", "", "cloud provider (OTel name); prices straggler time with fathom.gpu.model"},
+	{StragglerState, "log", "", "on fathom.straggler records: straggler (beyond its cohort's line), silent (stopped reporting while its cohort reports) or resolved"},
+	{StragglerSignal, "point/log", "", "the per-rank signal compared, e.g. fathom.rank.device_wait.time"},
+	{StragglerValue, "log", "", "on fathom.straggler records: the rank's value of the signal, per second of the interval"},
+	{StragglerMedian, "log", "", "on fathom.straggler records: the cohort's median of the signal"},
+	{StragglerThreshold, "log", "", "on fathom.straggler records: the cohort's line, median -/+ k x 1.4826 x MAD (floored)"},
+	{StragglerScore, "log", "", "on fathom.straggler records: distance beyond the median in scaled MADs, positive in the worse direction"},
+	{StragglerSince, "log", "", "on fathom.straggler records: when the rank's first interval beyond the line (or its last report) began, RFC 3339"},
 	{ChainRootCause, "log", "", "on fathom.causal_chain records: the host cause found"},
 	{ChainSeverity, "log", "", "on fathom.causal_chain records: how much GPU time the chain cost"},
 	{ChainFix, "log", "", "on fathom.causal_chain records: what to change"},
@@ -249,6 +274,10 @@ var Metrics = []Doc{
 	{MetricReceiverProbes, "gauge", "{probe}", "attached probes (uprobes, uretprobes, tracepoints)"},
 	{MetricNCCLDuration, "exponential histogram", "s", "duration of NCCL calls per process, communicator, rank and op"},
 	{MetricNCCLCalls, "sum", "{call}", "NCCL calls per process, communicator, rank and op"},
+	{MetricStragglerScore, "gauge", "1", "per rank and signal: distance from its cohort's median in scaled MADs, positive in the worse direction (straggler processor)"},
+	{MetricStragglerFlag, "gauge", "1", "per rank and signal: 1 while the rank is flagged a straggler, else 0 (straggler processor)"},
+	{MetricStragglerThreshold, "gauge", "", "per cohort and signal: the line beyond which a rank counts as beyond, in the signal's unit per second (straggler processor)"},
+	{MetricStragglerMedian, "gauge", "", "per cohort and signal: the median across its ranks (straggler processor)"},
 	{MetricRankDeviceWait, "sum", "s", "time a process's threads spent in CUDA calls that wait for the device (stream, event, device and context syncs, blocking copies, cudaFree); per interval, the straggler of a job waits least"},
 	{MetricNCCLBytes, "sum", "By", "bytes named by NCCL calls (count x element size) per communicator, rank and op"},
 	{MetricNCCLErrors, "sum", "{call}", "NCCL calls that returned an error"},

@@ -1,0 +1,149 @@
+package stragglerprocessor
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/fathom-gpu/fathom/internal/semconv"
+)
+
+// Which way a signal gets worse.
+const (
+	WorseHigher = "higher"
+	WorseLower  = "lower"
+)
+
+// Config of the straggler processor. It runs on the gateway, where the ranks of a job
+// meet, in the metrics pipeline (where the signals arrive) and in the logs pipeline
+// (where it writes its fathom.straggler records), under one component ID.
+type Config struct {
+	// Signals are the per-rank metrics compared across each cohort. Each must be a
+	// monotonic sum per process (cumulative or delta); it is compared per second of
+	// each interval.
+	Signals []SignalConfig `mapstructure:"signals"`
+	// K is how many scaled MADs from the cohort's median a rank must lie, in the
+	// signal's worse direction, to count as beyond the line.
+	K float64 `mapstructure:"k"`
+	// Quorum is the fewest ranks with a fresh sample that make a comparison.
+	Quorum int `mapstructure:"quorum"`
+	// MADFloor keeps the line from collapsing onto the median when the ranks agree
+	// closely, so scheduling jitter flags nobody.
+	MADFloor MADFloorConfig `mapstructure:"mad_floor"`
+	// Warmup is how many evaluations with a quorum a cohort has before it flags anyone.
+	Warmup int `mapstructure:"warmup"`
+	// Persistence: a rank is flagged when Beyond of its last Of samples were beyond the
+	// line, and resolved when no more than Of-Beyond of them were.
+	Persistence PersistenceConfig `mapstructure:"persistence"`
+	// SilentAfter: a rank with no sample for this long, while its cohort keeps a
+	// quorum, is reported silent.
+	SilentAfter time.Duration `mapstructure:"silent_after"`
+	// ForgetAfter: a rank (or a whole cohort) heard nothing from for this long is
+	// dropped from memory (counted).
+	ForgetAfter time.Duration `mapstructure:"forget_after"`
+	// EvaluationInterval is how often the cohorts are judged; the node's collection
+	// interval is a good value.
+	EvaluationInterval time.Duration `mapstructure:"evaluation_interval"`
+	Limits             LimitsConfig  `mapstructure:"limits"`
+}
+
+// SignalConfig names one compared metric.
+type SignalConfig struct {
+	Metric string `mapstructure:"metric"`
+	// Worse is "higher" or "lower": which side of the median is the straggler's.
+	Worse string `mapstructure:"worse"`
+	// MADFloor is an absolute floor for the MAD, in the metric's unit per second.
+	MADFloor float64 `mapstructure:"mad_floor"`
+}
+
+// MADFloorConfig: the MAD used is max(MAD, Relative x |median|, the signal's floor).
+type MADFloorConfig struct {
+	Relative float64 `mapstructure:"relative"`
+}
+
+// PersistenceConfig is "Beyond of the last Of samples".
+type PersistenceConfig struct {
+	Beyond int `mapstructure:"beyond"`
+	Of     int `mapstructure:"of"`
+}
+
+// LimitsConfig bounds the state. Cohorts over the cap evict the one heard from least
+// recently; ranks over a cohort's cap are not tracked. Both are counted.
+type LimitsConfig struct {
+	MaxCohorts        int `mapstructure:"max_cohorts"`
+	MaxRanksPerCohort int `mapstructure:"max_ranks_per_cohort"`
+}
+
+func createDefaultConfig() *Config {
+	return &Config{
+		Signals: []SignalConfig{{
+			// Seconds waited per second; a 1% floor keeps ranks that all wait almost
+			// nothing (a job bound by its own compute) from flagging on noise.
+			Metric: semconv.MetricRankDeviceWait, Worse: WorseLower, MADFloor: 0.01,
+		}},
+		K:                  3,
+		Quorum:             3,
+		MADFloor:           MADFloorConfig{Relative: 0.05},
+		Warmup:             3,
+		Persistence:        PersistenceConfig{Beyond: 3, Of: 4},
+		SilentAfter:        30 * time.Second,
+		ForgetAfter:        10 * time.Minute,
+		EvaluationInterval: time.Second,
+		// A 1,024-rank communicator fits one cohort with room; 1,024 cohorts is a
+		// gateway's share of a large cluster (a job's ranks must meet on one gateway).
+		Limits: LimitsConfig{MaxCohorts: 1024, MaxRanksPerCohort: 16384},
+	}
+}
+
+// Validate explains what is wrong in the words of the YAML.
+func (c *Config) Validate() error {
+	var errs []error
+	if len(c.Signals) == 0 {
+		errs = append(errs, errors.New("straggler: `signals` must name at least one per-rank metric"))
+	}
+	seen := map[string]bool{}
+	for i, s := range c.Signals {
+		switch {
+		case s.Metric == "":
+			errs = append(errs, fmt.Errorf("straggler: signals[%d].metric is empty", i))
+		case seen[s.Metric]:
+			errs = append(errs, fmt.Errorf("straggler: signal %q is listed twice", s.Metric))
+		}
+		seen[s.Metric] = true
+		if s.Worse != WorseHigher && s.Worse != WorseLower {
+			errs = append(errs, fmt.Errorf("straggler: signals[%d].worse is %q; want %q or %q", i, s.Worse, WorseHigher, WorseLower))
+		}
+		if !(s.MADFloor >= 0) || math.IsInf(s.MADFloor, 0) {
+			errs = append(errs, fmt.Errorf("straggler: signals[%d].mad_floor must be a finite number >= 0", i))
+		}
+	}
+	if !(c.K > 0) || math.IsInf(c.K, 0) {
+		errs = append(errs, errors.New("straggler: `k` must be a finite number > 0"))
+	}
+	if c.Quorum < 3 {
+		errs = append(errs, errors.New("straggler: `quorum` must be at least 3 (a median of two ranks cannot tell which one is slow)"))
+	}
+	if !(c.MADFloor.Relative >= 0) || c.MADFloor.Relative > 1 {
+		errs = append(errs, errors.New("straggler: `mad_floor.relative` must be between 0 and 1"))
+	}
+	if c.Warmup < 0 {
+		errs = append(errs, errors.New("straggler: `warmup` must be >= 0"))
+	}
+	if p := c.Persistence; p.Beyond < 1 || p.Of < p.Beyond || p.Of > 64 {
+		errs = append(errs, errors.New("straggler: `persistence` needs 1 <= beyond <= of <= 64"))
+	}
+	if c.EvaluationInterval <= 0 {
+		errs = append(errs, errors.New("straggler: `evaluation_interval` must be > 0"))
+	}
+	if c.SilentAfter < c.EvaluationInterval {
+		errs = append(errs, errors.New("straggler: `silent_after` must be at least `evaluation_interval`"))
+	}
+	if c.ForgetAfter <= c.SilentAfter {
+		errs = append(errs, errors.New("straggler: `forget_after` must be longer than `silent_after` (a silent rank is reported before it is forgotten)"))
+	}
+	if c.Limits.MaxCohorts < 1 || c.Limits.MaxRanksPerCohort < c.Quorum {
+		errs = append(errs, errors.New("straggler: `limits.max_cohorts` must be >= 1 and `limits.max_ranks_per_cohort` >= `quorum`"))
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,52 @@
+package stragglerprocessor
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fathom-gpu/fathom/internal/configtest"
+	"github.com/fathom-gpu/fathom/internal/semconv"
+)
+
+func loadConfig(t *testing.T, name string) (*Config, error) {
+	t.Helper()
+	return configtest.Load[*Config](t, NewFactory(), name)
+}
+
+func TestLoadConfig(t *testing.T) {
+	def, err := loadConfig(t, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(def.Signals) != 1 || def.Signals[0] != (SignalConfig{Metric: semconv.MetricRankDeviceWait, Worse: WorseLower, MADFloor: 0.01}) ||
+		def.K != 3 || def.Quorum != 3 || def.Persistence != (PersistenceConfig{Beyond: 3, Of: 4}) || def.EvaluationInterval != time.Second {
+		t.Fatalf("default config: %+v", def)
+	}
+	custom, err := loadConfig(t, "custom")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(custom.Signals) != 2 || custom.Signals[1] != (SignalConfig{Metric: "fathom.rank.host_lead.time", Worse: WorseHigher}) ||
+		custom.K != 4 || custom.Quorum != 8 || custom.MADFloor.Relative != 0.1 || custom.Warmup != 5 ||
+		custom.Persistence != (PersistenceConfig{Beyond: 2, Of: 3}) || custom.SilentAfter != 10*time.Second ||
+		custom.EvaluationInterval != 500*time.Millisecond || custom.Limits != (LimitsConfig{MaxCohorts: 64, MaxRanksPerCohort: 1024}) {
+		t.Fatalf("custom config: %+v", custom)
+	}
+	for name, wants := range map[string][]string{
+		"bad_signal": {`signals[0].worse is "sideways"; want "higher" or "lower"`, `signal "fathom.rank.device_wait.time" is listed twice`},
+		"bad_numbers": {"`k` must be a finite number > 0", "`quorum` must be at least 3", "`persistence` needs 1 <= beyond <= of <= 64",
+			"`silent_after` must be at least `evaluation_interval`", "`forget_after` must be longer than `silent_after`"},
+	} {
+		_, err := loadConfig(t, name)
+		if err == nil {
+			t.Errorf("%s: accepted", name)
+			continue
+		}
+		for _, want := range wants {
+			if !strings.Contains(err.Error(), want) {
+				t.Errorf("%s: error %q does not say %q", name, err, want)
+			}
+		}
+	}
+}

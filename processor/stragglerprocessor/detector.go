@@ -1,0 +1,313 @@
+package stragglerprocessor
+
+import (
+	"cmp"
+	"math"
+	"slices"
+	"time"
+)
+
+// madScale makes the MAD a consistent estimator of the standard deviation for normal
+// data, so that k reads as "standard deviations" (find_outlier_nodes uses the same).
+const madScale = 1.4826
+
+// cohortKey names a group of ranks compared with each other: one communicator of one
+// cluster, or, when the node never saw the communicator, one job.
+type cohortKey struct {
+	cluster, cohort string
+}
+
+// sample is one rank's value of one signal over one interval, per second of it.
+type sample struct {
+	value    float64
+	at       time.Time // end of the interval, from the point's timestamp
+	received time.Time // when the processor saw it
+}
+
+// series turns a rank's points of one signal into per-interval samples.
+type series struct {
+	// The last point of a cumulative series: the next one is differenced against it.
+	lastValue       float64
+	lastTime, start int64 // unix nanos
+	pid             int64
+	haveLast        bool
+
+	latest sample
+	fresh  bool // latest not yet judged
+
+	// verdicts holds whether each of the last samples was beyond the line (newest
+	// last), at most persistence.Of of them.
+	verdicts []verdict
+	flagged  bool
+	since    time.Time
+}
+
+type verdict struct {
+	beyond bool
+	at     time.Time
+}
+
+type rankState struct {
+	node     string
+	job      string
+	series   []series // by signal index
+	lastSeen time.Time
+	silent   bool
+	// silentSince is the end of the last interval the rank reported before it fell
+	// silent.
+	silentSince time.Time
+}
+
+type cohort struct {
+	key         cohortKey
+	ranks       map[int64]*rankState
+	evaluations []int // per signal: evaluations with a quorum, for the warm-up
+	lastSeen    time.Time
+}
+
+// point is what the processor extracted from one OTLP data point.
+type point struct {
+	cohort     cohortKey
+	job, node  string
+	rank, pid  int64
+	signal     int
+	cumulative bool
+	value      float64
+	start, ts  int64 // unix nanos
+}
+
+// event is a change of a rank's state, written as a fathom.straggler record.
+type event struct {
+	cohort    cohortKey
+	job, node string
+	rank      int64
+	signal    int
+	state     string // straggler, silent, resolved
+	value     float64
+	median    float64
+	threshold float64
+	score     float64
+	since     time.Time
+	at        time.Time
+}
+
+// rankGauge and cohortGauge are one evaluation's per-rank and per-cohort outputs.
+type rankGauge struct {
+	cohort    cohortKey
+	job, node string
+	rank      int64
+	signal    int
+	score     float64
+	flagged   bool
+}
+
+type cohortGauge struct {
+	cohort            cohortKey
+	signal            int
+	median, threshold float64
+	ranks             int
+}
+
+type evaluation struct {
+	events []event
+	ranks  []rankGauge
+	groups []cohortGauge
+}
+
+// detector holds every cohort's ranks and judges them. It is not safe for concurrent
+// use; the processor serialises calls.
+type detector struct {
+	cfg     *Config
+	cohorts map[cohortKey]*cohort
+	// drops counts what bounded state turned away, by reason.
+	drops map[string]int64
+}
+
+func newDetector(cfg *Config) *detector {
+	return &detector{cfg: cfg, cohorts: map[cohortKey]*cohort{}, drops: map[string]int64{}}
+}
+
+// observe takes one point. A cumulative point becomes a sample once a previous point
+// of the same process and start time is there to difference against; a delta point is
+// a sample by itself.
+func (d *detector) observe(p point, now time.Time) {
+	c := d.cohorts[p.cohort]
+	if c == nil {
+		if len(d.cohorts) >= d.cfg.Limits.MaxCohorts {
+			d.evictOldestCohort()
+		}
+		c = &cohort{key: p.cohort, ranks: map[int64]*rankState{}, evaluations: make([]int, len(d.cfg.Signals))}
+		d.cohorts[p.cohort] = c
+	}
+	c.lastSeen = now
+	r := c.ranks[p.rank]
+	if r == nil {
+		if len(c.ranks) >= d.cfg.Limits.MaxRanksPerCohort {
+			d.drops["rank_cap"]++
+			return
+		}
+		r = &rankState{series: make([]series, len(d.cfg.Signals))}
+		c.ranks[p.rank] = r
+	}
+	r.node, r.job, r.lastSeen = p.node, p.job, now
+	s := &r.series[p.signal]
+	var value float64
+	var ok bool
+	if p.cumulative {
+		// A new process (a restarted rank) or a reset series starts a new baseline.
+		if s.haveLast && s.pid == p.pid && s.start == p.start && p.ts > s.lastTime && p.value >= s.lastValue {
+			value, ok = (p.value-s.lastValue)/(float64(p.ts-s.lastTime)/1e9), true
+		}
+		s.lastValue, s.lastTime, s.start, s.pid, s.haveLast = p.value, p.ts, p.start, p.pid, true
+	} else if p.ts > p.start && p.start > 0 {
+		value, ok = p.value/(float64(p.ts-p.start)/1e9), true
+	}
+	if !ok || math.IsNaN(value) || math.IsInf(value, 0) {
+		return
+	}
+	s.latest = sample{value: value, at: time.Unix(0, p.ts), received: now}
+	s.fresh = true
+}
+
+// evictOldestCohort makes room for a new cohort by dropping the one heard from least
+// recently; its ranks are forgotten (counted).
+func (d *detector) evictOldestCohort() {
+	var oldest *cohort
+	for _, c := range d.cohorts {
+		if oldest == nil || c.lastSeen.Before(oldest.lastSeen) {
+			oldest = c
+		}
+	}
+	if oldest != nil {
+		delete(d.cohorts, oldest.key)
+		d.drops["cohort_cap"]++
+	}
+}
+
+// evaluate judges every cohort with a quorum of fresh ranks, per signal, and returns
+// the state changes and this evaluation's gauges.
+func (d *detector) evaluate(now time.Time) evaluation {
+	var out evaluation
+	for key, c := range d.cohorts {
+		if now.Sub(c.lastSeen) > d.cfg.ForgetAfter {
+			delete(d.cohorts, key)
+			d.drops["forgotten"] += int64(len(c.ranks))
+			continue
+		}
+		for rank, r := range c.ranks {
+			if now.Sub(r.lastSeen) > d.cfg.ForgetAfter {
+				delete(c.ranks, rank)
+				d.drops["forgotten"]++
+			}
+		}
+		for sig := range d.cfg.Signals {
+			d.evaluateSignal(c, sig, now, &out)
+		}
+	}
+	return out
+}
+
+func (d *detector) evaluateSignal(c *cohort, sig int, now time.Time, out *evaluation) {
+	cfg := d.cfg
+	signal := cfg.Signals[sig]
+	var values []float64
+	for _, r := range c.ranks {
+		s := &r.series[sig]
+		if !s.latest.received.IsZero() && now.Sub(s.latest.received) <= cfg.SilentAfter {
+			values = append(values, s.latest.value)
+		}
+	}
+	if len(values) < cfg.Quorum {
+		return
+	}
+	median := medianOf(values)
+	for i, v := range values {
+		values[i] = math.Abs(v - median)
+	}
+	mad := medianOf(values)
+	spread := madScale * max(mad, cfg.MADFloor.Relative*math.Abs(median), signal.MADFloor)
+	worse := 1.0 // direction in which a value is worse
+	if signal.Worse == WorseLower {
+		worse = -1
+	}
+	threshold := median + worse*cfg.K*spread
+	c.evaluations[sig]++
+	warm := c.evaluations[sig] > cfg.Warmup
+	out.groups = append(out.groups, cohortGauge{cohort: c.key, signal: sig, median: median, threshold: threshold, ranks: len(values)})
+
+	for rank, r := range c.ranks {
+		s := &r.series[sig]
+		if s.latest.received.IsZero() {
+			continue
+		}
+		ev := event{cohort: c.key, job: r.job, node: r.node, rank: rank, signal: sig, value: s.latest.value,
+			median: median, threshold: threshold, at: now}
+		if now.Sub(s.latest.received) > cfg.SilentAfter {
+			// Silent while its cohort keeps reporting: the unreachable node is often
+			// the one in trouble.
+			if !r.silent && warm {
+				r.silent, r.silentSince = true, s.latest.at
+				ev.state, ev.since = "silent", s.latest.at
+				out.events = append(out.events, ev)
+			}
+			continue
+		}
+		score := worse * (s.latest.value - median) / spread
+		out.ranks = append(out.ranks, rankGauge{cohort: c.key, job: r.job, node: r.node, rank: rank, signal: sig, score: score, flagged: s.flagged})
+		ev.score = score
+		if r.silent {
+			r.silent = false
+			ev.state, ev.since = "resolved", r.silentSince
+			out.events = append(out.events, ev)
+		}
+		if !s.fresh {
+			continue
+		}
+		s.fresh = false
+		s.verdicts = append(s.verdicts, verdict{beyond: score > cfg.K, at: s.latest.at})
+		if len(s.verdicts) > cfg.Persistence.Of {
+			s.verdicts = s.verdicts[1:]
+		}
+		if !warm {
+			continue
+		}
+		beyond := 0
+		for _, v := range s.verdicts {
+			if v.beyond {
+				beyond++
+			}
+		}
+		switch {
+		case !s.flagged && beyond >= cfg.Persistence.Beyond:
+			s.flagged = true
+			i := slices.IndexFunc(s.verdicts, func(v verdict) bool { return v.beyond })
+			s.since = s.verdicts[i].at
+			ev.state, ev.since = "straggler", s.since
+			out.events = append(out.events, ev)
+			out.ranks[len(out.ranks)-1].flagged = true
+		case s.flagged && beyond <= cfg.Persistence.Of-cfg.Persistence.Beyond:
+			s.flagged = false
+			ev.state, ev.since = "resolved", s.since
+			out.events = append(out.events, ev)
+			out.ranks[len(out.ranks)-1].flagged = false
+		}
+	}
+}
+
+// medianOf sorts values in place.
+func medianOf(values []float64) float64 {
+	slices.SortFunc(values, cmp.Compare[float64])
+	n := len(values)
+	if n%2 == 1 {
+		return values[n/2]
+	}
+	return (values[n/2-1] + values[n/2]) / 2
+}
+
+// counts reports the state held, for the processor's own telemetry.
+func (d *detector) counts() (cohorts, ranks int) {
+	for _, c := range d.cohorts {
+		ranks += len(c.ranks)
+	}
+	return len(d.cohorts), ranks
+}

@@ -1,0 +1,231 @@
+package stragglerprocessor
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+// cluster feeds a detector the device-wait signal of ranks, one point per rank per
+// one-second interval, as the nodes' collectors send it.
+type cluster struct {
+	t          *testing.T
+	det        *detector
+	key        cohortKey
+	start      time.Time
+	interval   int
+	cumulative bool
+	totals     map[int64]float64
+	pids       map[int64]int64
+	events     []event
+	last       evaluation
+}
+
+func newCluster(t *testing.T, cfg *Config, cumulative bool) *cluster {
+	return &cluster{t: t, det: newDetector(cfg), key: cohortKey{cluster: "c1", cohort: "comm-1"},
+		start: time.Unix(1_800_000_000, 0), cumulative: cumulative, totals: map[int64]float64{}, pids: map[int64]int64{}}
+}
+
+// step reports one interval: rates[rank] seconds waited per second (a rank missing
+// from rates sends nothing), then evaluates.
+func (c *cluster) step(rates map[int64]float64) evaluation {
+	c.interval++
+	end := c.start.Add(time.Duration(c.interval) * time.Second)
+	for rank, rate := range rates {
+		c.totals[rank] += rate
+		p := point{cohort: c.key, node: fmt.Sprintf("node-%d", rank/2), rank: rank, pid: 1000 + rank + c.pids[rank], value: rate,
+			start: end.Add(-time.Second).UnixNano(), ts: end.UnixNano()}
+		if c.cumulative {
+			p.cumulative, p.value, p.start = true, c.totals[rank], c.start.UnixNano()
+		}
+		c.det.observe(p, end)
+	}
+	ev := c.det.evaluate(end)
+	c.events = append(c.events, ev.events...)
+	c.last = ev
+	return ev
+}
+
+func (c *cluster) describeEvents() string {
+	var b strings.Builder
+	for _, e := range c.events {
+		fmt.Fprintf(&b, "%s rank %d at interval %d (since interval %d); ", e.state, e.rank,
+			int(e.at.Sub(c.start)/time.Second), int(e.since.Sub(c.start)/time.Second))
+	}
+	return b.String()
+}
+
+func jittered(rng *rand.Rand, ranks int, base, jitter float64) map[int64]float64 {
+	rates := map[int64]float64{}
+	for r := range ranks {
+		rates[int64(r)] = base * (1 + jitter*(2*rng.Float64()-1))
+	}
+	return rates
+}
+
+// Rank 5 of 8 waits for the device far less than its peers from interval 20 (its host
+// is slow, so its peers wait for it) and recovers at interval 40. With persistence 3 of
+// 4 it is flagged at the third interval beyond the line, named alone, with the interval
+// its slowness began; and resolved once no more than one of its last four is beyond.
+func TestASlowRankIsFlaggedAloneThenResolved(t *testing.T) {
+	for _, cumulative := range []bool{true, false} {
+		t.Run(fmt.Sprintf("cumulative=%v", cumulative), func(t *testing.T) {
+			c := newCluster(t, createDefaultConfig(), cumulative)
+			rng := rand.New(rand.NewPCG(1, 2))
+			for i := 1; i <= 60; i++ {
+				rates := jittered(rng, 8, 0.30, 0.03)
+				if i >= 20 && i < 40 {
+					rates[5] = 0.18
+				}
+				ev := c.step(rates)
+				if i == 30 {
+					var score float64
+					var flagged bool
+					for _, r := range ev.ranks {
+						if r.rank == 5 {
+							score, flagged = r.score, r.flagged
+						}
+					}
+					// The ranks agree within 3%, so the 5% relative floor sets the
+					// spread: 1.4826 x 0.05 x 0.30 = 0.022, and 0.12 below the median
+					// is about 5.4 of it.
+					if !flagged || score < 5 || score > 6 {
+						t.Errorf("interval 30: rank 5 score %.2f flagged %v, want about 5.4 and flagged", score, flagged)
+					}
+				}
+			}
+			// A cumulative series gives its first sample at its second point.
+			want := "straggler rank 5 at interval 22 (since interval 20); resolved rank 5 at interval 42 (since interval 20); "
+			if got := c.describeEvents(); got != want {
+				t.Errorf("events:\n got %s\nwant %s", got, want)
+			}
+			s := c.events[0]
+			if s.node != "node-2" || math.Abs(s.value-0.18) > 1e-9 || s.cohort != c.key || s.median < 0.29 || s.median > 0.31 || s.threshold >= s.median || s.threshold <= s.value {
+				t.Errorf("straggler event %+v: want node-2, value 0.18, median ~0.30, and the line between them", s)
+			}
+		})
+	}
+}
+
+// Healthy ranks with realistic jitter (each interval +-10%, and now and then one rank
+// stalled for a single interval, as a page fault or a preemption does) flag nobody over
+// 500 intervals.
+func TestHealthyJitterFlagsNobody(t *testing.T) {
+	c := newCluster(t, createDefaultConfig(), true)
+	rng := rand.New(rand.NewPCG(3, 4))
+	for range 500 {
+		rates := jittered(rng, 16, 0.30, 0.10)
+		if rng.IntN(10) == 0 {
+			rates[int64(rng.IntN(16))] = 0.02
+		}
+		c.step(rates)
+	}
+	if len(c.events) != 0 {
+		t.Errorf("a healthy cohort raised events: %s", c.describeEvents())
+	}
+}
+
+// A rank that stops reporting while its cohort keeps a quorum is reported silent once,
+// with the end of its last interval, and resolved when it reports again.
+func TestASilentRankIsReportedAndResolved(t *testing.T) {
+	cfg := createDefaultConfig()
+	cfg.SilentAfter = 5 * time.Second
+	c := newCluster(t, cfg, true)
+	rng := rand.New(rand.NewPCG(5, 6))
+	for i := 1; i <= 40; i++ {
+		rates := jittered(rng, 6, 0.30, 0.03)
+		if i > 10 && i <= 25 {
+			delete(rates, 3)
+		}
+		c.step(rates)
+	}
+	// Last report at interval 10; silent once more than 5 s passed (interval 16).
+	// Back at 26: its first point after the gap has no baseline-free sample... a
+	// cumulative series needs no new baseline (same process and start), so it counts.
+	want := "silent rank 3 at interval 16 (since interval 10); resolved rank 3 at interval 26 (since interval 10); "
+	if got := c.describeEvents(); got != want {
+		t.Errorf("events:\n got %s\nwant %s", got, want)
+	}
+}
+
+// Below the quorum nothing is judged; a cohort that is slow from its first interval is
+// judged only after the warm-up (3 evaluations with a quorum), then flagged after
+// persistence.
+func TestQuorumAndWarmup(t *testing.T) {
+	c := newCluster(t, createDefaultConfig(), false)
+	for range 10 {
+		if ev := c.step(map[int64]float64{0: 0.3, 1: 0.1}); len(ev.groups) != 0 || len(ev.events) != 0 {
+			t.Fatalf("two ranks were judged: %+v", ev)
+		}
+	}
+	c = newCluster(t, createDefaultConfig(), false)
+	for range 10 {
+		c.step(map[int64]float64{0: 0.3, 1: 0.31, 2: 0.29, 3: 0.30, 4: 0.05})
+	}
+	// Evaluations 1-3 are warm-up; their verdicts still fill the window, so the first
+	// warm evaluation (4) already sees 4 of 4 beyond.
+	if want := "straggler rank 4 at interval 4 (since interval 1); "; c.describeEvents() != want {
+		t.Errorf("events: %s, want %s", c.describeEvents(), want)
+	}
+}
+
+// A restarted rank (a new process, its counter from zero) starts a new baseline
+// instead of a negative or huge sample.
+func TestARestartedRankStartsANewBaseline(t *testing.T) {
+	c := newCluster(t, createDefaultConfig(), true)
+	for i := 1; i <= 30; i++ {
+		rates := map[int64]float64{0: 0.3, 1: 0.3, 2: 0.3, 3: 0.3}
+		if i == 15 {
+			c.pids[2] = 7 // rank 2 restarted: new pid, total from zero
+			c.totals[2] = 0
+		}
+		c.step(rates)
+		for _, r := range c.last.ranks {
+			if r.score > 0.001 || r.score < -0.001 {
+				t.Fatalf("interval %d: rank %d scored %.3f across a restart", i, r.rank, r.score)
+			}
+		}
+	}
+	if len(c.events) != 0 {
+		t.Errorf("events: %s", c.describeEvents())
+	}
+}
+
+// The caps hold: a third cohort over max_cohorts 2 evicts the one heard from least
+// recently; a fifth rank over max_ranks_per_cohort 4 is not tracked; a cohort heard
+// nothing from for forget_after is dropped. Each is counted.
+func TestStateIsBounded(t *testing.T) {
+	cfg := createDefaultConfig()
+	cfg.Limits = LimitsConfig{MaxCohorts: 2, MaxRanksPerCohort: 4}
+	d := newDetector(cfg)
+	t0 := time.Unix(1_800_000_000, 0)
+	obs := func(cohort string, rank int64, at time.Time) {
+		d.observe(point{cohort: cohortKey{cohort: cohort}, rank: rank, value: 1, start: at.Add(-time.Second).UnixNano(), ts: at.UnixNano()}, at)
+	}
+	obs("a", 0, t0)
+	obs("b", 0, t0.Add(time.Second))
+	obs("c", 0, t0.Add(2*time.Second))
+	for r := range int64(5) {
+		obs("c", r, t0.Add(3*time.Second))
+	}
+	cohorts, ranks := d.counts()
+	var names []string
+	for k := range d.cohorts {
+		names = append(names, k.cohort)
+	}
+	slices.Sort(names)
+	if cohorts != 2 || ranks != 5 || !slices.Equal(names, []string{"b", "c"}) {
+		t.Errorf("held %d cohorts %v, %d ranks; want b and c, 1+4 ranks", cohorts, names, ranks)
+	}
+	if d.drops["cohort_cap"] != 1 || d.drops["rank_cap"] != 1 {
+		t.Errorf("drops %v, want one cohort_cap and one rank_cap", d.drops)
+	}
+	d.evaluate(t0.Add(2*time.Second + cfg.ForgetAfter + time.Second))
+	if cohorts, _ := d.counts(); cohorts != 1 || d.drops["forgotten"] != 1 {
+		t.Errorf("after forget_after: %d cohorts, drops %v; want b forgotten (1 rank)", cohorts, d.drops)
+	}
+}

@@ -1,0 +1,412 @@
+package stragglerprocessor
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	"go.opentelemetry.io/collector/component"
+	"go.opentelemetry.io/collector/consumer"
+	"go.opentelemetry.io/collector/pdata/pcommon"
+	"go.opentelemetry.io/collector/pdata/plog"
+	"go.opentelemetry.io/collector/pdata/pmetric"
+	"go.opentelemetry.io/collector/processor"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+	"go.uber.org/zap"
+
+	"github.com/fathom-gpu/fathom/internal/semconv"
+)
+
+const scopeName = "github.com/fathom-gpu/fathom/processor/stragglerprocessor"
+
+// straggler is one processor instance, shared by the metrics and logs pipelines that
+// name the same component ID: the metrics side reads the signals and writes the gauges,
+// the logs side writes the fathom.straggler records.
+type straggler struct {
+	cfg    *Config
+	logger *zap.Logger
+	now    func() time.Time
+
+	signalIndex map[string]int
+
+	mu  sync.Mutex
+	det *detector
+	// reported is what of det.drops the telemetry counter already has.
+	reported map[string]int64
+
+	metricsNext consumer.Metrics
+	logsNext    consumer.Logs
+
+	starts int
+	stop   chan struct{}
+	done   chan struct{}
+
+	dropped   metric.Int64Counter
+	events    metric.Int64Counter
+	telemetry metric.Registration
+}
+
+func newStraggler(cfg *Config, set processor.Settings) (*straggler, error) {
+	s := &straggler{
+		cfg: cfg, logger: set.Logger, now: time.Now,
+		signalIndex: map[string]int{}, det: newDetector(cfg), reported: map[string]int64{},
+	}
+	for i, sig := range cfg.Signals {
+		s.signalIndex[sig.Metric] = i
+	}
+	meter := set.MeterProvider.Meter(scopeName)
+	var err error
+	if s.dropped, err = meter.Int64Counter("fathom_straggler_dropped",
+		metric.WithDescription("Signal points or tracked ranks the straggler processor let go, by reason: no_rank and no_cohort (a point without fathom.rank, or without fathom.cohort and fathom.job.name), rank_cap and cohort_cap (limits), forgotten (silent past forget_after)."),
+		metric.WithUnit("{item}")); err != nil {
+		return nil, err
+	}
+	if s.events, err = meter.Int64Counter("fathom_straggler_events",
+		metric.WithDescription("fathom.straggler records written, by state (straggler, silent, resolved)."),
+		metric.WithUnit("{record}")); err != nil {
+		return nil, err
+	}
+	cohorts, err := meter.Int64ObservableGauge("fathom_straggler_cohorts",
+		metric.WithDescription("Cohorts the straggler processor holds."), metric.WithUnit("{cohort}"))
+	if err != nil {
+		return nil, err
+	}
+	ranks, err := meter.Int64ObservableGauge("fathom_straggler_ranks",
+		metric.WithDescription("Ranks the straggler processor holds, across its cohorts."), metric.WithUnit("{rank}"))
+	if err != nil {
+		return nil, err
+	}
+	s.telemetry, err = meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+		s.mu.Lock()
+		c, r := s.det.counts()
+		s.mu.Unlock()
+		o.ObserveInt64(cohorts, int64(c))
+		o.ObserveInt64(ranks, int64(r))
+		return nil
+	}, cohorts, ranks)
+	return s, err
+}
+
+func (s *straggler) start(_ context.Context, _ component.Host) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.starts++
+	if s.starts > 1 {
+		return nil
+	}
+	if s.logsNext == nil {
+		s.logger.Warn("the straggler processor is in no logs pipeline: ranks are flagged in the fathom.straggler.flag gauge, but no fathom.straggler records are written; add it to a logs pipeline under the same name")
+	}
+	s.stop, s.done = make(chan struct{}), make(chan struct{})
+	go s.loop(s.stop, s.done)
+	return nil
+}
+
+func (s *straggler) shutdown(context.Context) error {
+	s.mu.Lock()
+	if s.starts == 0 { // shut down without having started
+		s.mu.Unlock()
+		return nil
+	}
+	s.starts--
+	last := s.starts == 0 && s.stop != nil
+	stop, done := s.stop, s.done
+	s.mu.Unlock()
+	if last {
+		close(stop)
+		<-done
+		_ = s.telemetry.Unregister()
+	}
+	return nil
+}
+
+func (s *straggler) loop(stop, done chan struct{}) {
+	defer close(done)
+	tick := time.NewTicker(s.cfg.EvaluationInterval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-tick.C:
+			s.evaluate(context.Background())
+		}
+	}
+}
+
+// processMetrics reads the signals out of a request and passes it on unchanged.
+func (s *straggler) processMetrics(ctx context.Context, md pmetric.Metrics) (pmetric.Metrics, error) {
+	now := s.now()
+	var points []point
+	var noRank, noCohort int64
+	rms := md.ResourceMetrics()
+	for i := range rms.Len() {
+		rm := rms.At(i)
+		var signals []pmetric.Metric
+		sms := rm.ScopeMetrics()
+		for j := range sms.Len() {
+			ms := sms.At(j).Metrics()
+			for k := range ms.Len() {
+				if m := ms.At(k); m.Type() == pmetric.MetricTypeSum && m.Sum().IsMonotonic() {
+					if _, ok := s.signalIndex[m.Name()]; ok {
+						signals = append(signals, m)
+					}
+				}
+			}
+		}
+		if len(signals) == 0 {
+			continue
+		}
+		res := rm.Resource().Attributes()
+		rank, ok := intAttr(res, semconv.Rank)
+		if !ok {
+			noRank += int64(len(signals))
+			continue
+		}
+		key := cohortKey{cluster: strAttr(res, semconv.ClusterName), cohort: strAttr(res, semconv.Cohort)}
+		job := strAttr(res, semconv.JobName)
+		if key.cohort == "" && job != "" {
+			key.cohort = "job:" + job
+		}
+		if key.cohort == "" {
+			noCohort += int64(len(signals))
+			continue
+		}
+		pid, _ := intAttr(res, semconv.ProcessPID)
+		node := strAttr(res, semconv.HostName)
+		for _, m := range signals {
+			sum := m.Sum()
+			dps := sum.DataPoints()
+			for d := range dps.Len() {
+				dp := dps.At(d)
+				v := dp.DoubleValue()
+				if dp.ValueType() == pmetric.NumberDataPointValueTypeInt {
+					v = float64(dp.IntValue())
+				}
+				points = append(points, point{
+					cohort: key, job: job, node: node, rank: rank, pid: pid, signal: s.signalIndex[m.Name()],
+					cumulative: sum.AggregationTemporality() == pmetric.AggregationTemporalityCumulative,
+					value:      v, start: int64(dp.StartTimestamp()), ts: int64(dp.Timestamp()),
+				})
+			}
+		}
+	}
+	s.mu.Lock()
+	for _, p := range points {
+		s.det.observe(p, now)
+	}
+	s.mu.Unlock()
+	if noRank > 0 {
+		s.dropped.Add(ctx, noRank, metric.WithAttributes(attribute.String("reason", "no_rank")))
+	}
+	if noCohort > 0 {
+		s.dropped.Add(ctx, noCohort, metric.WithAttributes(attribute.String("reason", "no_cohort")))
+	}
+	return md, nil
+}
+
+// evaluate judges the cohorts once and sends what came of it downstream: the gauges
+// into the metrics pipeline, the state changes into the logs pipeline.
+func (s *straggler) evaluate(ctx context.Context) {
+	now := s.now()
+	s.mu.Lock()
+	ev := s.det.evaluate(now)
+	drops := map[string]int64{}
+	for reason, n := range s.det.drops {
+		if d := n - s.reported[reason]; d > 0 {
+			drops[reason] = d
+			s.reported[reason] = n
+		}
+	}
+	metricsNext, logsNext := s.metricsNext, s.logsNext
+	s.mu.Unlock()
+	for reason, n := range drops {
+		s.dropped.Add(ctx, n, metric.WithAttributes(attribute.String("reason", reason)))
+	}
+	if metricsNext != nil && (len(ev.ranks) > 0 || len(ev.groups) > 0) {
+		if err := metricsNext.ConsumeMetrics(ctx, s.gauges(ev, now)); err != nil {
+			s.logger.Warn("straggler gauges not accepted downstream", zap.Error(err))
+		}
+	}
+	if len(ev.events) == 0 {
+		return
+	}
+	for _, e := range ev.events {
+		s.events.Add(ctx, 1, metric.WithAttributes(attribute.String("state", e.state)))
+		s.logger.Info("straggler "+e.state, zap.String("cohort", e.cohort.cohort), zap.Int64("rank", e.rank), zap.String("node", e.node),
+			zap.String("signal", s.cfg.Signals[e.signal].Metric), zap.Float64("value", e.value), zap.Float64("threshold", e.threshold))
+	}
+	if logsNext != nil {
+		if err := logsNext.ConsumeLogs(ctx, s.records(ev.events)); err != nil {
+			s.logger.Warn("fathom.straggler records not accepted downstream", zap.Error(err))
+		}
+	}
+}
+
+// gauges are one evaluation's per-rank scores and flags and per-cohort medians and
+// lines, one resource per cohort with the rank and its node on each point (so that a
+// Prometheus backend gets them as labels).
+func (s *straggler) gauges(ev evaluation, now time.Time) pmetric.Metrics {
+	md := pmetric.NewMetrics()
+	ts := pcommon.NewTimestampFromTime(now)
+	type out struct {
+		score, flag, threshold, median pmetric.NumberDataPointSlice
+	}
+	byCohort := map[cohortKey]*out{}
+	get := func(key cohortKey, job string) *out {
+		if o := byCohort[key]; o != nil {
+			return o
+		}
+		rm := md.ResourceMetrics().AppendEmpty()
+		cohortResource(rm.Resource().Attributes(), key, job)
+		sm := rm.ScopeMetrics().AppendEmpty()
+		sm.Scope().SetName(scopeName)
+		gauge := func(name, unit, desc string) pmetric.NumberDataPointSlice {
+			m := sm.Metrics().AppendEmpty()
+			m.SetName(name)
+			m.SetUnit(unit)
+			m.SetDescription(desc)
+			return m.SetEmptyGauge().DataPoints()
+		}
+		o := &out{
+			score:     gauge(semconv.MetricStragglerScore, "1", "Distance from the cohort's median in scaled MADs, positive in the worse direction"),
+			flag:      gauge(semconv.MetricStragglerFlag, "1", "1 while the rank is flagged a straggler"),
+			threshold: gauge(semconv.MetricStragglerThreshold, "", "The cohort's line for the signal"),
+			median:    gauge(semconv.MetricStragglerMedian, "", "The cohort's median of the signal"),
+		}
+		byCohort[key] = o
+		return o
+	}
+	for _, g := range ev.groups {
+		o := get(g.cohort, "")
+		signal := s.cfg.Signals[g.signal].Metric
+		for _, p := range []struct {
+			dps pmetric.NumberDataPointSlice
+			v   float64
+		}{{o.threshold, g.threshold}, {o.median, g.median}} {
+			dp := p.dps.AppendEmpty()
+			dp.SetTimestamp(ts)
+			dp.SetDoubleValue(p.v)
+			dp.Attributes().PutStr(semconv.StragglerSignal, signal)
+		}
+	}
+	for _, r := range ev.ranks {
+		o := get(r.cohort, r.job)
+		signal := s.cfg.Signals[r.signal].Metric
+		flag := 0.0
+		if r.flagged {
+			flag = 1
+		}
+		for _, p := range []struct {
+			dps pmetric.NumberDataPointSlice
+			v   float64
+		}{{o.score, r.score}, {o.flag, flag}} {
+			dp := p.dps.AppendEmpty()
+			dp.SetTimestamp(ts)
+			dp.SetDoubleValue(p.v)
+			a := dp.Attributes()
+			a.PutStr(semconv.StragglerSignal, signal)
+			a.PutInt(semconv.Rank, r.rank)
+			a.PutStr(semconv.HostName, r.node)
+		}
+	}
+	return md
+}
+
+// records are the fathom.straggler log records, one resource per rank (its node,
+// rank, cohort and job), so that a backend files each under the node in trouble.
+func (s *straggler) records(events []event) plog.Logs {
+	ld := plog.NewLogs()
+	for _, e := range events {
+		rl := ld.ResourceLogs().AppendEmpty()
+		res := rl.Resource().Attributes()
+		cohortResource(res, e.cohort, e.job)
+		res.PutStr(semconv.HostName, e.node)
+		res.PutInt(semconv.Rank, e.rank)
+		sl := rl.ScopeLogs().AppendEmpty()
+		sl.Scope().SetName(scopeName)
+		lr := sl.LogRecords().AppendEmpty()
+		lr.SetTimestamp(pcommon.NewTimestampFromTime(e.at))
+		lr.SetObservedTimestamp(pcommon.NewTimestampFromTime(e.at))
+		lr.SetEventName(semconv.EventStraggler)
+		signal := s.cfg.Signals[e.signal]
+		if e.state == "resolved" {
+			lr.SetSeverityNumber(plog.SeverityNumberInfo)
+			lr.SetSeverityText("INFO")
+		} else {
+			lr.SetSeverityNumber(plog.SeverityNumberWarn)
+			lr.SetSeverityText("WARN")
+		}
+		lr.Body().SetStr(describe(e, signal))
+		a := lr.Attributes()
+		a.PutStr(semconv.StragglerState, e.state)
+		a.PutStr(semconv.StragglerSignal, signal.Metric)
+		a.PutDouble(semconv.StragglerValue, e.value)
+		a.PutDouble(semconv.StragglerMedian, e.median)
+		a.PutDouble(semconv.StragglerThreshold, e.threshold)
+		a.PutDouble(semconv.StragglerScore, e.score)
+		a.PutStr(semconv.StragglerSince, e.since.UTC().Format(time.RFC3339Nano))
+	}
+	return ld
+}
+
+// describe is the record's body: one sentence an operator can act on.
+func describe(e event, signal SignalConfig) string {
+	who := fmt.Sprintf("rank %d on %s", e.rank, orUnknown(e.node))
+	switch e.state {
+	case "straggler":
+		return fmt.Sprintf("%s is a straggler in %s: %s %.4g/s vs cohort median %.4g/s (line %.4g/s, %s is worse), beyond since %s",
+			who, e.cohort.cohort, signal.Metric, e.value, e.median, e.threshold, signal.Worse, e.since.UTC().Format(time.RFC3339))
+	case "silent":
+		return fmt.Sprintf("%s in %s stopped reporting %s at %s while its cohort reports; its node may be in trouble",
+			who, e.cohort.cohort, signal.Metric, e.since.UTC().Format(time.RFC3339))
+	default:
+		return fmt.Sprintf("%s in %s is back within its cohort on %s: %.4g/s vs median %.4g/s", who, e.cohort.cohort, signal.Metric, e.value, e.median)
+	}
+}
+
+func cohortResource(res pcommon.Map, key cohortKey, job string) {
+	if key.cluster != "" {
+		res.PutStr(semconv.ClusterName, key.cluster)
+	}
+	res.PutStr(semconv.Cohort, key.cohort)
+	if job != "" {
+		res.PutStr(semconv.JobName, job)
+	}
+}
+
+func orUnknown(s string) string {
+	if s == "" {
+		return "an unnamed node"
+	}
+	return s
+}
+
+func strAttr(m pcommon.Map, key string) string {
+	if v, ok := m.Get(key); ok {
+		return v.AsString()
+	}
+	return ""
+}
+
+// intAttr reads an integer attribute a sender may have typed as int or string.
+func intAttr(m pcommon.Map, key string) (int64, bool) {
+	v, ok := m.Get(key)
+	if !ok {
+		return 0, false
+	}
+	switch v.Type() {
+	case pcommon.ValueTypeInt:
+		return v.Int(), v.Int() >= 0
+	case pcommon.ValueTypeStr:
+		n, err := strconv.ParseInt(v.Str(), 10, 64)
+		return n, err == nil && n >= 0
+	case pcommon.ValueTypeDouble:
+		n := int64(v.Double())
+		return n, float64(n) == v.Double() && n >= 0
+	}
+	return 0, false
+}

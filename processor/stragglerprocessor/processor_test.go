@@ -1,0 +1,245 @@
+package stragglerprocessor
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"go.opentelemetry.io/collector/component"
+	"go.opentelemetry.io/collector/component/componenttest"
+	"go.opentelemetry.io/collector/consumer/consumertest"
+	"go.opentelemetry.io/collector/pdata/pcommon"
+	"go.opentelemetry.io/collector/pdata/plog"
+	"go.opentelemetry.io/collector/pdata/pmetric"
+	"go.opentelemetry.io/collector/processor/processortest"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+
+	"github.com/fathom-gpu/fathom/internal/semconv"
+	"github.com/fathom-gpu/fathom/processor/stragglerprocessor/internal/metadata"
+)
+
+// nodeRequest is one node collector's export: a resource per rank process with its
+// cumulative device wait, as the gpuebpf receiver sends it.
+func nodeRequest(node string, ranks []int64, totals map[int64]float64, start, ts time.Time) pmetric.Metrics {
+	md := pmetric.NewMetrics()
+	for _, rank := range ranks {
+		rm := md.ResourceMetrics().AppendEmpty()
+		res := rm.Resource().Attributes()
+		res.PutStr(semconv.HostName, node)
+		res.PutStr(semconv.ClusterName, "c1")
+		res.PutStr(semconv.Cohort, "comm-1")
+		res.PutStr(semconv.JobName, "llama")
+		res.PutInt(semconv.Rank, rank)
+		res.PutInt(semconv.ProcessPID, 4000+rank)
+		ms := rm.ScopeMetrics().AppendEmpty().Metrics()
+		other := ms.AppendEmpty() // passes through, not a signal
+		other.SetName(semconv.MetricCUDAAPICalls)
+		other.SetEmptySum().SetIsMonotonic(true)
+		other.Sum().DataPoints().AppendEmpty().SetIntValue(7)
+		m := ms.AppendEmpty()
+		m.SetName(semconv.MetricRankDeviceWait)
+		sum := m.SetEmptySum()
+		sum.SetIsMonotonic(true)
+		sum.SetAggregationTemporality(pmetric.AggregationTemporalityCumulative)
+		dp := sum.DataPoints().AppendEmpty()
+		dp.SetStartTimestamp(pcommon.NewTimestampFromTime(start))
+		dp.SetTimestamp(pcommon.NewTimestampFromTime(ts))
+		dp.SetDoubleValue(totals[rank])
+	}
+	return md
+}
+
+// Through the factory, as the gateway runs it: the same `straggler` in a metrics and a
+// logs pipeline. Eight ranks on four nodes send their device wait each second; rank 5
+// waits far less from interval 10. Requests pass through unchanged; exactly one
+// fathom.straggler record names rank 5 and its node, with the numbers; the gauges flag
+// rank 5 alone; the processor's own telemetry counts the record.
+func TestTheGatewayFlagsASlowRankThroughItsPipelines(t *testing.T) {
+	reader := sdkmetric.NewManualReader()
+	set := processortest.NewNopSettings(metadata.Type)
+	set.MeterProvider = sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	cfg := createDefaultConfig()
+	cfg.EvaluationInterval = time.Hour // evaluated by hand below, on the test's clock
+	metricsOut, logsOut := new(consumertest.MetricsSink), new(consumertest.LogsSink)
+	ctx := context.Background()
+	mp, err := NewFactory().CreateMetrics(ctx, set, cfg, metricsOut)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lp, err := NewFactory().CreateLogs(ctx, set, cfg, logsOut)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []interface {
+		Start(context.Context, component.Host) error
+	}{mp, lp} {
+		if err := c.Start(ctx, componenttest.NewNopHost()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	instances.Lock()
+	s := instances.byID[set.ID].straggler
+	instances.Unlock()
+	var clock time.Time
+	s.now = func() time.Time { return clock }
+
+	start := time.Unix(1_800_000_000, 0)
+	totals := map[int64]float64{}
+	var sent int
+	for i := 1; i <= 20; i++ {
+		clock = start.Add(time.Duration(i) * time.Second)
+		for rank := range int64(8) {
+			rate := 0.30 + 0.002*float64(rank%3)
+			if rank == 5 && i > 10 {
+				rate = 0.10
+			}
+			totals[rank] += rate
+		}
+		for node := range 4 {
+			ranks := []int64{int64(2 * node), int64(2*node + 1)}
+			if err := mp.ConsumeMetrics(ctx, nodeRequest(fmt.Sprintf("node-%d", node), ranks, totals, start, clock)); err != nil {
+				t.Fatal(err)
+			}
+			sent++
+		}
+		s.evaluate(ctx)
+	}
+
+	// The nodes' requests, each passed on as it came, then gauge batches.
+	all := metricsOut.AllMetrics()
+	passed := 0
+	for _, md := range all {
+		if md.ResourceMetrics().At(0).Resource().Attributes().Len() > 0 {
+			if _, ok := md.ResourceMetrics().At(0).Resource().Attributes().Get(semconv.ProcessPID); ok {
+				passed++
+				if md.MetricCount() != 4 {
+					t.Fatalf("a node request lost or gained metrics: %d", md.MetricCount())
+				}
+			}
+		}
+	}
+	if passed != sent {
+		t.Errorf("%d node requests passed on, %d sent", passed, sent)
+	}
+	flags := map[int64]float64{}
+	last := all[len(all)-1]
+	ms := last.ResourceMetrics().At(0).ScopeMetrics().At(0).Metrics()
+	for i := range ms.Len() {
+		if m := ms.At(i); m.Name() == semconv.MetricStragglerFlag {
+			for j := range m.Gauge().DataPoints().Len() {
+				dp := m.Gauge().DataPoints().At(j)
+				r, _ := dp.Attributes().Get(semconv.Rank)
+				flags[r.Int()] = dp.DoubleValue()
+			}
+		}
+	}
+	if len(flags) != 8 || flags[5] != 1 || flags[0]+flags[1]+flags[2]+flags[3]+flags[4]+flags[6]+flags[7] != 0 {
+		t.Errorf("last flags %v, want rank 5 alone", flags)
+	}
+
+	var records []plog.LogRecord
+	var resources []pcommon.Map
+	for _, ld := range logsOut.AllLogs() {
+		for i := range ld.ResourceLogs().Len() {
+			rl := ld.ResourceLogs().At(i)
+			lrs := rl.ScopeLogs().At(0).LogRecords()
+			for j := range lrs.Len() {
+				records = append(records, lrs.At(j))
+				resources = append(resources, rl.Resource().Attributes())
+			}
+		}
+	}
+	if len(records) != 1 {
+		t.Fatalf("%d fathom.straggler records, want 1", len(records))
+	}
+	lr, res := records[0], resources[0]
+	attr := func(m pcommon.Map, k string) string {
+		v, _ := m.Get(k)
+		return v.AsString()
+	}
+	// Interval 11 is the first beyond; with persistence 3 of 4 it is flagged at 13.
+	if lr.EventName() != semconv.EventStraggler || lr.SeverityText() != "WARN" ||
+		attr(res, semconv.HostName) != "node-2" || attr(res, semconv.Rank) != "5" || attr(res, semconv.Cohort) != "comm-1" ||
+		attr(res, semconv.ClusterName) != "c1" || attr(res, semconv.JobName) != "llama" ||
+		attr(lr.Attributes(), semconv.StragglerState) != "straggler" || attr(lr.Attributes(), semconv.StragglerSignal) != semconv.MetricRankDeviceWait ||
+		attr(lr.Attributes(), semconv.StragglerSince) != start.Add(11*time.Second).UTC().Format(time.RFC3339Nano) ||
+		!lr.Timestamp().AsTime().Equal(start.Add(13*time.Second)) {
+		t.Errorf("record: %s %s at %v; resource %v; attributes %v", lr.EventName(), lr.SeverityText(), lr.Timestamp().AsTime(), res.AsRaw(), lr.Attributes().AsRaw())
+	}
+	if v, _ := lr.Attributes().Get(semconv.StragglerValue); v.Double() < 0.0999 || v.Double() > 0.1001 {
+		t.Errorf("value %v, want 0.10 s/s", v.Double())
+	}
+	if body := lr.Body().Str(); !strings.HasPrefix(body, "rank 5 on node-2 is a straggler in comm-1: fathom.rank.device_wait.time 0.1/s vs cohort median 0.301/s (line 0.2341/s, lower is worse)") {
+		t.Errorf("body: %s", body)
+	}
+
+	var rm metricdata.ResourceMetrics
+	if err := reader.Collect(ctx, &rm); err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]int64{}
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			switch d := m.Data.(type) {
+			case metricdata.Sum[int64]:
+				for _, dp := range d.DataPoints {
+					got[m.Name] += dp.Value
+				}
+			case metricdata.Gauge[int64]:
+				for _, dp := range d.DataPoints {
+					got[m.Name] = dp.Value
+				}
+			}
+		}
+	}
+	if got["fathom_straggler_events"] != 1 || got["fathom_straggler_cohorts"] != 1 || got["fathom_straggler_ranks"] != 8 {
+		t.Errorf("telemetry %v, want 1 event, 1 cohort, 8 ranks", got)
+	}
+	for _, c := range []interface{ Shutdown(context.Context) error }{mp, lp} {
+		if err := c.Shutdown(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	instances.Lock()
+	defer instances.Unlock()
+	if len(instances.byID) != 0 {
+		t.Errorf("the shared instance outlived both pipelines")
+	}
+}
+
+// Started, the processor judges on its own every evaluation_interval: gauges arrive in
+// the metrics pipeline without anyone calling it.
+func TestTheProcessorEvaluatesOnItsOwn(t *testing.T) {
+	cfg := createDefaultConfig()
+	cfg.EvaluationInterval = 20 * time.Millisecond
+	out := new(consumertest.MetricsSink)
+	ctx := context.Background()
+	mp, err := NewFactory().CreateMetrics(ctx, processortest.NewNopSettings(metadata.Type), cfg, out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := mp.Start(ctx, componenttest.NewNopHost()); err != nil {
+		t.Fatal(err)
+	}
+	defer mp.Shutdown(ctx)
+	now := time.Now()
+	totals := map[int64]float64{0: 1, 1: 1, 2: 1}
+	for _, ts := range []time.Time{now.Add(-time.Second), now} {
+		if err := mp.ConsumeMetrics(ctx, nodeRequest("node-0", []int64{0, 1, 2}, totals, now.Add(-time.Minute), ts)); err != nil {
+			t.Fatal(err)
+		}
+		for r := range totals {
+			totals[r] += 0.3
+		}
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for out.DataPointCount() <= 2*3*2 { // the two requests' points
+		if time.Now().After(deadline) {
+			t.Fatal("no gauges from the evaluation loop")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
