@@ -34,10 +34,12 @@ func loadPinned(t *testing.T, paths fakegpu.Paths, opts probes.Options) *probes.
 // ranks are still traced (they were named, and the new collector never names them),
 // and every NCCL call it sees carries the communicator the job set up under the first
 // collector, with the sequence numbers running on. Ranks 1-3 wait inside their second
-// all-reduce through the restart (this fake NCCL's all-reduce blocks until every rank
-// has entered): the new collector sees those calls return, timed from the entry the
-// first one recorded, because the entry lives in adopted task storage and the pending
-// return keeps the kernel's uprobe, which the new link joins, alive.
+// all-reduce through the restart: the new collector sees those calls return, timed from
+// the entry the first one recorded, because the entry lives in adopted task storage and
+// the pending return keeps the kernel's uprobe, which the new link joins, alive. The
+// job runs the blocking fake NCCL to hold an NCCL call open across the restart: with
+// NCCL's asynchronous all-reduce (the fake's default) ranks 1-3 would wait in
+// cudaStreamSynchronize instead, and their all-reduces would return before it.
 func TestKernelStateOutlivesTheCollector(t *testing.T) {
 	privtest.RequireBPFFS(t)
 	paths := fakegpu.Build(t)
@@ -49,8 +51,8 @@ func TestKernelStateOutlivesTheCollector(t *testing.T) {
 		t.Fatal("the first collector adopted state from an empty pin directory")
 	}
 	run := fakegpu.StartDDP(t, paths, fakegpu.DDPOptions{
-		Ranks: ranks, Steps: 2, KernelTime: 10 * time.Microsecond, Gate: true,
-		Slow: &fakegpu.Slowness{Rank: 0, Delay: hold, FromStep: 1, Mode: "barrier"},
+		Ranks: ranks, Steps: 2, KernelTime: 10 * time.Microsecond, Gate: true, NCCLMode: fakegpu.NCCLBlocking,
+		Slow: &fakegpu.Slowness{Rank: 0, Delay: hold, FromStep: 1, Mode: "stall"},
 	})
 	before, after := newNCCLRecorder(), newNCCLRecorder()
 	for _, r := range run.Ranks {
