@@ -8,6 +8,11 @@
  * integer argument (%edx), not the fourth. Collectives pass their 7th+ argument on the
  * stack: ncclAllReduce's stream is at 8(%rsp) on entry, ncclReduce's comm and stream at
  * 8(%rsp) and 16(%rsp).
+ *
+ * Semantics, not only ABI: as in NCCL, a collective is enqueued on the cudaStream_t it is
+ * given (a stream of the fake libcudart.so.12, which libnccl links) and returns at once;
+ * the host meets a late peer in its next synchronizing CUDA call. FAKENCCL_MODE=blocking
+ * makes collectives wait for every rank inside the call instead (nccl.c says how).
  */
 #ifndef FAKEGPU_FAKE_NCCL_H
 #define FAKEGPU_FAKE_NCCL_H
