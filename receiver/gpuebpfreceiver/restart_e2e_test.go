@@ -22,7 +22,10 @@ import (
 // before its last all-reduce and ranks 1-3 wait inside theirs. The new collector
 // adopts the pinned kernel state: the ranks' all-reduces after the restart are on the
 // communicator the job set up before it, and the two collectors' counts add up exactly
-// to the job's: 10 all-reduces each before, 1 after.
+// to the job's: 10 all-reduces each before, 1 after. The job runs the blocking fake NCCL
+// so that ranks 1-3 hold an all-reduce open across the restart, the case this test is
+// about; with NCCL's asynchronous all-reduce (the fake's default) their last all-reduce
+// would return before the restart and they would wait in cudaStreamSynchronize.
 func TestRestartMidJobKeepsTheCommunicatorAndTheCounts(t *testing.T) {
 	privtest.RequireBPFFS(t)
 	paths := fakegpu.Build(t)
@@ -30,8 +33,8 @@ func TestRestartMidJobKeepsTheCommunicatorAndTheCounts(t *testing.T) {
 	config := nodeConfig(fmt.Sprintf("collection_interval: 300ms\nlogs:\n  policy: none\nkernel_state:\n  pin_dir: %s", collectortest.PinDir(t)), false)
 
 	run := fakegpu.StartDDP(t, paths, fakegpu.DDPOptions{
-		Ranks: ranks, Steps: steps, KernelTime: 10 * time.Microsecond, Gate: true,
-		Slow: &fakegpu.Slowness{Rank: 0, Delay: hold, FromStep: steps - 1, Mode: "barrier"},
+		Ranks: ranks, Steps: steps, KernelTime: 10 * time.Microsecond, Gate: true, NCCLMode: fakegpu.NCCLBlocking,
+		Slow: &fakegpu.Slowness{Rank: 0, Delay: hold, FromStep: steps - 1, Mode: "stall"},
 	})
 	firstSink, first := startNodeCollector(t, config)
 	if strings.Contains(first.Output(), "adopted the kernel state") {
