@@ -276,7 +276,9 @@ func (s *Store) ensureAppender(ctx context.Context, a *appenderConn) error {
 		return err
 	})
 	a.conn = conn
-	a.batch = newRowBatch()
+	if err == nil {
+		a.batch, err = newRowBatch(a.raw)
+	}
 	if err != nil {
 		_ = a.close()
 		return fmt.Errorf("create appender: %w", err)

@@ -12,7 +12,6 @@ import (
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/arrow-go/v18/arrow/memory/mallocator"
-	"github.com/duckdb/duckdb-go/v2"
 
 	"github.com/fathom-gpu/fathom/internal/echoschema"
 )
@@ -59,6 +58,7 @@ var ingestViews atomic.Int64
 // rowBatch fills Arrow columns from rows; one per writer, reused batch after batch.
 type rowBatch struct {
 	view    string
+	stream  *batchStream
 	builder *array.RecordBuilder
 	ts      *array.TimestampBuilder
 	strs    map[string]*array.StringBuilder
@@ -67,9 +67,14 @@ type rowBatch struct {
 	f64s    map[string]*array.Float64Builder
 }
 
-func newRowBatch() *rowBatch {
+func newRowBatch(raw driver.Conn) (*rowBatch, error) {
+	stream, err := newBatchStream(raw, eventsSchema)
+	if err != nil {
+		return nil, err
+	}
 	b := &rowBatch{
 		view:    fmt.Sprintf("echo_ingest_%d", ingestViews.Add(1)),
+		stream:  stream,
 		builder: array.NewRecordBuilder(columnMemory, eventsSchema),
 		strs:    map[string]*array.StringBuilder{},
 		i32s:    map[string]*array.Int32Builder{},
@@ -91,10 +96,13 @@ func newRowBatch() *rowBatch {
 			b.f64s[name] = fb
 		}
 	}
-	return b
+	return b, nil
 }
 
-func (b *rowBatch) release() { b.builder.Release() }
+func (b *rowBatch) release() {
+	b.builder.Release()
+	b.stream.close()
+}
 
 // record turns rows into one Arrow record, with the same NULL rules the Row type
 // documents: empty strings, Absent integers and NaN or infinite floats are NULL.
@@ -154,22 +162,12 @@ func (b *rowBatch) record(rows []echoschema.Row) arrow.RecordBatch {
 func (b *rowBatch) insertRows(ctx context.Context, raw driver.Conn, rows []echoschema.Row) error {
 	rec := b.record(rows)
 	defer rec.Release()
-	reader, err := array.NewRecordReader(eventsSchema, []arrow.RecordBatch{rec})
-	if err != nil {
-		return fmt.Errorf("arrow reader: %w", err)
-	}
-	defer reader.Release()
-	conn, err := duckdb.NewArrowFromConn(raw)
-	if err != nil {
+	if err := b.stream.register(rec, b.view); err != nil {
 		return err
-	}
-	releaseView, err := conn.RegisterView(reader, b.view)
-	if err != nil {
-		return fmt.Errorf("register ingest view: %w", err)
 	}
 	// The view points at this batch's memory: it is dropped before that is freed, so
 	// nothing on the connection can scan it afterwards.
-	defer releaseView()
+	defer b.stream.done()
 	exec := raw.(driver.ExecerContext)
 	if _, err := exec.ExecContext(ctx, "INSERT INTO events BY NAME SELECT * FROM "+b.view, nil); err != nil {
 		return fmt.Errorf("insert rows: %w", err)
