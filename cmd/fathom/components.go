@@ -5,6 +5,7 @@ package main
 import (
 	duckdbexporter "github.com/fathom-gpu/fathom/exporter/duckdbexporter"
 	echoextension "github.com/fathom-gpu/fathom/extension/echoextension"
+	thresholdsextension "github.com/fathom-gpu/fathom/extension/thresholdsextension"
 	stragglerprocessor "github.com/fathom-gpu/fathom/processor/stragglerprocessor"
 	gpuebpfreceiver "github.com/fathom-gpu/fathom/receiver/gpuebpfreceiver"
 	prometheusremotewriteexporter "github.com/open-telemetry/opentelemetry-collector-contrib/exporter/prometheusremotewriteexporter"
@@ -56,6 +57,7 @@ func components() (otelcol.Factories, error) {
 		healthcheckextension.NewFactory(),
 		pprofextension.NewFactory(),
 		echoextension.NewFactory(),
+		thresholdsextension.NewFactory(),
 	)
 	if err != nil {
 		return otelcol.Factories{}, err
@@ -65,6 +67,7 @@ func components() (otelcol.Factories, error) {
 		healthcheckextension.NewFactory().Type(): "github.com/open-telemetry/opentelemetry-collector-contrib/extension/healthcheckextension v0.162.0",
 		pprofextension.NewFactory().Type():       "github.com/open-telemetry/opentelemetry-collector-contrib/extension/pprofextension v0.162.0",
 		echoextension.NewFactory().Type():        "github.com/fathom-gpu/fathom v0.0.0",
+		thresholdsextension.NewFactory().Type():  "github.com/fathom-gpu/fathom v0.0.0",
 	})
 
 	factories.Receivers, err = otelcol.MakeFactoryMap[receiver.Factory](

@@ -42,6 +42,7 @@ const (
 const (
 	EventStraggler     = "fathom.straggler"
 	StragglerState     = "fathom.straggler.state"
+	StragglerSource    = "fathom.straggler.source"
 	StragglerSignal    = "fathom.straggler.signal"
 	StragglerValue     = "fathom.straggler.value"
 	StragglerMedian    = "fathom.straggler.median"
@@ -189,7 +190,8 @@ var Attributes = []Doc{
 	{Cohort, "resource", "", "group of ranks compared with each other (a job's communicator, or a set the operator names)"},
 	{GPUModel, "resource", "", "GPU model, e.g. H100-SXM; prices straggler time in the Echo store's get_cost"},
 	{CloudProvider, "resource", "", "cloud provider (OTel name); prices straggler time with fathom.gpu.model"},
-	{StragglerState, "log", "", "on fathom.straggler records: straggler (beyond its cohort's line), silent (stopped reporting while its cohort reports) or resolved"},
+	{StragglerState, "log", "", "on fathom.straggler records: straggler (beyond its cohort's line), silent (stopped reporting while its cohort reports), resolved, or no_thresholds (a node lost the gateway's line)"},
+	{StragglerSource, "log", "", "on fathom.straggler records: gateway (the cohort compared at the gateway) or node (a node's own ranks judged against the line the gateway pushed back)"},
 	{StragglerSignal, "point/log", "", "the per-rank signal compared, e.g. fathom.rank.device_wait.time"},
 	{StragglerValue, "log", "", "on fathom.straggler records: the rank's value of the signal, per second of the interval"},
 	{StragglerMedian, "log", "", "on fathom.straggler records: the cohort's median of the signal"},

@@ -6,7 +6,19 @@ import (
 	"math"
 	"time"
 
+	"go.opentelemetry.io/collector/component"
+
 	"github.com/fathom-gpu/fathom/internal/semconv"
+)
+
+// Where the processor runs.
+const (
+	// ModeGateway compares the ranks of each cohort with each other, writes the
+	// records, and answers each node's export with its cohorts' lines.
+	ModeGateway = "gateway"
+	// ModeNode judges the node's own ranks against the lines the gateway pushed back
+	// (held by the thresholds extension), so the slow rank's node knows it first.
+	ModeNode = "node"
 )
 
 // Which way a signal gets worse.
@@ -19,6 +31,11 @@ const (
 // meet, in the metrics pipeline (where the signals arrive) and in the logs pipeline
 // (where it writes its fathom.straggler records), under one component ID.
 type Config struct {
+	// Mode is gateway (default) or node.
+	Mode string `mapstructure:"mode"`
+	// Thresholds names the thresholds extension that holds the pushed-back lines
+	// (node mode only).
+	Thresholds component.ID `mapstructure:"thresholds"`
 	// Signals are the per-rank metrics compared across each cohort. Each must be a
 	// monotonic sum per process (cumulative or delta); it is compared per second of
 	// each interval.
@@ -77,6 +94,7 @@ type LimitsConfig struct {
 
 func createDefaultConfig() *Config {
 	return &Config{
+		Mode: ModeGateway,
 		Signals: []SignalConfig{{
 			// Seconds waited per second; a 1% floor keeps ranks that all wait almost
 			// nothing (a job bound by its own compute) from flagging on noise.
@@ -99,6 +117,15 @@ func createDefaultConfig() *Config {
 // Validate explains what is wrong in the words of the YAML.
 func (c *Config) Validate() error {
 	var errs []error
+	switch c.Mode {
+	case ModeGateway:
+	case ModeNode:
+		if c.Thresholds.Type().String() == "" {
+			errs = append(errs, errors.New("straggler: `mode: node` needs `thresholds:` naming the thresholds extension that holds the gateway's lines"))
+		}
+	default:
+		errs = append(errs, fmt.Errorf("straggler: `mode` is %q; want %q or %q", c.Mode, ModeGateway, ModeNode))
+	}
 	if len(c.Signals) == 0 {
 		errs = append(errs, errors.New("straggler: `signals` must name at least one per-rank metric"))
 	}

@@ -5,6 +5,8 @@ import (
 	"math"
 	"slices"
 	"time"
+
+	"github.com/fathom-gpu/fathom/internal/pushback"
 )
 
 // madScale makes the MAD a consistent estimator of the standard deviation for normal
@@ -63,6 +65,17 @@ type cohort struct {
 	ranks       map[int64]*rankState
 	evaluations []int // per signal: evaluations with a quorum, for the warm-up
 	lastSeen    time.Time
+	// lines are each signal's last median and line (gateway), pushed back to nodes.
+	lines []line
+	// pushed says, per signal, whether a pushed-back line was held at the last
+	// evaluation (node), so that losing it is said once.
+	pushed []bool
+}
+
+type line struct {
+	median, threshold float64
+	at                time.Time
+	ok                bool
 }
 
 // point is what the processor extracted from one OTLP data point.
@@ -136,7 +149,8 @@ func (d *detector) observe(p point, now time.Time) {
 		if len(d.cohorts) >= d.cfg.Limits.MaxCohorts {
 			d.evictOldestCohort()
 		}
-		c = &cohort{key: p.cohort, ranks: map[int64]*rankState{}, evaluations: make([]int, len(d.cfg.Signals))}
+		c = &cohort{key: p.cohort, ranks: map[int64]*rankState{}, evaluations: make([]int, len(d.cfg.Signals)),
+			lines: make([]line, len(d.cfg.Signals)), pushed: make([]bool, len(d.cfg.Signals))}
 		d.cohorts[p.cohort] = c
 	}
 	c.lastSeen = now
@@ -188,6 +202,18 @@ func (d *detector) evictOldestCohort() {
 // the state changes and this evaluation's gauges.
 func (d *detector) evaluate(now time.Time) evaluation {
 	var out evaluation
+	for _, c := range d.live(now) {
+		for sig := range d.cfg.Signals {
+			d.evaluateSignal(c, sig, now, &out)
+		}
+	}
+	return out
+}
+
+// live forgets the ranks and cohorts heard nothing from for forget_after and returns
+// the cohorts left.
+func (d *detector) live(now time.Time) []*cohort {
+	var cohorts []*cohort
 	for key, c := range d.cohorts {
 		if now.Sub(c.lastSeen) > d.cfg.ForgetAfter {
 			delete(d.cohorts, key)
@@ -200,11 +226,18 @@ func (d *detector) evaluate(now time.Time) evaluation {
 				d.drops["forgotten"]++
 			}
 		}
-		for sig := range d.cfg.Signals {
-			d.evaluateSignal(c, sig, now, &out)
-		}
+		cohorts = append(cohorts, c)
 	}
-	return out
+	return cohorts
+}
+
+// line returns a cohort's last line for a signal (gateway), for the push-back.
+func (d *detector) line(key cohortKey, sig int) (line, bool) {
+	c := d.cohorts[key]
+	if c == nil || !c.lines[sig].ok {
+		return line{}, false
+	}
+	return c.lines[sig], true
 }
 
 func (d *detector) evaluateSignal(c *cohort, sig int, now time.Time, out *evaluation) {
@@ -232,6 +265,7 @@ func (d *detector) evaluateSignal(c *cohort, sig int, now time.Time, out *evalua
 	}
 	threshold := median + worse*cfg.K*spread
 	c.evaluations[sig]++
+	c.lines[sig] = line{median: median, threshold: threshold, at: now, ok: true}
 	warm := c.evaluations[sig] > cfg.Warmup
 	out.groups = append(out.groups, cohortGauge{cohort: c.key, signal: sig, median: median, threshold: threshold, ranks: len(values)})
 
@@ -263,35 +297,93 @@ func (d *detector) evaluateSignal(c *cohort, sig int, now time.Time, out *evalua
 		if !s.fresh {
 			continue
 		}
-		s.fresh = false
-		s.verdicts = append(s.verdicts, verdict{beyond: score > cfg.K, at: s.latest.at})
-		if len(s.verdicts) > cfg.Persistence.Of {
-			s.verdicts = s.verdicts[1:]
-		}
-		if !warm {
-			continue
-		}
-		beyond := 0
-		for _, v := range s.verdicts {
-			if v.beyond {
-				beyond++
-			}
-		}
-		switch {
-		case !s.flagged && beyond >= cfg.Persistence.Beyond:
-			s.flagged = true
-			i := slices.IndexFunc(s.verdicts, func(v verdict) bool { return v.beyond })
-			s.since = s.verdicts[i].at
+		switch s.judge(score > cfg.K, warm, cfg.Persistence) {
+		case "straggler":
 			ev.state, ev.since = "straggler", s.since
 			out.events = append(out.events, ev)
 			out.ranks[len(out.ranks)-1].flagged = true
-		case s.flagged && beyond <= cfg.Persistence.Of-cfg.Persistence.Beyond:
-			s.flagged = false
+		case "resolved":
 			ev.state, ev.since = "resolved", s.since
 			out.events = append(out.events, ev)
 			out.ranks[len(out.ranks)-1].flagged = false
 		}
 	}
+}
+
+// judge records the verdict on the latest sample and returns the state change it
+// makes, if any: flagged when p.Beyond of the last p.Of samples were beyond, resolved
+// when no more than p.Of-p.Beyond were. Before the warm-up ends verdicts are kept but
+// change nothing.
+func (s *series) judge(beyond, warm bool, p PersistenceConfig) string {
+	s.fresh = false
+	s.verdicts = append(s.verdicts, verdict{beyond: beyond, at: s.latest.at})
+	if len(s.verdicts) > p.Of {
+		s.verdicts = s.verdicts[1:]
+	}
+	if !warm {
+		return ""
+	}
+	n := 0
+	for _, v := range s.verdicts {
+		if v.beyond {
+			n++
+		}
+	}
+	switch {
+	case !s.flagged && n >= p.Beyond:
+		s.flagged = true
+		s.since = s.verdicts[slices.IndexFunc(s.verdicts, func(v verdict) bool { return v.beyond })].at
+		return "straggler"
+	case s.flagged && n <= p.Of-p.Beyond:
+		s.flagged = false
+		return "resolved"
+	}
+	return ""
+}
+
+// evaluateAgainst is the node's judgement: its own ranks against the lines the
+// gateway pushed back (src), with the same persistence. A cohort whose line is no
+// longer held (expired, the gateway unreachable) is said once, as a no_thresholds
+// event, and its ranks keep their state until a line comes back.
+func (d *detector) evaluateAgainst(src pushback.Source, now time.Time) evaluation {
+	var out evaluation
+	for _, c := range d.live(now) {
+		for sig, signal := range d.cfg.Signals {
+			t, ok := src.Threshold(pushback.Key{Cluster: c.key.cluster, Cohort: c.key.cohort, Signal: signal.Metric}, now)
+			if !ok {
+				if c.pushed[sig] {
+					c.pushed[sig] = false
+					// Said for the cohort, not a rank; the node is this collector's.
+					var node, job string
+					for _, r := range c.ranks {
+						node, job = r.node, r.job
+						break
+					}
+					out.events = append(out.events, event{cohort: c.key, node: node, job: job, rank: -1, signal: sig, state: "no_thresholds", at: now, since: now})
+				}
+				continue
+			}
+			c.pushed[sig] = true
+			for rank, r := range c.ranks {
+				s := &r.series[sig]
+				if s.latest.received.IsZero() || now.Sub(s.latest.received) > d.cfg.SilentAfter {
+					continue
+				}
+				g := rankGauge{cohort: c.key, job: r.job, node: r.node, rank: rank, signal: sig, flagged: s.flagged}
+				if s.fresh {
+					ev := event{cohort: c.key, job: r.job, node: r.node, rank: rank, signal: sig, value: s.latest.value,
+						median: t.Median, threshold: t.Line, at: now}
+					if state := s.judge(t.Beyond(s.latest.value), true, d.cfg.Persistence); state != "" {
+						ev.state, ev.since = state, s.since
+						out.events = append(out.events, ev)
+						g.flagged = s.flagged
+					}
+				}
+				out.ranks = append(out.ranks, g)
+			}
+		}
+	}
+	return out
 }
 
 // medianOf sorts values in place.

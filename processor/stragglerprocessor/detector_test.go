@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/fathom-gpu/fathom/internal/pushback"
 )
 
 // cluster feeds a detector the device-wait signal of ranks, one point per rank per
@@ -227,5 +229,62 @@ func TestStateIsBounded(t *testing.T) {
 	d.evaluate(t0.Add(2*time.Second + cfg.ForgetAfter + time.Second))
 	if cohorts, _ := d.counts(); cohorts != 1 || d.drops["forgotten"] != 1 {
 		t.Errorf("after forget_after: %d cohorts, drops %v; want b forgotten (1 rank)", cohorts, d.drops)
+	}
+}
+
+// heldLines is what a node's thresholds extension holds, for the node-mode tests.
+type heldLines map[pushback.Key]pushback.Threshold
+
+func (h heldLines) Threshold(k pushback.Key, _ time.Time) (pushback.Threshold, bool) {
+	t, ok := h[k]
+	return t, ok
+}
+
+// On a node, its own ranks are judged against the gateway's line with the same
+// persistence; losing the line is said once for the cohort (naming the node), and
+// judging resumes when a line is back.
+func TestANodeJudgesItsRanksAgainstThePushedBackLine(t *testing.T) {
+	cfg := createDefaultConfig()
+	cfg.Mode = ModeNode
+	c := newCluster(t, cfg, true)
+	key := pushback.Key{Cluster: "c1", Cohort: "comm-1", Signal: cfg.Signals[0].Metric}
+	lines := heldLines{key: {Cluster: "c1", Cohort: "comm-1", Signal: key.Signal, Median: 0.30, Line: 0.23, Worse: "lower"}}
+	step := func(rates map[int64]float64) {
+		c.interval++
+		end := c.start.Add(time.Duration(c.interval) * time.Second)
+		for rank, rate := range rates {
+			c.totals[rank] += rate
+			c.det.observe(point{cohort: c.key, node: "node-2", rank: rank, pid: 1, cumulative: true, value: c.totals[rank],
+				start: c.start.UnixNano(), ts: end.UnixNano()}, end)
+		}
+		c.events = append(c.events, c.det.evaluateAgainst(lines, end).events...)
+	}
+	for i := 1; i <= 12; i++ {
+		rate5 := 0.30
+		if i >= 4 {
+			rate5 = 0.10
+		}
+		step(map[int64]float64{4: 0.29, 5: rate5})
+	}
+	// Rank 5's samples from interval 4 are beyond; the third one (6) flags it.
+	want := "straggler rank 5 at interval 6 (since interval 4); "
+	if got := c.describeEvents(); got != want {
+		t.Fatalf("events: %s, want %s", got, want)
+	}
+	if e := c.events[0]; e.node != "node-2" || e.threshold != 0.23 || e.median != 0.30 {
+		t.Errorf("event %+v: want node-2 against the pushed line 0.23 (median 0.30)", e)
+	}
+	delete(lines, key) // past the TTL
+	step(map[int64]float64{4: 0.29, 5: 0.30})
+	step(map[int64]float64{4: 0.29, 5: 0.30})
+	if n := len(c.events); n != 2 || c.events[1].state != "no_thresholds" || c.events[1].node != "node-2" || c.events[1].rank != -1 {
+		t.Fatalf("after the line expired: %s", c.describeEvents())
+	}
+	lines[key] = pushback.Threshold{Cluster: "c1", Cohort: "comm-1", Signal: key.Signal, Median: 0.30, Line: 0.23, Worse: "lower"}
+	for range 4 {
+		step(map[int64]float64{4: 0.29, 5: 0.30})
+	}
+	if last := c.events[len(c.events)-1]; last.state != "resolved" || last.rank != 5 {
+		t.Errorf("rank 5 back within the line was not resolved: %s", c.describeEvents())
 	}
 }

@@ -17,6 +17,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 	"go.uber.org/zap"
 
+	"github.com/fathom-gpu/fathom/internal/pushback"
 	"github.com/fathom-gpu/fathom/internal/semconv"
 )
 
@@ -39,6 +40,8 @@ type straggler struct {
 
 	metricsNext consumer.Metrics
 	logsNext    consumer.Logs
+	// source holds the gateway's pushed-back lines (node mode).
+	source pushback.Source
 
 	starts int
 	stop   chan struct{}
@@ -90,13 +93,25 @@ func newStraggler(cfg *Config, set processor.Settings) (*straggler, error) {
 	return s, err
 }
 
-func (s *straggler) start(_ context.Context, _ component.Host) error {
+func (s *straggler) start(_ context.Context, host component.Host) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.starts++
-	if s.starts > 1 {
+	if s.starts > 0 {
+		s.starts++
 		return nil
 	}
+	if s.cfg.Mode == ModeNode {
+		ext, ok := host.GetExtensions()[s.cfg.Thresholds]
+		if !ok {
+			return fmt.Errorf("straggler: thresholds extension %q is not an extension of this collector: add it under `extensions:` and `service.extensions`", s.cfg.Thresholds)
+		}
+		src, ok := ext.(pushback.Source)
+		if !ok {
+			return fmt.Errorf("straggler: extension %q does not hold straggler thresholds", s.cfg.Thresholds)
+		}
+		s.source = src
+	}
+	s.starts++
 	if s.logsNext == nil {
 		s.logger.Warn("the straggler processor is in no logs pipeline: ranks are flagged in the fathom.straggler.flag gauge, but no fathom.straggler records are written; add it to a logs pipeline under the same name")
 	}
@@ -194,9 +209,21 @@ func (s *straggler) processMetrics(ctx context.Context, md pmetric.Metrics) (pme
 			}
 		}
 	}
+	resp := pushback.FromContext(ctx)
 	s.mu.Lock()
 	for _, p := range points {
 		s.det.observe(p, now)
+	}
+	if resp != nil && s.cfg.Mode == ModeGateway {
+		// The answer to this request carries the lines of the cohorts in it (as of
+		// the last evaluation): the sender's node judges its own ranks by them.
+		for _, p := range points {
+			if l, ok := s.det.line(p.cohort, p.signal); ok {
+				sig := s.cfg.Signals[p.signal]
+				resp.Add(pushback.Threshold{Cluster: p.cohort.cluster, Cohort: p.cohort.cohort, Signal: sig.Metric,
+					Median: l.median, Line: l.threshold, Worse: sig.Worse, At: l.at.UnixMilli()})
+			}
+		}
 	}
 	s.mu.Unlock()
 	if noRank > 0 {
@@ -213,7 +240,16 @@ func (s *straggler) processMetrics(ctx context.Context, md pmetric.Metrics) (pme
 func (s *straggler) evaluate(ctx context.Context) {
 	now := s.now()
 	s.mu.Lock()
-	ev := s.det.evaluate(now)
+	var ev evaluation
+	if s.cfg.Mode == ModeNode {
+		if s.source == nil { // not started
+			s.mu.Unlock()
+			return
+		}
+		ev = s.det.evaluateAgainst(s.source, now)
+	} else {
+		ev = s.det.evaluate(now)
+	}
 	drops := map[string]int64{}
 	for reason, n := range s.det.drops {
 		if d := n - s.reported[reason]; d > 0 {
@@ -324,8 +360,12 @@ func (s *straggler) records(events []event) plog.Logs {
 		rl := ld.ResourceLogs().AppendEmpty()
 		res := rl.Resource().Attributes()
 		cohortResource(res, e.cohort, e.job)
-		res.PutStr(semconv.HostName, e.node)
-		res.PutInt(semconv.Rank, e.rank)
+		if e.node != "" {
+			res.PutStr(semconv.HostName, e.node)
+		}
+		if e.rank >= 0 {
+			res.PutInt(semconv.Rank, e.rank)
+		}
 		sl := rl.ScopeLogs().AppendEmpty()
 		sl.Scope().SetName(scopeName)
 		lr := sl.LogRecords().AppendEmpty()
@@ -333,7 +373,7 @@ func (s *straggler) records(events []event) plog.Logs {
 		lr.SetObservedTimestamp(pcommon.NewTimestampFromTime(e.at))
 		lr.SetEventName(semconv.EventStraggler)
 		signal := s.cfg.Signals[e.signal]
-		if e.state == "resolved" {
+		if e.state == "resolved" || e.state == "no_thresholds" {
 			lr.SetSeverityNumber(plog.SeverityNumberInfo)
 			lr.SetSeverityText("INFO")
 		} else {
@@ -343,6 +383,7 @@ func (s *straggler) records(events []event) plog.Logs {
 		lr.Body().SetStr(describe(e, signal))
 		a := lr.Attributes()
 		a.PutStr(semconv.StragglerState, e.state)
+		a.PutStr(semconv.StragglerSource, s.cfg.Mode)
 		a.PutStr(semconv.StragglerSignal, signal.Metric)
 		a.PutDouble(semconv.StragglerValue, e.value)
 		a.PutDouble(semconv.StragglerMedian, e.median)
@@ -360,6 +401,9 @@ func describe(e event, signal SignalConfig) string {
 	case "straggler":
 		return fmt.Sprintf("%s is a straggler in %s: %s %.4g/s vs cohort median %.4g/s (line %.4g/s, %s is worse), beyond since %s",
 			who, e.cohort.cohort, signal.Metric, e.value, e.median, e.threshold, signal.Worse, e.since.UTC().Format(time.RFC3339))
+	case "no_thresholds":
+		return fmt.Sprintf("this node holds no straggler threshold for %s in %s: none received within the TTL (is the gateway reachable?); its ranks are not judged until one arrives",
+			signal.Metric, e.cohort.cohort)
 	case "silent":
 		return fmt.Sprintf("%s in %s stopped reporting %s at %s while its cohort reports; its node may be in trouble",
 			who, e.cohort.cohort, signal.Metric, e.since.UTC().Format(time.RFC3339))

@@ -1,0 +1,135 @@
+package thresholdsextension
+
+import (
+	"context"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"go.opentelemetry.io/collector/extension/extensiontest"
+	"go.opentelemetry.io/collector/pdata/plog/plogotlp"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/fathom-gpu/fathom/extension/thresholdsextension/internal/metadata"
+	"github.com/fathom-gpu/fathom/internal/configtest"
+	"github.com/fathom-gpu/fathom/internal/pushback"
+)
+
+func newExt(t *testing.T, cfg *Config) *thresholds {
+	t.Helper()
+	e, err := NewFactory().Create(context.Background(), extensiontest.NewNopSettings(metadata.Type), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e.(*thresholds)
+}
+
+var line = pushback.Threshold{Cluster: "c1", Cohort: "comm-1", Signal: "fathom.rank.device_wait.time", Median: 0.3, Line: 0.23, Worse: "lower", At: 1}
+
+// The pipeline behind the middleware (here a handler standing in for the otlp
+// receiver) adds thresholds to the request's context; the answer carries them, and the
+// node's middleware reads them into what it holds, until the TTL.
+func TestHTTPAnswerCarriesThresholdsToTheNode(t *testing.T) {
+	gateway, node := newExt(t, createDefaultConfig()), newExt(t, createDefaultConfig())
+	wrap, _ := gateway.GetHTTPHandler(context.Background())
+	h, err := wrap(context.Background(), http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		pushback.FromContext(r.Context()).Add(line)
+		w.Header().Set("Content-Type", "application/x-protobuf")
+		_, _ = w.Write([]byte{}) // the receiver writes the body without WriteHeader
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(h)
+	defer srv.Close()
+	wrapRT, _ := node.GetHTTPRoundTripper(context.Background())
+	rt, _ := wrapRT(context.Background(), http.DefaultTransport)
+	resp, err := (&http.Client{Transport: rt}).Post(srv.URL+"/v1/metrics", "application/x-protobuf", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.Header.Get(pushback.HTTPHeader) == "" {
+		t.Fatal("the answer carries no thresholds header")
+	}
+	got, ok := node.Threshold(line.Key(), time.Now())
+	if !ok || got != line {
+		t.Fatalf("node holds %+v (%v), want %+v", got, ok, line)
+	}
+	if _, ok := node.Threshold(line.Key(), time.Now().Add(node.cfg.TTL+time.Second)); ok {
+		t.Error("a threshold older than the TTL is still held")
+	}
+}
+
+// The same over gRPC, as header metadata, and on an answer that is an error too.
+func TestGRPCAnswerCarriesThresholdsToTheNode(t *testing.T) {
+	gateway, node := newExt(t, createDefaultConfig()), newExt(t, createDefaultConfig())
+	serverOpts, _ := gateway.GetGRPCServerOptions(context.Background())
+	srv := grpc.NewServer(serverOpts...)
+	plogotlp.RegisterGRPCServer(srv, &logsServer{})
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = srv.Serve(lis) }()
+	defer srv.Stop()
+	dialOpts, _ := node.GetGRPCClientOptions(context.Background())
+	conn, err := grpc.NewClient(lis.Addr().String(), append(dialOpts, grpc.WithTransportCredentials(insecure.NewCredentials()))...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := plogotlp.NewGRPCClient(conn).Export(context.Background(), plogotlp.NewExportRequest()); err != nil {
+		t.Fatal(err)
+	}
+	if got, ok := node.Threshold(line.Key(), time.Now()); !ok || got != line {
+		t.Fatalf("node holds %+v (%v), want %+v", got, ok, line)
+	}
+}
+
+type logsServer struct {
+	plogotlp.UnimplementedGRPCServer
+}
+
+func (*logsServer) Export(ctx context.Context, _ plogotlp.ExportRequest) (plogotlp.ExportResponse, error) {
+	pushback.FromContext(ctx).Add(line)
+	return plogotlp.NewExportResponse(), nil
+}
+
+// A malformed value changes nothing the node holds; past max_held, new cohorts are
+// refused (counted) while the held ones are renewed.
+func TestTheNodeKeepsWhatItHasOnBadAnswers(t *testing.T) {
+	cfg := createDefaultConfig()
+	cfg.MaxHeld = 1
+	node := newExt(t, cfg)
+	good, _ := pushback.Encode([]pushback.Threshold{line}, 1024)
+	node.take(context.Background(), good)
+	node.take(context.Background(), "v1.garbage!")
+	other := line
+	other.Cohort = "comm-2"
+	both, _ := pushback.Encode([]pushback.Threshold{line, other}, 1024)
+	node.take(context.Background(), both)
+	if _, ok := node.Threshold(line.Key(), time.Now()); !ok {
+		t.Error("the held threshold was lost")
+	}
+	if _, ok := node.Threshold(other.Key(), time.Now()); ok {
+		t.Error("a cohort past max_held was taken")
+	}
+}
+
+func TestLoadConfig(t *testing.T) {
+	def, err := configtest.Load[*Config](t, NewFactory(), "")
+	if err != nil || *def != *createDefaultConfig() {
+		t.Fatalf("default: %+v %v", def, err)
+	}
+	custom, err := configtest.Load[*Config](t, NewFactory(), "custom")
+	if err != nil || custom.TTL != 30*time.Second || custom.MaxResponseBytes != 2048 || custom.MaxHeld != 16 {
+		t.Fatalf("custom: %+v %v", custom, err)
+	}
+	if _, err := configtest.Load[*Config](t, NewFactory(), "bad"); err == nil {
+		t.Fatal("bad config accepted")
+	}
+}

@@ -1,0 +1,25 @@
+// Package thresholdsextension is the `thresholds` extension: the push-back half of the
+// straggler loop. As server middleware on the gateway's otlp receiver it writes the
+// current straggler thresholds of the cohorts in each export into the answer; as client
+// middleware on a node's otlp exporter it reads them from every answer and holds them,
+// until their TTL, for the node's straggler processor. See docs/straggler.md.
+package thresholdsextension
+
+//go:generate go tool mdatagen metadata.yaml
+
+import (
+	"context"
+
+	"go.opentelemetry.io/collector/component"
+	"go.opentelemetry.io/collector/extension"
+
+	"github.com/fathom-gpu/fathom/extension/thresholdsextension/internal/metadata"
+)
+
+// NewFactory returns the factory of the `thresholds` extension.
+func NewFactory() extension.Factory {
+	return extension.NewFactory(metadata.Type, func() component.Config { return createDefaultConfig() },
+		func(_ context.Context, set extension.Settings, cfg component.Config) (extension.Extension, error) {
+			return newThresholds(cfg.(*Config), set)
+		}, metadata.ExtensionStability)
+}

@@ -1,0 +1,352 @@
+package stragglerprocessor_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.opentelemetry.io/collector/pdata/pcommon"
+	"go.opentelemetry.io/collector/pdata/pmetric"
+	"go.opentelemetry.io/collector/pdata/pmetric/pmetricotlp"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/fathom-gpu/fathom/internal/collectortest"
+	"github.com/fathom-gpu/fathom/internal/semconv"
+)
+
+// The loop with real collectors: four node collectors (two export over gRPC, two over
+// HTTP) into one gateway. Each node is fed its two ranks' device wait every 250 ms, as
+// its gpuebpf receiver would send it. The gateway's straggler processor compares the
+// eight ranks and answers every export with the cohort's line (the thresholds
+// extension as server middleware); each node reads it from the answer (client
+// middleware) and judges its own ranks against it. What is asserted comes back from
+// the gateway's store over its Echo API.
+
+const pushbackGatewayConfig = `
+extensions:
+  thresholds:
+  echo:
+    path: ${env:ECHO_DB}
+    server:
+      endpoint: ${env:ECHO_ADDR}
+      insecure_allow_plaintext: true # loopback listener in a test
+      rate_limit: {requests_per_second: 1000, burst: 1000}
+      tokens:
+        - {name: agent, env: AGENT_TOKEN, scopes: [tools, sql]}
+receivers:
+  otlp:
+    protocols:
+      grpc:
+        endpoint: ${env:OTLP_GRPC}
+        middlewares: [{id: thresholds}]
+      http:
+        endpoint: ${env:OTLP_HTTP}
+        middlewares: [{id: thresholds}]
+processors:
+  straggler:
+    evaluation_interval: 250ms
+exporters:
+  duckdb:
+    store: echo
+service:
+  extensions: [thresholds, echo]
+  telemetry:
+    metrics:
+      level: none
+  pipelines:
+    metrics:
+      receivers: [otlp]
+      processors: [straggler]
+      exporters: [duckdb]
+    logs:
+      receivers: [otlp]
+      processors: [straggler]
+      exporters: [duckdb]
+`
+
+// pushbackNodeConfig is a node with its exporter EXPORTER (otlp_grpc or otlp_http,
+// put in by the test: the collector expands variables in values, not in keys) to
+// GATEWAY.
+const pushbackNodeConfig = `
+extensions:
+  thresholds:
+    ttl: 3s
+receivers:
+  otlp:
+    protocols:
+      grpc:
+        endpoint: ${env:NODE_OTLP}
+processors:
+  batch:
+    timeout: 100ms
+  straggler:
+    mode: node
+    thresholds: thresholds
+    evaluation_interval: 250ms
+exporters:
+  EXPORTER/gateway:
+    endpoint: ${env:GATEWAY}
+    tls:
+      insecure: true
+    middlewares: [{id: thresholds}]
+    retry_on_failure:
+      initial_interval: 200ms
+      max_interval: 1s
+service:
+  extensions: [thresholds]
+  telemetry:
+    metrics:
+      level: none
+  pipelines:
+    metrics:
+      receivers: [otlp]
+      processors: [straggler, batch]
+      exporters: [EXPORTER/gateway]
+    logs:
+      receivers: [otlp]
+      processors: [straggler, batch]
+      exporters: [EXPORTER/gateway]
+`
+
+const agentToken = "agent-token-0123456789abcdef"
+
+type loop struct {
+	t                                     *testing.T
+	dir, db, api, gatewayGRPC, gatewayHTTP string
+	gatewayEnv                            []string
+	gateway                               *collectortest.Process
+	nodes                                 []*collectortest.Process
+	nodeAddrs                             []string
+}
+
+func writeFile(t *testing.T, dir, name, text string) string {
+	p := filepath.Join(dir, name)
+	if err := os.WriteFile(p, []byte(text), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func startLoop(t *testing.T) *loop {
+	l := &loop{t: t, dir: t.TempDir()}
+	l.db = filepath.Join(l.dir, "echo.duckdb")
+	l.api, l.gatewayGRPC, l.gatewayHTTP = collectortest.Addr(t), collectortest.Addr(t), collectortest.Addr(t)
+	l.gatewayEnv = []string{"ECHO_DB=" + l.db, "ECHO_ADDR=" + l.api, "AGENT_TOKEN=" + agentToken,
+		"OTLP_GRPC=" + l.gatewayGRPC, "OTLP_HTTP=" + l.gatewayHTTP}
+	l.startGateway()
+	grpcCfg := writeFile(t, l.dir, "node-grpc.yaml", strings.ReplaceAll(pushbackNodeConfig, "EXPORTER", "otlp_grpc"))
+	httpCfg := writeFile(t, l.dir, "node-http.yaml", strings.ReplaceAll(pushbackNodeConfig, "EXPORTER", "otlp_http"))
+	for i := range 4 {
+		addr := collectortest.Addr(t)
+		cfg, env := grpcCfg, []string{"NODE_OTLP=" + addr, "GATEWAY=" + l.gatewayGRPC}
+		if i >= 2 {
+			cfg, env = httpCfg, []string{"NODE_OTLP=" + addr, "GATEWAY=http://" + l.gatewayHTTP}
+		}
+		p := collectortest.Start(t, cfg, env...)
+		p.WaitListening(t, addr, 30*time.Second)
+		l.nodes, l.nodeAddrs = append(l.nodes, p), append(l.nodeAddrs, addr)
+	}
+	return l
+}
+
+func (l *loop) startGateway() {
+	cfg := writeFile(l.t, l.dir, "gateway.yaml", pushbackGatewayConfig)
+	l.gateway = collectortest.Start(l.t, cfg, l.gatewayEnv...)
+	l.gateway.WaitHTTP(l.t, "http://"+l.api+"/api/v1/health", 30*time.Second)
+	l.gateway.WaitListening(l.t, l.gatewayGRPC, 30*time.Second)
+	l.gateway.WaitListening(l.t, l.gatewayHTTP, 30*time.Second)
+}
+
+// ranks feeds every node its two ranks' cumulative device wait each 250 ms until stop:
+// 0.30 s/s with a little jitter, or rate(rank, t) where it returns one.
+type ranks struct {
+	mu     sync.Mutex
+	slow   map[int64]float64 // rank -> its rate while slow
+	totals map[int64]float64
+}
+
+func (l *loop) feed(r *ranks, stop <-chan struct{}) *sync.WaitGroup {
+	var wg sync.WaitGroup
+	start := time.Now()
+	for node, addr := range l.nodeAddrs {
+		wg.Go(func() {
+			conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+			if err != nil {
+				l.t.Error(err)
+				return
+			}
+			defer conn.Close()
+			client := pmetricotlp.NewGRPCClient(conn)
+			tick := time.NewTicker(250 * time.Millisecond)
+			defer tick.Stop()
+			for step := 0; ; step++ {
+				select {
+				case <-stop:
+					return
+				case <-tick.C:
+				}
+				md := pmetric.NewMetrics()
+				now := time.Now()
+				for _, rank := range []int64{int64(2 * node), int64(2*node + 1)} {
+					r.mu.Lock()
+					rate, slow := r.slow[rank]
+					if !slow {
+						rate = 0.30 + 0.01*float64((step+int(rank))%3-1)
+					}
+					r.totals[rank] += rate * 0.25
+					total := r.totals[rank]
+					r.mu.Unlock()
+					rm := md.ResourceMetrics().AppendEmpty()
+					res := rm.Resource().Attributes()
+					res.PutStr(semconv.HostName, fmt.Sprintf("node-%d", node))
+					res.PutStr(semconv.ClusterName, "e2e")
+					res.PutStr(semconv.Cohort, "comm-e2e")
+					res.PutInt(semconv.Rank, rank)
+					res.PutInt(semconv.ProcessPID, 5000+rank)
+					m := rm.ScopeMetrics().AppendEmpty().Metrics().AppendEmpty()
+					m.SetName(semconv.MetricRankDeviceWait)
+					m.SetUnit("s")
+					sum := m.SetEmptySum()
+					sum.SetIsMonotonic(true)
+					sum.SetAggregationTemporality(pmetric.AggregationTemporalityCumulative)
+					dp := sum.DataPoints().AppendEmpty()
+					dp.SetStartTimestamp(pcommon.NewTimestampFromTime(start))
+					dp.SetTimestamp(pcommon.NewTimestampFromTime(now))
+					dp.SetDoubleValue(total)
+				}
+				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				_, _ = client.Export(ctx, pmetricotlp.NewExportRequestFromMetrics(md))
+				cancel()
+			}
+		})
+	}
+	return &wg
+}
+
+type record struct {
+	Node, State, Source string
+	Rank                int
+}
+
+// records reads every fathom.straggler record in the gateway's store.
+func (l *loop) records() []record {
+	q := `SELECT coalesce(node, ''), coalesce(rank, -1),
+		json_extract_string(attributes, '$."fathom.straggler.state"'), json_extract_string(attributes, '$."fathom.straggler.source"')
+		FROM events WHERE name = 'fathom.straggler' ORDER BY ts`
+	body, _ := json.Marshal(map[string]string{"sql": q})
+	req, _ := http.NewRequest(http.MethodPost, "http://"+l.api+"/api/v1/sql", strings.NewReader(string(body)))
+	req.Header.Set("Authorization", "Bearer "+agentToken)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		l.t.Fatalf("sql: %v", err)
+	}
+	defer resp.Body.Close()
+	raw, _ := io.ReadAll(resp.Body)
+	var res struct{ Rows [][]any }
+	if err := json.Unmarshal(raw, &res); err != nil || resp.StatusCode != 200 {
+		l.t.Fatalf("sql answered %d: %v: %s", resp.StatusCode, err, raw)
+	}
+	var out []record
+	for _, row := range res.Rows {
+		out = append(out, record{Node: row[0].(string), Rank: int(row[1].(float64)), State: row[2].(string), Source: row[3].(string)})
+	}
+	return out
+}
+
+func (l *loop) waitRecords(what string, timeout time.Duration, done func([]record) bool) []record {
+	l.t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		recs := l.records()
+		if done(recs) {
+			return recs
+		}
+		if time.Now().After(deadline) {
+			l.t.Fatalf("timed out waiting for %s; records: %+v", what, recs)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+func has(recs []record, want record) bool { return slices.Contains(recs, want) }
+
+// A slow rank is flagged by its own node from the pushed-back line, and by the
+// gateway, and by nobody else; over gRPC (rank 1 on node-0) and over HTTP (rank 5 on
+// node-2).
+func TestTheSlowRanksNodeFlagsItselfFromThePushedBackLine(t *testing.T) {
+	for _, c := range []struct {
+		transport string
+		rank      int
+		node      string
+	}{{"grpc", 1, "node-0"}, {"http", 5, "node-2"}} {
+		t.Run(c.transport, func(t *testing.T) {
+			l := startLoop(t)
+			r := &ranks{slow: map[int64]float64{}, totals: map[int64]float64{}}
+			stop := make(chan struct{})
+			wg := l.feed(r, stop)
+			defer func() { close(stop); wg.Wait() }()
+			time.Sleep(4 * time.Second) // healthy: warm-up, lines pushed back to every node
+			if recs := l.records(); len(recs) != 0 {
+				t.Fatalf("records from a healthy cohort: %+v", recs)
+			}
+			r.mu.Lock()
+			r.slow[int64(c.rank)] = 0.10
+			r.mu.Unlock()
+			slowed := time.Now()
+			self := record{Node: c.node, Rank: c.rank, State: "straggler", Source: "node"}
+			gateway := record{Node: c.node, Rank: c.rank, State: "straggler", Source: "gateway"}
+			l.waitRecords("the slow rank's node and the gateway to flag it", 20*time.Second, func(recs []record) bool {
+				return has(recs, self) && has(recs, gateway)
+			})
+			t.Logf("flagged by its node and the gateway within %v of the slowdown", time.Since(slowed).Round(100*time.Millisecond))
+			time.Sleep(2 * time.Second) // room for a wrong record to arrive
+			if recs := l.records(); len(recs) != 2 {
+				t.Errorf("records: %+v, want only the node's and the gateway's for rank %d", recs, c.rank)
+			}
+		})
+	}
+}
+
+// The gateway restarts under the nodes: each node keeps its last line until the TTL
+// (3 s), then says it has none; the gateway comes back on the same store, the nodes'
+// queued records arrive, and the push-back resumes: a rank slowed after the restart is
+// flagged by its own node again.
+func TestNodesRideOutAGatewayRestart(t *testing.T) {
+	l := startLoop(t)
+	r := &ranks{slow: map[int64]float64{}, totals: map[int64]float64{}}
+	stop := make(chan struct{})
+	wg := l.feed(r, stop)
+	defer func() { close(stop); wg.Wait() }()
+	time.Sleep(4 * time.Second)
+	if code := l.gateway.Terminate(t, 30*time.Second); code != 0 {
+		t.Fatalf("gateway exited %d", code)
+	}
+	time.Sleep(5 * time.Second) // past the nodes' 3 s TTL
+	l.startGateway()
+	l.waitRecords("every node's no_thresholds record", 30*time.Second, func(recs []record) bool {
+		for node := range 4 {
+			if !has(recs, record{Node: fmt.Sprintf("node-%d", node), Rank: -1, State: "no_thresholds", Source: "node"}) {
+				return false
+			}
+		}
+		return true
+	})
+	time.Sleep(4 * time.Second) // the restarted gateway warms up and pushes lines again
+	r.mu.Lock()
+	r.slow[3] = 0.10
+	r.mu.Unlock()
+	l.waitRecords("rank 3's node to flag it after the restart", 20*time.Second, func(recs []record) bool {
+		return has(recs, record{Node: "node-1", Rank: 3, State: "straggler", Source: "node"})
+	})
+}
