@@ -302,6 +302,12 @@ func TestHostileOTLPToALiveGateway(t *testing.T) {
 	for _, c := range httpCases {
 		status, body := g.postHTTP(t, c.contentType, c.contentEncoding, c.body)
 		t.Logf("HTTP %s: %d %.160q", c.name, status, body)
+		// protojson spaces its output differently from one binary to the next on
+		// purpose (so that nobody compares its bytes), so a JSON answer is compared
+		// with its spaces after ',' and ':' taken out.
+		if c.contentType == js {
+			body = strings.NewReplacer(`, "`, `,"`, `": `, `":`).Replace(body)
+		}
 		if status != c.want || !strings.Contains(body, c.says) {
 			t.Errorf("HTTP %s: %d %.200q, want %d saying %q", c.name, status, body, c.want, c.says)
 		}
