@@ -121,12 +121,12 @@ service:
 const agentToken = "agent-token-0123456789abcdef"
 
 type loop struct {
-	t                                     *testing.T
+	t                                      *testing.T
 	dir, db, api, gatewayGRPC, gatewayHTTP string
-	gatewayEnv                            []string
-	gateway                               *collectortest.Process
-	nodes                                 []*collectortest.Process
-	nodeAddrs                             []string
+	gatewayEnv                             []string
+	gateway                                *collectortest.Process
+	nodes                                  []*collectortest.Process
+	nodeAddrs                              []string
 }
 
 func writeFile(t *testing.T, dir, name, text string) string {
