@@ -63,6 +63,8 @@ type Config struct {
 	// interval is a good value.
 	EvaluationInterval time.Duration `mapstructure:"evaluation_interval"`
 	Limits             LimitsConfig  `mapstructure:"limits"`
+	// Verdicts is the local remediation hook (off unless a socket or webhook is set).
+	Verdicts VerdictsConfig `mapstructure:"verdicts"`
 }
 
 // SignalConfig names one compared metric.
@@ -110,7 +112,8 @@ func createDefaultConfig() *Config {
 		EvaluationInterval: time.Second,
 		// A 1,024-rank communicator fits one cohort with room; 1,024 cohorts is a
 		// gateway's share of a large cluster (a job's ranks must meet on one gateway).
-		Limits: LimitsConfig{MaxCohorts: 1024, MaxRanksPerCohort: 16384},
+		Limits:   LimitsConfig{MaxCohorts: 1024, MaxRanksPerCohort: 16384},
+		Verdicts: VerdictsConfig{QueueSize: 256, MaxClients: 16, Webhook: WebhookConfig{Timeout: 2 * time.Second}},
 	}
 }
 
@@ -171,6 +174,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Limits.MaxCohorts < 1 || c.Limits.MaxRanksPerCohort < c.Quorum {
 		errs = append(errs, errors.New("straggler: `limits.max_cohorts` must be >= 1 and `limits.max_ranks_per_cohort` >= `quorum`"))
+	}
+	if err := c.Verdicts.validate(); err != nil {
+		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
 }

@@ -42,6 +42,8 @@ type straggler struct {
 	logsNext    consumer.Logs
 	// source holds the gateway's pushed-back lines (node mode).
 	source pushback.Source
+	// verdicts is the remediation hook, nil when off.
+	verdicts *verdictSinks
 
 	starts int
 	stop   chan struct{}
@@ -82,6 +84,11 @@ func newStraggler(cfg *Config, set processor.Settings) (*straggler, error) {
 	if err != nil {
 		return nil, err
 	}
+	if cfg.Verdicts.enabled() {
+		if s.verdicts, err = newVerdictSinks(cfg.Verdicts, set.Logger, meter); err != nil {
+			return nil, err
+		}
+	}
 	s.telemetry, err = meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
 		s.mu.Lock()
 		c, r := s.det.counts()
@@ -111,6 +118,11 @@ func (s *straggler) start(_ context.Context, host component.Host) error {
 		}
 		s.source = src
 	}
+	if s.verdicts != nil {
+		if err := s.verdicts.start(); err != nil {
+			return err
+		}
+	}
 	s.starts++
 	if s.logsNext == nil {
 		s.logger.Warn("the straggler processor is in no logs pipeline: ranks are flagged in the fathom.straggler.flag gauge, but no fathom.straggler records are written; add it to a logs pipeline under the same name")
@@ -133,6 +145,9 @@ func (s *straggler) shutdown(context.Context) error {
 	if last {
 		close(stop)
 		<-done
+		if s.verdicts != nil {
+			s.verdicts.shutdown()
+		}
 		_ = s.telemetry.Unregister()
 	}
 	return nil
@@ -275,6 +290,9 @@ func (s *straggler) evaluate(ctx context.Context) {
 		s.logger.Info("straggler "+e.state, zap.String("cohort", e.cohort.cohort), zap.Int64("rank", e.rank), zap.String("node", e.node),
 			zap.String("signal", s.cfg.Signals[e.signal].Metric), zap.Float64("value", e.value), zap.Float64("threshold", e.threshold))
 	}
+	if s.verdicts != nil {
+		s.verdicts.publish(s.toVerdicts(ev.events))
+	}
 	if logsNext != nil {
 		if err := logsNext.ConsumeLogs(ctx, s.records(ev.events)); err != nil {
 			s.logger.Warn("fathom.straggler records not accepted downstream", zap.Error(err))
@@ -392,6 +410,22 @@ func (s *straggler) records(events []event) plog.Logs {
 		a.PutStr(semconv.StragglerSince, e.since.UTC().Format(time.RFC3339Nano))
 	}
 	return ld
+}
+
+func (s *straggler) toVerdicts(events []event) []Verdict {
+	out := make([]Verdict, 0, len(events))
+	for _, e := range events {
+		signal := s.cfg.Signals[e.signal]
+		v := Verdict{Time: e.at.UTC(), State: e.state, Source: s.cfg.Mode, Cluster: e.cohort.cluster, Cohort: e.cohort.cohort,
+			Job: e.job, Node: e.node, Signal: signal.Metric, Value: e.value, Median: e.median, Threshold: e.threshold,
+			Score: e.score, Since: e.since.UTC(), Message: describe(e, signal)}
+		if e.rank >= 0 {
+			rank := e.rank
+			v.Rank = &rank
+		}
+		out = append(out, v)
+	}
+	return out
 }
 
 // describe is the record's body: one sentence an operator can act on.

@@ -13,6 +13,7 @@ import (
 	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.opentelemetry.io/collector/pdata/plog"
 	"go.opentelemetry.io/collector/pdata/pmetric"
+	"go.opentelemetry.io/collector/processor"
 	"go.opentelemetry.io/collector/processor/processortest"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
@@ -87,27 +88,7 @@ func TestTheGatewayFlagsASlowRankThroughItsPipelines(t *testing.T) {
 	s.now = func() time.Time { return clock }
 
 	start := time.Unix(1_800_000_000, 0)
-	totals := map[int64]float64{}
-	var sent int
-	for i := 1; i <= 20; i++ {
-		clock = start.Add(time.Duration(i) * time.Second)
-		for rank := range int64(8) {
-			rate := 0.30 + 0.002*float64(rank%3)
-			if rank == 5 && i > 10 {
-				rate = 0.10
-			}
-			totals[rank] += rate
-		}
-		for node := range 4 {
-			ranks := []int64{int64(2 * node), int64(2*node + 1)}
-			if err := mp.ConsumeMetrics(ctx, nodeRequest(fmt.Sprintf("node-%d", node), ranks, totals, start, clock)); err != nil {
-				t.Fatal(err)
-			}
-			sent++
-		}
-		s.evaluate(ctx)
-	}
-
+	sent := slowRankScenario(t, mp, s, start, func(c time.Time) { clock = c })
 	// The nodes' requests, each passed on as it came, then gauge batches.
 	all := metricsOut.AllMetrics()
 	passed := 0
@@ -208,6 +189,35 @@ func TestTheGatewayFlagsASlowRankThroughItsPipelines(t *testing.T) {
 	if len(instances.byID) != 0 {
 		t.Errorf("the shared instance outlived both pipelines")
 	}
+}
+
+// slowRankScenario sends 20 one-second intervals of eight ranks on four nodes, rank 5
+// waiting far less from interval 11, evaluating after each; it returns the requests sent.
+func slowRankScenario(t *testing.T, mp processor.Metrics, s *straggler, start time.Time, setClock func(time.Time)) int {
+	t.Helper()
+	ctx := context.Background()
+	totals := map[int64]float64{}
+	sent := 0
+	for i := 1; i <= 20; i++ {
+		now := start.Add(time.Duration(i) * time.Second)
+		setClock(now)
+		for rank := range int64(8) {
+			rate := 0.30 + 0.002*float64(rank%3)
+			if rank == 5 && i > 10 {
+				rate = 0.10
+			}
+			totals[rank] += rate
+		}
+		for node := range 4 {
+			ranks := []int64{int64(2 * node), int64(2*node + 1)}
+			if err := mp.ConsumeMetrics(ctx, nodeRequest(fmt.Sprintf("node-%d", node), ranks, totals, start, now)); err != nil {
+				t.Fatal(err)
+			}
+			sent++
+		}
+		s.evaluate(ctx)
+	}
+	return sent
 }
 
 // Started, the processor judges on its own every evaluation_interval: gauges arrive in
