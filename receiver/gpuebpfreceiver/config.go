@@ -40,6 +40,10 @@ type Config struct {
 	Temporality string `mapstructure:"temporality"`
 	// ClusterName, when set, is stamped on every resource as fathom.cluster.name.
 	ClusterName string `mapstructure:"cluster_name"`
+	// HostName is the node's name on every resource (host.name); empty means the
+	// machine's hostname. A DaemonSet sets it from the downward API (spec.nodeName);
+	// several node collectors on one machine (tests, the demo) each take their own.
+	HostName string `mapstructure:"host_name"`
 
 	Targets   TargetsConfig   `mapstructure:"targets"`
 	Discovery DiscoveryConfig `mapstructure:"discovery"`

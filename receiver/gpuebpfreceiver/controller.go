@@ -112,7 +112,7 @@ func (c *controller) start(ctx context.Context) error {
 	if c.telemetry, err = metadata.NewTelemetryBuilder(c.settings.TelemetrySettings); err != nil {
 		return err
 	}
-	c.hostRes = hostIdentity(c.cfg.ClusterName, synthetic)
+	c.hostRes = namedHostIdentity(c.cfg.HostName, c.cfg.ClusterName, synthetic)
 	c.rdmaPoller = rdmasysfs.NewPoller(c.cfg.RDMA.SysfsRoot)
 	c.agg = newAggregator(c.cfg, c.clock, nil, synthetic)
 	c.agg.logs = newLogSink(c.cfg, c.clock, &c.agg.drops, c.hostRes)

@@ -41,9 +41,17 @@ func (c *wallClock) wall(monoNS uint64) pcommon.Timestamp {
 	return pcommon.Timestamp(int64(monoNS) + c.offsetNS.Load())
 }
 
-// hostIdentity fills the node's resource attributes.
+// hostIdentity fills the node's resource attributes, with the machine's hostname.
 func hostIdentity(cluster string, synthetic bool) func(pcommon.Resource) {
-	host, _ := os.Hostname()
+	return namedHostIdentity("", cluster, synthetic)
+}
+
+// namedHostIdentity is hostIdentity under the node name host (the machine's hostname
+// when empty).
+func namedHostIdentity(host, cluster string, synthetic bool) func(pcommon.Resource) {
+	if host == "" {
+		host, _ = os.Hostname()
+	}
 	return func(r pcommon.Resource) {
 		r.Attributes().PutStr(semconv.HostName, host)
 		if cluster != "" {

@@ -2,9 +2,11 @@ package gpuebpfreceiver
 
 import (
 	"math"
+	"os"
 	"testing"
 	"time"
 
+	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.opentelemetry.io/collector/pdata/pmetric"
 
 	"github.com/fathom-gpu/fathom/internal/probes"
@@ -172,4 +174,16 @@ func processDoubleSum(md pmetric.Metrics, pid int64, name string) (float64, bool
 		}
 	}
 	return 0, false
+}
+
+// host_name names the node on every resource; empty, the machine's hostname does.
+func TestHostNameNamesTheNode(t *testing.T) {
+	machine, _ := os.Hostname()
+	for name, want := range map[string]string{"node-7": "node-7", "": machine} {
+		r := pcommon.NewResource()
+		namedHostIdentity(name, "c1", false)(r)
+		if v, _ := r.Attributes().Get(semconv.HostName); v.Str() != want {
+			t.Errorf("host_name %q: host.name %q, want %q", name, v.Str(), want)
+		}
+	}
 }
