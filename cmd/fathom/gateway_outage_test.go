@@ -54,7 +54,9 @@ func TestNodeRidesOutAMinuteWithoutItsGateway(t *testing.T) {
 		}
 		return n
 	}
-	stored := func() int { return counter(gw.metricsURL(), "otelcol_exporter_sent_metric_points", `exporter="duckdb"`) }
+	stored := func() int {
+		return counter(gw.metricsURL(), "otelcol_exporter_sent_metric_points", `exporter="duckdb"`)
+	}
 	toGateway := `exporter="otlp_grpc/gateway"`
 	const points = 11
 	exportGauge(t, nodeOTLP, points)

@@ -34,7 +34,7 @@ func TestLoadConfig(t *testing.T) {
 		t.Fatalf("custom config: %+v", custom)
 	}
 	for name, wants := range map[string][]string{
-		"bad_signal": {`signals[0].worse is "sideways"; want "higher" or "lower"`, `signal "fathom.rank.device_wait.time" is listed twice`},
+		"bad_signal":   {`signals[0].worse is "sideways"; want "higher" or "lower"`, `signal "fathom.rank.device_wait.time" is listed twice`},
 		"bad_verdicts": {"`verdicts.queue_size` must be between 1 and 65536", "`verdicts.webhook.endpoint` \"ftp://example.com/hook\" is not an http(s) URL"},
 		"bad_numbers": {"`k` must be a finite number > 0", "`quorum` must be at least 3", "`persistence` needs 1 <= beyond <= of <= 64",
 			"`silent_after` must be at least `evaluation_interval`", "`forget_after` must be longer than `silent_after`"},
