@@ -112,7 +112,7 @@ bench: build
 # FATHOM_SOAK_ROWS (see cmd/fathom/soak_test.go).
 SOAK_DURATION ?= 30m
 soak: deps build
-	FATHOM_SOAK_DURATION=$(SOAK_DURATION) FATHOM_BIN=$(abspath $(BIN)) $(GO) test -count=1 -v -run '^TestSoak$$' -timeout 0 ./cmd/fathom
+	FATHOM_SOAK_DURATION=$(SOAK_DURATION) FATHOM_BIN=$(abspath $(BIN)) $(GO) test -tags duckdb_arrow,soak -count=1 -v -run '^TestSoak$$' -timeout 0 ./cmd/fathom
 
 # Until the demo lands: build and start a node collector on the example config.
 run-node: build
