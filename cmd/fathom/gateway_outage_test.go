@@ -60,7 +60,7 @@ func TestNodeRidesOutAMinuteWithoutItsGateway(t *testing.T) {
 	toGateway := `exporter="otlp_grpc/gateway"`
 	const points = 11
 	exportGauge(t, nodeOTLP, points)
-	waitFor(t, "the first export stored", 20*time.Second, func() bool { return stored() == points })
+	collectortest.WaitFor(t, "the first export stored", 20*time.Second, func() bool { return stored() == points })
 
 	if code := gateway.Terminate(t, 20*time.Second); code != 0 {
 		t.Fatalf("gateway exit code %d", code)
@@ -113,13 +113,3 @@ func TestNodeRidesOutAMinuteWithoutItsGateway(t *testing.T) {
 	}
 }
 
-func waitFor(t *testing.T, what string, timeout time.Duration, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", timeout, what)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
-}

@@ -21,6 +21,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
+	"github.com/fathom-gpu/fathom/internal/collectortest"
 	"github.com/fathom-gpu/fathom/internal/privtest"
 )
 
@@ -228,17 +229,6 @@ func printable(b []byte) string {
 	}, string(b))
 }
 
-// waitFor polls cond until it holds or the timeout passes.
-func waitFor(t *testing.T, what string, timeout time.Duration, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", timeout, what)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
 
 // sqlCount runs one count query through the gateway's Echo API.
 func (g *hostileGateway) sqlCount(t *testing.T, query string) (int, int) {
@@ -339,7 +329,7 @@ func TestDiskFullRefusesExportsAndRecoversWhenSpaceReturns(t *testing.T) {
 			return true
 		}
 	}
-	waitFor(t, "every node's first 10 batches", 30*time.Second, progress(10))
+	collectortest.WaitFor(t, "every node's first 10 batches", 30*time.Second, progress(10))
 	for _, n := range nodes {
 		if _, r := n.counts(); r != 0 {
 			t.Fatalf("%s refused before the disk filled: %v", n.name, n.refusals)
@@ -347,7 +337,7 @@ func TestDiskFullRefusesExportsAndRecoversWhenSpaceReturns(t *testing.T) {
 	}
 
 	filler := fillDisk(t, mnt)
-	waitFor(t, "every node to be refused", 30*time.Second, func() bool {
+	collectortest.WaitFor(t, "every node to be refused", 30*time.Second, func() bool {
 		for _, n := range nodes {
 			if _, r := n.counts(); r < 3 {
 				return false
@@ -391,7 +381,7 @@ func TestDiskFullRefusesExportsAndRecoversWhenSpaceReturns(t *testing.T) {
 	if err := os.Remove(filler); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "every node to be acknowledged again", 60*time.Second, func() bool {
+	collectortest.WaitFor(t, "every node to be acknowledged again", 60*time.Second, func() bool {
 		for _, n := range nodes {
 			if a, _ := n.counts(); a < ackedWhileFull[n.name]+5 {
 				return false
@@ -430,7 +420,7 @@ func TestFailedDiskRefusesExportsAndKeepsWhatWasAcknowledged(t *testing.T) {
 		}
 		wg.Wait()
 	}()
-	waitFor(t, "every node's first 10 batches", 30*time.Second, func() bool {
+	collectortest.WaitFor(t, "every node's first 10 batches", 30*time.Second, func() bool {
 		for _, n := range nodes {
 			if a, _ := n.counts(); a < 10 {
 				return false
@@ -440,7 +430,7 @@ func TestFailedDiskRefusesExportsAndKeepsWhatWasAcknowledged(t *testing.T) {
 	})
 
 	shutDownDisk(t, mnt)
-	waitFor(t, "every node to be refused", 30*time.Second, func() bool {
+	collectortest.WaitFor(t, "every node to be refused", 30*time.Second, func() bool {
 		for _, n := range nodes {
 			if _, r := n.counts(); r < 3 {
 				return false
