@@ -112,4 +112,3 @@ func TestNodeRidesOutAMinuteWithoutItsGateway(t *testing.T) {
 		}
 	}
 }
-

@@ -229,7 +229,6 @@ func printable(b []byte) string {
 	}, string(b))
 }
 
-
 // sqlCount runs one count query through the gateway's Echo API.
 func (g *hostileGateway) sqlCount(t *testing.T, query string) (int, int) {
 	t.Helper()
