@@ -69,16 +69,29 @@ func RepoRoot(t testing.TB) string {
 	return filepath.Join(filepath.Dir(file), "..", "..")
 }
 
-// FreePort returns a loopback TCP port that was free a moment ago.
+// FreePort returns a loopback TCP port that was free a moment ago, and never one it
+// returned before in this test process: the port is closed again at once, so the kernel
+// may hand it out a second time before the collector it was meant for binds it, and
+// two listeners of one test then collide.
 func FreePort(t testing.TB) int {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	for range 100 {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		port := l.Addr().(*net.TCPAddr).Port
+		l.Close()
+		if _, taken := givenPorts.LoadOrStore(port, true); !taken {
+			return port
+		}
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	t.Fatal("no loopback port that this test process has not handed out already")
+	return 0
 }
+
+// givenPorts are the ports FreePort has returned in this process.
+var givenPorts sync.Map
 
 // Addr returns "127.0.0.1:<free port>".
 func Addr(t testing.TB) string {
