@@ -2,8 +2,10 @@ package thresholdsextension
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"net/http"
-	"sync"
+	"strings"
 	"time"
 
 	"go.opentelemetry.io/collector/component"
@@ -19,18 +21,23 @@ import (
 )
 
 type thresholds struct {
-	cfg    *Config
-	logger *zap.Logger
+	cfg       *Config
+	logger    *zap.Logger
+	telemetry component.TelemetrySettings
 
-	mu   sync.Mutex
-	held map[pushback.Key]held
+	// held are the lines the node received, by push-back or by poll.
+	held *lineStore
+	// served are the lines the gateway wrote into answers, for the GET fallback; nil
+	// while it is off.
+	served *lineStore
+	// wanted are the lines the node's straggler processor asked for; nil unless the
+	// node polls.
+	wanted *wantedLines
 
-	written, leftOut, received, refused metric.Int64Counter
-}
+	getServer *getServer
+	poller    *poller
 
-type held struct {
-	t        pushback.Threshold
-	received time.Time
+	written, leftOut, received, refused, polls, getAnswers metric.Int64Counter
 }
 
 var (
@@ -44,7 +51,13 @@ var (
 
 func newThresholds(cfg *Config, set extension.Settings) (*thresholds, error) {
 	meter := set.MeterProvider.Meter("github.com/fathom-gpu/fathom/extension/thresholdsextension")
-	e := &thresholds{cfg: cfg, logger: set.Logger, held: map[pushback.Key]held{}}
+	e := &thresholds{cfg: cfg, logger: set.Logger, telemetry: set.TelemetrySettings, held: newLineStore(cfg.MaxHeld, cfg.TTL)}
+	if cfg.Server.NetAddr.Endpoint != "" {
+		e.served = newLineStore(cfg.MaxHeld, cfg.TTL)
+	}
+	if cfg.Poll.enabled() {
+		e.wanted = newWantedLines(cfg.MaxHeld, cfg.TTL)
+	}
 	var err error
 	counter := func(name, desc, unit string) metric.Int64Counter {
 		if err != nil {
@@ -55,14 +68,48 @@ func newThresholds(cfg *Config, set extension.Settings) (*thresholds, error) {
 		return c
 	}
 	e.written = counter("fathom_thresholds_written", "Thresholds written into answers to OTLP exports (gateway).", "{threshold}")
-	e.leftOut = counter("fathom_thresholds_left_out", "Thresholds left out of an answer because max_response_bytes was reached (gateway).", "{threshold}")
-	e.received = counter("fathom_thresholds_received", "Thresholds read from answers to this collector's exports (node).", "{threshold}")
-	e.refused = counter("fathom_thresholds_refused", "Thresholds in answers the node could not use, by reason: malformed, max_held.", "{threshold}")
+	e.leftOut = counter("fathom_thresholds_left_out", "Thresholds left out of an answer, to an OTLP export or to a GET, because max_response_bytes was reached (gateway).", "{threshold}")
+	e.received = counter("fathom_thresholds_received", "Thresholds read from answers to this collector's exports and polls (node).", "{threshold}")
+	e.refused = counter("fathom_thresholds_refused", "Thresholds this collector could not keep, by reason: malformed (node), max_held (node: received; gateway: kept for the GET fallback).", "{threshold}")
+	e.polls = counter("fathom_thresholds_polls", "GETs of a cohort's thresholds made because no answer to an export carried them within poll.interval (node), by outcome: found, none (the gateway has no line for the cohort), failed.", "{request}")
+	e.getAnswers = counter("fathom_thresholds_served", "Answers to GETs of a cohort's thresholds (gateway), by outcome: found, not_found, bad_request.", "{request}")
 	return e, err
 }
 
-func (e *thresholds) Start(context.Context, component.Host) error { return nil }
-func (e *thresholds) Shutdown(context.Context) error              { return nil }
+// Start opens the gateway's GET fallback and starts the node's poller, where configured.
+func (e *thresholds) Start(ctx context.Context, host component.Host) error {
+	if e.served != nil {
+		s, err := e.startGETServer(ctx, host)
+		if err != nil {
+			return err
+		}
+		e.getServer = s
+	}
+	if e.wanted != nil {
+		client, err := e.cfg.Poll.ClientConfig.ToClient(ctx, host.GetExtensions(), e.telemetry)
+		if err != nil {
+			return errors.Join(fmt.Errorf("thresholds: `poll`: %w", err), e.Shutdown(ctx))
+		}
+		pollCtx, cancel := context.WithCancel(context.Background())
+		e.poller = &poller{e: e, url: strings.TrimSuffix(e.cfg.Poll.ClientConfig.Endpoint, "/") + thresholdsPath,
+			client: client, cancel: cancel, done: make(chan struct{})}
+		go e.poller.run(pollCtx)
+	}
+	return nil
+}
+
+func (e *thresholds) Shutdown(ctx context.Context) error {
+	if e.poller != nil {
+		e.poller.shutdown()
+		e.poller = nil
+	}
+	if e.getServer != nil {
+		err := e.getServer.shutdown(ctx)
+		e.getServer = nil
+		return err
+	}
+	return nil
+}
 
 // ---- gateway side ----
 
@@ -89,7 +136,7 @@ type headerWriter struct {
 func (w *headerWriter) WriteHeader(code int) {
 	if !w.written {
 		w.written = true
-		if v := w.e.encode(w.ctx, w.resp); v != "" {
+		if v := w.e.answer(w.ctx, w.resp); v != "" {
 			w.Header().Set(pushback.HTTPHeader, v)
 		}
 	}
@@ -112,7 +159,7 @@ func (e *thresholds) GetGRPCServerOptions(context.Context) ([]grpc.ServerOption,
 	return []grpc.ServerOption{grpc.ChainUnaryInterceptor(func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 		ctx, resp := pushback.NewContext(ctx)
 		out, err := handler(ctx, req)
-		if v := e.encode(ctx, resp); v != "" {
+		if v := e.answer(ctx, resp); v != "" {
 			if herr := grpc.SetHeader(ctx, metadata.Pairs(pushback.MetadataKey, v)); herr != nil {
 				e.logger.Debug("thresholds header not set", zap.Error(herr))
 			}
@@ -121,10 +168,19 @@ func (e *thresholds) GetGRPCServerOptions(context.Context) ([]grpc.ServerOption,
 	})}, nil
 }
 
-func (e *thresholds) encode(ctx context.Context, resp *pushback.Response) string {
+// answer encodes what the pipeline collected for one request's answer, and keeps it for
+// the GET fallback.
+func (e *thresholds) answer(ctx context.Context, resp *pushback.Response) string {
 	ts := resp.Thresholds()
 	if len(ts) == 0 {
 		return ""
+	}
+	if e.served != nil {
+		// All of them, those that do not fit in this answer too: a GET may ask for
+		// any cohort of the request.
+		if refused := e.served.put(ts, time.Now(), false); refused > 0 {
+			e.refused.Add(ctx, int64(refused), metric.WithAttributes(attribute.String("reason", "max_held")))
+		}
 	}
 	v, left := pushback.Encode(ts, e.cfg.MaxResponseBytes)
 	if n := len(ts) - left; n > 0 {
@@ -146,7 +202,7 @@ func (e *thresholds) GetHTTPRoundTripper(context.Context) (extensionmiddleware.W
 			resp, err := next.RoundTrip(r)
 			if err == nil {
 				if v := resp.Header.Get(pushback.HTTPHeader); v != "" {
-					e.take(r.Context(), v)
+					_ = e.take(r.Context(), v, true)
 				}
 			}
 			return resp, err
@@ -166,56 +222,35 @@ func (e *thresholds) GetGRPCClientOptions(context.Context) ([]grpc.DialOption, e
 		var md metadata.MD
 		err := invoker(ctx, method, req, reply, cc, append(opts, grpc.Header(&md))...)
 		if vs := md.Get(pushback.MetadataKey); len(vs) > 0 {
-			e.take(ctx, vs[len(vs)-1])
+			_ = e.take(ctx, vs[len(vs)-1], true)
 		}
 		return err
 	})}, nil
 }
 
-// take stores what one answer carried; a malformed value changes nothing.
-func (e *thresholds) take(ctx context.Context, v string) {
+// take keeps what one answer carried (pushed: an answer to an export, else to a poll);
+// a malformed value changes nothing.
+func (e *thresholds) take(ctx context.Context, v string, pushed bool) error {
 	ts, err := pushback.Decode(v)
 	if err != nil {
 		e.refused.Add(ctx, 1, metric.WithAttributes(attribute.String("reason", "malformed")))
 		e.logger.Debug("thresholds in an answer were not readable", zap.Error(err))
-		return
+		return err
 	}
-	now := time.Now()
-	refused := 0
-	e.mu.Lock()
-	for _, t := range ts {
-		k := t.Key()
-		if _, ok := e.held[k]; !ok && len(e.held) >= e.cfg.MaxHeld {
-			e.evictExpired(now)
-			if len(e.held) >= e.cfg.MaxHeld {
-				refused++
-				continue
-			}
-		}
-		e.held[k] = held{t: t, received: now}
-	}
-	e.mu.Unlock()
+	refused := e.held.put(ts, time.Now(), pushed)
 	e.received.Add(ctx, int64(len(ts)-refused))
 	if refused > 0 {
 		e.refused.Add(ctx, int64(refused), metric.WithAttributes(attribute.String("reason", "max_held")))
 	}
+	return nil
 }
 
-func (e *thresholds) evictExpired(now time.Time) {
-	for k, h := range e.held {
-		if now.Sub(h.received) > e.cfg.TTL {
-			delete(e.held, k)
-		}
-	}
-}
-
-// Threshold implements pushback.Source.
+// Threshold implements pushback.Source. The node's straggler processor asks for the
+// line of every cohort and signal of its ranks at each evaluation: which is how the
+// poller learns what to fetch when push-back is absent.
 func (e *thresholds) Threshold(k pushback.Key, now time.Time) (pushback.Threshold, bool) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	h, ok := e.held[k]
-	if !ok || now.Sub(h.received) > e.cfg.TTL {
-		return pushback.Threshold{}, false
+	if e.wanted != nil {
+		e.wanted.ask(k, now)
 	}
-	return h.t, true
+	return e.held.get(k, now)
 }

@@ -5,6 +5,8 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"reflect"
+	"strings"
 	"testing"
 	"time"
 
@@ -106,12 +108,12 @@ func TestTheNodeKeepsWhatItHasOnBadAnswers(t *testing.T) {
 	cfg.MaxHeld = 1
 	node := newExt(t, cfg)
 	good, _ := pushback.Encode([]pushback.Threshold{line}, 1024)
-	node.take(context.Background(), good)
-	node.take(context.Background(), "v1.garbage!")
+	_ = node.take(context.Background(), good, true)
+	_ = node.take(context.Background(), "v1.garbage!", true)
 	other := line
 	other.Cohort = "comm-2"
 	both, _ := pushback.Encode([]pushback.Threshold{line, other}, 1024)
-	node.take(context.Background(), both)
+	_ = node.take(context.Background(), both, true)
 	if _, ok := node.Threshold(line.Key(), time.Now()); !ok {
 		t.Error("the held threshold was lost")
 	}
@@ -122,8 +124,13 @@ func TestTheNodeKeepsWhatItHasOnBadAnswers(t *testing.T) {
 
 func TestLoadConfig(t *testing.T) {
 	def, err := configtest.Load[*Config](t, NewFactory(), "")
-	if err != nil || *def != *createDefaultConfig() {
+	if err != nil || !reflect.DeepEqual(def, createDefaultConfig()) {
 		t.Fatalf("default: %+v %v", def, err)
+	}
+	// Defaults of the existing keys are unchanged; both fallbacks are off.
+	if def.TTL != 2*time.Minute || def.MaxResponseBytes != 1024 || def.MaxHeld != 256 ||
+		def.Server.NetAddr.Endpoint != "" || def.Poll.ClientConfig.Endpoint != "" {
+		t.Fatalf("default: %+v", def)
 	}
 	custom, err := configtest.Load[*Config](t, NewFactory(), "custom")
 	if err != nil || custom.TTL != 30*time.Second || custom.MaxResponseBytes != 2048 || custom.MaxHeld != 16 {
@@ -131,5 +138,33 @@ func TestLoadConfig(t *testing.T) {
 	}
 	if _, err := configtest.Load[*Config](t, NewFactory(), "bad"); err == nil {
 		t.Fatal("bad config accepted")
+	}
+	gateway, err := configtest.Load[*Config](t, NewFactory(), "gateway")
+	if err != nil || gateway.Server.NetAddr.Endpoint != "0.0.0.0:4319" || gateway.MaxHeld != 4096 || gateway.Poll.ClientConfig.Endpoint != "" {
+		t.Fatalf("gateway: %+v %v", gateway, err)
+	}
+	node, err := configtest.Load[*Config](t, NewFactory(), "node")
+	if err != nil || node.Poll.ClientConfig.Endpoint != "http://gateway:4319" || node.Poll.Interval != 10*time.Second ||
+		node.Poll.Jitter != 0.3 || node.Poll.ClientConfig.Timeout != 2*time.Second || node.Server.NetAddr.Endpoint != "" {
+		t.Fatalf("node: %+v %v", node, err)
+	}
+}
+
+// Each fallback mistake is named in the words of the YAML.
+func TestValidateNamesEachFallbackMistake(t *testing.T) {
+	_, err := configtest.Load[*Config](t, NewFactory(), "bad_fallback")
+	if err == nil {
+		t.Fatal("bad fallback config accepted")
+	}
+	for _, want := range []string{
+		"`server.endpoint` \"gateway\" is not host:port",
+		"`poll.endpoint` \"gateway:4319?cohort=x\" must be the http:// or https:// URL",
+		"`poll.interval` must be > 0 and shorter than `ttl` (10s)",
+		"`poll.jitter` must be at least 0 and below 1",
+		"`poll.timeout` must be > 0",
+	} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not say %q", err, want)
+		}
 	}
 }

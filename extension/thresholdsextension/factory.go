@@ -2,7 +2,10 @@
 // straggler loop. As server middleware on the gateway's otlp receiver it writes the
 // current straggler thresholds of the cohorts in each export into the answer; as client
 // middleware on a node's otlp exporter it reads them from every answer and holds them,
-// until their TTL, for the node's straggler processor. See docs/straggler.md.
+// until their TTL, for the node's straggler processor. Where an answer arrives without
+// them, a GET fallback does the same: the gateway serves each cohort's lines over HTTP,
+// and the node polls it, with jitter, for the cohorts push-back does not bring. See
+// docs/straggler.md.
 package thresholdsextension
 
 //go:generate go tool mdatagen metadata.yaml

@@ -143,6 +143,8 @@ func (r *Response) Thresholds() []Threshold {
 // their TTL. The straggler processor in node mode finds it among the extensions.
 type Source interface {
 	// Threshold returns the cohort's line for the signal, and whether one is held
-	// (received and not older than the TTL at now).
+	// (received and not older than the TTL at now). The processor asks for every
+	// cohort and signal of its ranks at each evaluation, held or not: that is how a
+	// source that polls the gateway when push-back is absent learns what to ask for.
 	Threshold(k Key, now time.Time) (Threshold, bool)
 }

@@ -1,0 +1,121 @@
+package thresholdsextension
+
+import (
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/fathom-gpu/fathom/internal/pushback"
+)
+
+// cohortID names one cohort: what the GET fallback is asked for.
+type cohortID struct{ cluster, cohort string }
+
+// lineStore keeps at most max lines, one per cohort and signal, each until ttl after it
+// was last renewed. The node keeps the lines it receives in one; the gateway keeps the
+// lines it wrote into answers in another, which the GET fallback serves.
+type lineStore struct {
+	max int
+	ttl time.Duration
+
+	mu sync.Mutex
+	// byCohort is indexed by cohort first, so that a GET finds a cohort's lines without
+	// knowing its signals or walking every line.
+	byCohort map[cohortID]map[string]storedLine
+	n        int
+}
+
+type storedLine struct {
+	t pushback.Threshold
+	// renewed is when the line last arrived (node) or was last written into an answer
+	// (gateway); the TTL counts from it.
+	renewed time.Time
+	// pushed is when an export's answer last carried the line (node); zero for a line
+	// that only ever came by GET. The poller asks for what push-back does not bring.
+	pushed time.Time
+}
+
+func newLineStore(maxLines int, ttl time.Duration) *lineStore {
+	return &lineStore{max: maxLines, ttl: ttl, byCohort: map[cohortID]map[string]storedLine{}}
+}
+
+// put keeps ts, renewed at now; pushed says they came in an answer to an export. A line
+// of a new cohort and signal is refused once max lines are held and none has expired;
+// put returns how many were.
+func (s *lineStore) put(ts []pushback.Threshold, now time.Time, pushed bool) (refused int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, t := range ts {
+		id := cohortID{t.Cluster, t.Cohort}
+		old, ok := s.byCohort[id][t.Signal]
+		if !ok && s.n >= s.max {
+			s.dropExpired(now)
+			if s.n >= s.max {
+				refused++
+				continue
+			}
+		}
+		l := storedLine{t: t, renewed: now, pushed: old.pushed}
+		if pushed {
+			l.pushed = now
+		}
+		signals := s.byCohort[id]
+		if signals == nil {
+			signals = map[string]storedLine{}
+			s.byCohort[id] = signals
+		}
+		if !ok {
+			s.n++
+		}
+		signals[t.Signal] = l
+	}
+	return refused
+}
+
+func (s *lineStore) dropExpired(now time.Time) {
+	for id, signals := range s.byCohort {
+		for signal, l := range signals {
+			if now.Sub(l.renewed) > s.ttl {
+				delete(signals, signal)
+				s.n--
+			}
+		}
+		if len(signals) == 0 {
+			delete(s.byCohort, id)
+		}
+	}
+}
+
+// get returns the line of k if one was renewed within the TTL at now.
+func (s *lineStore) get(k pushback.Key, now time.Time) (pushback.Threshold, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	l, ok := s.byCohort[cohortID{k.Cluster, k.Cohort}][k.Signal]
+	if !ok || now.Sub(l.renewed) > s.ttl {
+		return pushback.Threshold{}, false
+	}
+	return l.t, true
+}
+
+// pushedSince says whether an export's answer carried the line of k at or after since.
+func (s *lineStore) pushedSince(k pushback.Key, since time.Time) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	l, ok := s.byCohort[cohortID{k.Cluster, k.Cohort}][k.Signal]
+	return ok && !l.pushed.IsZero() && !l.pushed.Before(since)
+}
+
+// cohort returns the lines of one cohort renewed within the TTL at now, by signal.
+func (s *lineStore) cohort(id cohortID, now time.Time) []pushback.Threshold {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []pushback.Threshold
+	for _, l := range s.byCohort[id] {
+		if now.Sub(l.renewed) <= s.ttl {
+			out = append(out, l.t)
+		}
+	}
+	slices.SortFunc(out, func(a, b pushback.Threshold) int { return strings.Compare(a.Signal, b.Signal) })
+	return out
+}

@@ -1,0 +1,235 @@
+package thresholdsextension
+
+import (
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/fathom-gpu/fathom/internal/collectortest"
+	"github.com/fathom-gpu/fathom/internal/pushback"
+)
+
+// nodeConfig polls getURL's server every interval ±jitter.
+func nodeConfig(gatewayGET string, interval time.Duration, jitter float64) *Config {
+	cfg := createDefaultConfig()
+	cfg.Poll.ClientConfig.Endpoint = gatewayGET
+	cfg.Poll.Interval = interval
+	cfg.Poll.Jitter = jitter
+	return cfg
+}
+
+// getRecorder sits between the node and the gateway's thresholds server and notes
+// when each GET arrived and what it asked.
+type getRecorder struct {
+	mu      sync.Mutex
+	arrived []time.Time
+	queries []string
+}
+
+func (r *getRecorder) start(t *testing.T, gateway *thresholds) string {
+	t.Helper()
+	target, _ := url.Parse("http://" + gateway.cfg.Server.NetAddr.Endpoint)
+	proxy := httputil.NewSingleHostReverseProxy(target)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		r.mu.Lock()
+		r.arrived = append(r.arrived, time.Now())
+		r.queries = append(r.queries, req.URL.Path+"?"+req.URL.RawQuery)
+		r.mu.Unlock()
+		proxy.ServeHTTP(w, req)
+	}))
+	t.Cleanup(srv.Close)
+	return srv.URL
+}
+
+func (r *getRecorder) gets() ([]time.Time, []string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]time.Time(nil), r.arrived...), append([]string(nil), r.queries...)
+}
+
+// headerStripper is a proxy in front of the gateway's otlp endpoint that drops the
+// push-back header from every answer, as some ingress proxies drop unknown headers.
+func headerStripper(t *testing.T, exportURL string) string {
+	t.Helper()
+	target, _ := url.Parse(exportURL)
+	target.Path = ""
+	proxy := httputil.NewSingleHostReverseProxy(target)
+	proxy.ModifyResponse = func(resp *http.Response) error {
+		resp.Header.Del(pushback.HTTPHeader)
+		return nil
+	}
+	srv := httptest.NewServer(proxy)
+	t.Cleanup(srv.Close)
+	return srv.URL + "/v1/metrics"
+}
+
+// nodeClient is the node's otlp exporter's HTTP client, with the client middleware.
+func nodeClient(t *testing.T, node *thresholds) *http.Client {
+	t.Helper()
+	wrap, err := node.GetHTTPRoundTripper(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	rt, err := wrap(t.Context(), http.DefaultTransport)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &http.Client{Transport: rt}
+}
+
+// While every export's answer carries the cohort's line, the node never polls: not one
+// GET over ten intervals, while its straggler processor keeps asking for the line.
+func TestPushbackPresentMeansNoPolls(t *testing.T) {
+	gateway, _ := startedExt(t, gatewayConfig(t))
+	exportURL := otlpBehind(t, gateway, line)
+	var rec getRecorder
+	const interval = 100 * time.Millisecond
+	node, tel := startedExt(t, nodeConfig(rec.start(t, gateway), interval, 0.2))
+	client := nodeClient(t, node)
+
+	for end := time.Now().Add(10 * interval); time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
+		if resp := export(t, client, exportURL); resp.Header.Get(pushback.HTTPHeader) == "" {
+			t.Fatal("the answer carries no push-back")
+		}
+		if got, ok := node.Threshold(line.Key(), time.Now()); !ok || got != line {
+			t.Fatalf("node holds %+v (%v); want %+v", got, ok, line)
+		}
+	}
+	if arrived, _ := rec.gets(); len(arrived) != 0 {
+		t.Errorf("%d GETs with push-back present; want none", len(arrived))
+	}
+	if n := counted(t, tel, "fathom_thresholds_polls", "", ""); n != 0 {
+		t.Errorf("fathom_thresholds_polls = %d; want 0", n)
+	}
+}
+
+// With a proxy that strips the push-back header, the node polls the gateway for its
+// cohort, each GET interval·(1±jitter) after the previous round, not in step; it then
+// holds exactly the gateway's line.
+func TestAbsentPushbackIsPolledWithJitter(t *testing.T) {
+	gateway, _ := startedExt(t, gatewayConfig(t))
+	stripped := headerStripper(t, otlpBehind(t, gateway, line))
+	var rec getRecorder
+	const (
+		interval = 150 * time.Millisecond
+		jitter   = 0.4
+		polls    = 7
+	)
+	node, tel := startedExt(t, nodeConfig(rec.start(t, gateway), interval, jitter))
+	client := nodeClient(t, node)
+	if resp := export(t, client, stripped); resp.Header.Get(pushback.HTTPHeader) != "" {
+		t.Fatal("the proxy let the push-back through")
+	}
+	if _, ok := node.Threshold(line.Key(), time.Now()); ok {
+		t.Fatal("the node holds a line push-back never brought")
+	}
+	collectortest.WaitFor(t, "seven polls", 20*interval, func() bool {
+		node.Threshold(line.Key(), time.Now()) // as the straggler processor does every evaluation
+		arrived, _ := rec.gets()
+		return len(arrived) >= polls
+	})
+	arrived, queries := rec.gets()
+	for i, q := range queries {
+		if q != "/v1/thresholds?cluster=c1&cohort=comm-1" {
+			t.Errorf("GET %d asked %q", i, q)
+		}
+	}
+	lo, hi := time.Duration(float64(interval)*(1-jitter)), time.Duration(float64(interval)*(1+jitter))
+	shortest, longest := time.Hour, time.Duration(0)
+	for i := 1; i < polls; i++ {
+		gap := arrived[i].Sub(arrived[i-1])
+		shortest, longest = min(shortest, gap), max(longest, gap)
+		// A round's wait starts when its GET is answered, so a gap is never below the
+		// shortest wait; above the longest it is only by the time a GET takes.
+		if gap < lo || gap > hi+50*time.Millisecond {
+			t.Errorf("gap %d is %v; want within [%v, %v] (+50ms for the GET itself)", i, gap, lo, hi)
+		}
+	}
+	// Six waits drawn from a 120 ms wide range all within 10 ms of each other would
+	// be a poller that does not jitter (odds about 1 in 40,000).
+	if longest-shortest < 10*time.Millisecond {
+		t.Errorf("gaps from %v to %v: the polls are in step", shortest, longest)
+	}
+	if got, ok := node.Threshold(line.Key(), time.Now()); !ok || got != line {
+		t.Fatalf("node holds %+v (%v); want %+v", got, ok, line)
+	}
+	if found := counted(t, tel, "fathom_thresholds_polls", "outcome", pollFound); found < polls {
+		t.Errorf("fathom_thresholds_polls{outcome=found} = %d; want at least %d", found, polls)
+	}
+}
+
+// With the gateway gone, polls fail (counted) and the node keeps the last line, exactly,
+// until its TTL; then it says it has none.
+func TestUnreachableGatewayKeepsLinesUntilTheirTTL(t *testing.T) {
+	gateway, _ := startedExt(t, gatewayConfig(t))
+	export(t, http.DefaultClient, otlpBehind(t, gateway, line)) // answered, but not to the node
+	cfg := nodeConfig("http://"+gateway.cfg.Server.NetAddr.Endpoint, 100*time.Millisecond, 0.2)
+	cfg.TTL = time.Second
+	node, tel := startedExt(t, cfg)
+	collectortest.WaitFor(t, "the node to hold the polled line", 5*time.Second, func() bool {
+		_, ok := node.Threshold(line.Key(), time.Now())
+		return ok
+	})
+
+	if err := gateway.Shutdown(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	down := time.Now()
+	collectortest.WaitFor(t, "a failed poll", 5*time.Second, func() bool {
+		node.Threshold(line.Key(), time.Now())
+		return counted(t, tel, "fathom_thresholds_polls", "outcome", pollFailed) > 0
+	})
+	// Polled no earlier than down - interval·1.2, so held at least until then + TTL.
+	time.Sleep(time.Until(down.Add(cfg.TTL / 2)))
+	if got, ok := node.Threshold(line.Key(), time.Now()); !ok || got != line {
+		t.Fatalf("half a TTL after the gateway went: node holds %+v (%v); want %+v", got, ok, line)
+	}
+	time.Sleep(time.Until(down.Add(cfg.TTL + 100*time.Millisecond)))
+	if got, ok := node.Threshold(line.Key(), time.Now()); ok {
+		t.Fatalf("past the TTL the node still holds %+v", got)
+	}
+}
+
+// Each wait is drawn uniformly from interval·(1±jitter).
+func TestJitteredSpreadsOverTheRange(t *testing.T) {
+	for _, c := range []struct {
+		jitter, u float64
+		want      time.Duration
+	}{
+		{0.2, 0, 80 * time.Millisecond},
+		{0.2, 0.5, 100 * time.Millisecond},
+		{0.2, 0.75, 110 * time.Millisecond},
+		{0.5, 0.25, 75 * time.Millisecond},
+		{0, 0.9, 100 * time.Millisecond},
+	} {
+		if got := jittered(100*time.Millisecond, c.jitter, c.u); got != c.want {
+			t.Errorf("jittered(100ms, %v, %v) = %v; want %v", c.jitter, c.u, got, c.want)
+		}
+	}
+	if got := jittered(100*time.Millisecond, 0.2, 0.9999999); got >= 120*time.Millisecond {
+		t.Errorf("the longest wait is %v; want under 120ms", got)
+	}
+}
+
+// The node polls only the cohorts its straggler processor asked about, at most max_held
+// lines of them; one the processor stopped asking about is forgotten after the TTL.
+func TestWantedLinesAreBounded(t *testing.T) {
+	w := newWantedLines(2, time.Minute)
+	now := time.Now()
+	a, b, c := line.Key(), launchLine.Key(), otherCohortLine.Key()
+	w.ask(a, now)
+	w.ask(b, now)
+	w.ask(c, now)
+	if got := w.keys(now); len(got) != 2 || (got[0] != a && got[1] != a) || (got[0] != b && got[1] != b) {
+		t.Fatalf("wanted %v; want %v and %v", got, a, b)
+	}
+	w.ask(a, now.Add(time.Minute))
+	w.ask(c, now.Add(time.Minute+time.Second))
+	if got := w.keys(now.Add(time.Minute + time.Second)); len(got) != 2 || (got[0] != a && got[1] != a) || (got[0] != c && got[1] != c) {
+		t.Fatalf("after b was not asked for a TTL: wanted %v; want %v and %v", got, a, c)
+	}
+}
