@@ -106,9 +106,15 @@ lint:
 	$(GO) tool staticcheck ./...
 
 # One package at a time: benchmarks of two packages running at once on a small machine
-# would measure each other.
+# would measure each other. Then the straggler loop's detection report on a real job
+# under BPF (needs root; ~20 min; processor/stragglerprocessor/detection_bench_test.go),
+# written to build/straggler-bench.md. BENCH_TRIALS and BENCH_SLOWDOWNS change it.
+BENCH_TRIALS ?= 20
+BENCH_SLOWDOWNS ?= 20,10,5
 bench: build
 	$(GO) test -p 1 -run '^$$' -bench . -benchmem ./...
+	FATHOM_BENCH_TRIALS=$(BENCH_TRIALS) FATHOM_BENCH_SLOWDOWNS=$(BENCH_SLOWDOWNS) FATHOM_BIN=$(abspath $(BIN)) \
+	  $(GO) test -tags duckdb_arrow,bench -count=1 -v -run '^TestStragglerDetectionReport$$' -timeout 0 ./processor/stragglerprocessor
 
 # The soak (not in CI): a node collector under ~100k CUDA calls/s from fake GPU
 # workloads and a gateway under a steady OTLP ingest, both on the example configs, for

@@ -235,6 +235,9 @@ struct call_entry {
 struct thread_calls {
 	__u32 proc_slot;  /* the process's call statistics (cuda.bpf.c), NO_PROC_SLOT if none */
 	__u32 _pad;
+	/* When a call that waits for the device (device_wait_apis) last returned on this
+	 * thread, 0 = never: the NCCL probes measure a collective's host lead from it. */
+	__u64 last_wait_return;
 	struct call_entry calls[API_SLOTS];
 };
 
@@ -337,6 +340,7 @@ struct nccl_call_event {
 	__u64 bytes;              /* count x element size */
 	__u64 stream;             /* cudaStream_t */
 	__u64 seq;                /* collectives: per (comm, rank); send/recv: per (comm, peer, direction) */
+	__u64 host_lead_ns;       /* entry minus the thread's last return from a device wait; 0 = none seen */
 	__s32 rank;               /* in the communicator; -1 = unknown */
 	__s32 nranks;             /* -1 = unknown */
 	__s32 peer;               /* send/recv peer, broadcast/reduce root; -1 otherwise */

@@ -23,6 +23,10 @@ const volatile bool trace_all_cuda = true;
  * takes everything longer. */
 const volatile __u64 duration_bounds[DURATION_BOUNDS];
 
+/* Set by the loader: bit N is set when API N blocks the host until the device has done
+ * the work queued before it (syncs, blocking copies, frees); probes.DeviceWaitAPIs. */
+const volatile __u64 device_wait_apis;
+
 /* Set by the loader: how many of the PROC_SLOTS slots are used (tests use fewer). */
 const volatile __u32 proc_slots_used = PROC_SLOTS;
 
@@ -403,8 +407,11 @@ int BPF_KRETPROBE(leave_call)
 		count_drop(DROP_ENTRY_MISSING); /* attached while the call was in flight */
 		return 0;
 	}
-	__u64 ns = bpf_ktime_get_ns() - e->ts;
+	__u64 now = bpf_ktime_get_ns();
+	__u64 ns = now - e->ts;
 	__s32 ret = (__s32)PT_REGS_RC(ctx);
+	if (device_wait_apis & (1ull << (api & 63)))
+		tc->last_wait_return = now;
 	bool counted = count_call(tc, api, e, ns, ret);
 	__u64 *threshold = bpf_map_lookup_elem(&notable_ns, &api);
 	if (!counted || ret || (threshold && ns >= *threshold)) {

@@ -41,6 +41,7 @@ struct nccl_entry {
 	__u8 datatype;
 	__u8 redop;
 	__u8 _pad[6];
+	__u64 host_lead; /* entry minus the thread's last return from a device wait, 0 = none */
 };
 
 struct nccl_thread {
@@ -133,6 +134,10 @@ static __always_inline struct nccl_entry *begin(struct pt_regs *ctx, struct nccl
 		return NULL;
 	struct nccl_entry *e = &t->calls[api & (NCCL_SLOTS - 1)];
 	e->ts = bpf_ktime_get_ns();
+	/* The CUDA probes keep when this thread last came back from waiting for the device
+	 * (shared task storage): the time since is the host's lead into this call. */
+	struct thread_calls *tc = bpf_task_storage_get(&thread_calls, task, 0, 0);
+	e->host_lead = tc && tc->last_wait_return && tc->last_wait_return < e->ts ? e->ts - tc->last_wait_return : 0;
 	e->comm = 0;
 	e->count = 0;
 	e->stream = 0;
@@ -443,6 +448,7 @@ int BPF_KRETPROBE(leave_nccl)
 	ev->bytes = e->count * type_size(e->datatype);
 	ev->stream = e->stream;
 	ev->seq = 0;
+	ev->host_lead_ns = e->host_lead;
 	ev->rank = -1;
 	ev->nranks = -1;
 	ev->peer = e->peer;

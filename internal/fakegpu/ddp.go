@@ -25,6 +25,9 @@ type Slowness struct {
 	// kernel of Delay: a slow device, which delays every rank's sync alike).
 	Mode    string
 	Threads int
+	// WhileFile, when set, makes the rank slow only in steps that start while this file
+	// exists: a test or benchmark turns the slowdown on and off mid-run, and knows when.
+	WhileFile string
 }
 
 // NCCL modes of the fake libnccl (FAKENCCL_MODE).
@@ -48,9 +51,13 @@ type DDPOptions struct {
 	OptimizerKernels int
 	KernelTime       time.Duration // default 50us
 	HostCompute      time.Duration // host CPU work per step on every rank
-	Slow             *Slowness
-	RingBytes        int64 // per-step send/recv ring exchange
-	IB               bool  // a verbs async-event thread per rank
+	// HostComputeSleeps makes host work (HostCompute and a compute Slowness) sleep
+	// instead of spin, as if each rank had cores of its own: on a machine with fewer
+	// cores than ranks, spinning ranks share them and a rank's extra work is diluted.
+	HostComputeSleeps bool
+	Slow              *Slowness
+	RingBytes         int64 // per-step send/recv ring exchange
+	IB                bool  // a verbs async-event thread per rank
 	// NCCLMode is NCCLAsync (the default when empty) or NCCLBlocking.
 	NCCLMode string
 	// Gate makes StartDDP return once every rank waits at its gate, before any CUDA or
@@ -86,6 +93,12 @@ func (o DDPOptions) Args() []string {
 			args = append(args, "--slow-mode", s.Mode)
 		}
 		num("slow-threads", int64(s.Threads))
+		if s.WhileFile != "" {
+			args = append(args, "--slow-while-file", s.WhileFile)
+		}
+	}
+	if o.HostComputeSleeps {
+		args = append(args, "--host-compute-sleep")
 	}
 	num("ring-bytes", o.RingBytes)
 	if o.IB {

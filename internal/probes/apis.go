@@ -72,6 +72,29 @@ var APIs = []API{
 // APICount bounds API IDs: every ID is in [1, APICount).
 const APICount = int(cudaCudaApiAPI_COUNT)
 
+// DeviceWaitAPIs are the calls that block the host until the device has done the work
+// queued before them: what a rank spends in them is its device wait, and the return
+// from one is where its host lead into the next collective starts. cudaMemcpy counts
+// whole (its rare device-to-device form does not block); the driver's
+// device-to-device copy does not block and is left out.
+var DeviceWaitAPIs = []string{
+	"cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize", "cudaMemcpy", "cudaFree",
+	"cuStreamSynchronize", "cuCtxSynchronize", "cuMemcpy", "cuMemcpyHtoD_v2", "cuMemcpyDtoH_v2", "cuMemFree_v2",
+}
+
+// deviceWaitMask is DeviceWaitAPIs as the bit set the CUDA probes read (bit N: API N).
+func deviceWaitMask() uint64 {
+	var mask uint64
+	for _, name := range DeviceWaitAPIs {
+		for _, a := range APIs {
+			if a.Symbol == name {
+				mask |= 1 << a.ID
+			}
+		}
+	}
+	return mask
+}
+
 var apiNames = func() [APICount]string {
 	var names [APICount]string
 	for _, a := range APIs {

@@ -136,10 +136,11 @@ type cudaProcessIdentityEvent struct {
 }
 
 type cudaThreadCalls struct {
-	_        structs.HostLayout
-	ProcSlot uint32
-	Pad      uint32
-	Calls    [64]struct {
+	_              structs.HostLayout
+	ProcSlot       uint32
+	Pad            uint32
+	LastWaitReturn uint64
+	Calls          [64]struct {
 		_      structs.HostLayout
 		Ts     uint64
 		Sp     uint64
@@ -179,6 +180,7 @@ const (
 	cudaProgEnterNoArgs               = "enter_no_args"
 	cudaProgEnterStreamHandle         = "enter_stream_handle"
 	cudaProgLeaveCall                 = "leave_call"
+	cudaVarDeviceWaitApis             = "device_wait_apis"
 	cudaVarDurationBounds             = "duration_bounds"
 	cudaVarProcSlotsUsed              = "proc_slots_used"
 	cudaVarTraceAllCuda               = "trace_all_cuda"
@@ -266,6 +268,7 @@ type cudaMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type cudaVariableSpecs struct {
+	DeviceWaitApis             *ebpf.VariableSpec `ebpf:"device_wait_apis"`
 	DurationBounds             *ebpf.VariableSpec `ebpf:"duration_bounds"`
 	ProcSlotsUsed              *ebpf.VariableSpec `ebpf:"proc_slots_used"`
 	TraceAllCuda               *ebpf.VariableSpec `ebpf:"trace_all_cuda"`
@@ -325,6 +328,7 @@ func (m *cudaMaps) Close() error {
 //
 // It can be passed to loadCudaObjects or ebpf.CollectionSpec.LoadAndAssign.
 type cudaVariables struct {
+	DeviceWaitApis             *ebpf.Variable `ebpf:"device_wait_apis"`
 	DurationBounds             *ebpf.Variable `ebpf:"duration_bounds"`
 	ProcSlotsUsed              *ebpf.Variable `ebpf:"proc_slots_used"`
 	TraceAllCuda               *ebpf.Variable `ebpf:"trace_all_cuda"`

@@ -113,10 +113,11 @@ type hostTcpRetransmitEvent struct {
 }
 
 type hostThreadCalls struct {
-	_        structs.HostLayout
-	ProcSlot uint32
-	Pad      uint32
-	Calls    [64]struct {
+	_              structs.HostLayout
+	ProcSlot       uint32
+	Pad            uint32
+	LastWaitReturn uint64
+	Calls          [64]struct {
 		_      structs.HostLayout
 		Ts     uint64
 		Sp     uint64

@@ -42,10 +42,11 @@ const (
 )
 
 type libmapThreadCalls struct {
-	_        structs.HostLayout
-	ProcSlot uint32
-	Pad      uint32
-	Calls    [64]struct {
+	_              structs.HostLayout
+	ProcSlot       uint32
+	Pad            uint32
+	LastWaitReturn uint64
+	Calls          [64]struct {
 		_      structs.HostLayout
 		Ts     uint64
 		Sp     uint64

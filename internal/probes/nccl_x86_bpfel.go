@@ -72,6 +72,7 @@ type ncclNcclCallEvent struct {
 	Bytes      uint64
 	Stream     uint64
 	Seq        uint64
+	HostLeadNs uint64
 	Rank       int32
 	Nranks     int32
 	Peer       int32
@@ -100,6 +101,7 @@ type ncclNcclThread struct {
 		Datatype   uint8
 		Redop      uint8
 		Pad        [6]uint8
+		HostLead   uint64
 	}
 	GroupDepth uint32
 	Pad        uint32
@@ -115,10 +117,11 @@ type ncclP2pKey struct {
 }
 
 type ncclThreadCalls struct {
-	_        structs.HostLayout
-	ProcSlot uint32
-	Pad      uint32
-	Calls    [64]struct {
+	_              structs.HostLayout
+	ProcSlot       uint32
+	Pad            uint32
+	LastWaitReturn uint64
+	Calls          [64]struct {
 		_      structs.HostLayout
 		Ts     uint64
 		Sp     uint64

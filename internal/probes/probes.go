@@ -111,6 +111,9 @@ func Load(opts Options) (*Probes, error) {
 			return nil, fmt.Errorf("configure proc_slots_used: %w", err)
 		}
 	}
+	if err := cudaSpec.Variables["device_wait_apis"].Set(deviceWaitMask()); err != nil {
+		return nil, fmt.Errorf("configure device_wait_apis: %w", err)
+	}
 	if err := cudaSpec.Variables["duration_bounds"].Set(durationBounds); err != nil {
 		return nil, fmt.Errorf("configure duration_bounds: %w", err)
 	}

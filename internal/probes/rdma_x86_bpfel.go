@@ -36,10 +36,11 @@ type rdmaRdmaAsyncEvent struct {
 }
 
 type rdmaThreadCalls struct {
-	_        structs.HostLayout
-	ProcSlot uint32
-	Pad      uint32
-	Calls    [64]struct {
+	_              structs.HostLayout
+	ProcSlot       uint32
+	Pad            uint32
+	LastWaitReturn uint64
+	Calls          [64]struct {
 		_      structs.HostLayout
 		Ts     uint64
 		Sp     uint64

@@ -139,6 +139,9 @@ const (
 	MetricReceiverDrops       = "fathom.receiver.drops"
 	MetricReceiverProbes      = "fathom.receiver.probes"
 	MetricRankDeviceWait      = "fathom.rank.device_wait.time"
+	MetricRankHostLead        = "fathom.rank.host_lead.time"
+	MetricRankLaunches        = "fathom.rank.launches"
+	MetricRankRunQueue        = "fathom.rank.run_queue.time"
 	MetricStragglerScore      = "fathom.straggler.score"
 	MetricStragglerFlag       = "fathom.straggler.flag"
 	MetricStragglerThreshold  = "fathom.straggler.threshold"
@@ -280,7 +283,10 @@ var Metrics = []Doc{
 	{MetricStragglerFlag, "gauge", "1", "per rank and signal: 1 while the rank is flagged a straggler, else 0 (straggler processor)"},
 	{MetricStragglerThreshold, "gauge", "", "per cohort and signal: the line beyond which a rank counts as beyond, in the signal's unit per second (straggler processor)"},
 	{MetricStragglerMedian, "gauge", "", "per cohort and signal: the median across its ranks (straggler processor)"},
-	{MetricRankDeviceWait, "sum", "s", "time a process's threads spent in CUDA calls that wait for the device (stream, event, device and context syncs, blocking copies, cudaFree); per interval, the straggler of a job waits least"},
+	{MetricRankDeviceWait, "sum", "s", "time a process's threads spent in CUDA calls that wait for the device (stream, event, device and context syncs, blocking copies, cudaFree) and in NCCL calls that wait for peers (collectives, send/recv, group end); per interval, the straggler of a job waits least"},
+	{MetricRankHostLead, "sum", "s", "per collective, the time from the process's thread's last return from a device wait to its entry into the collective, summed; per interval, the straggler of a job leads most (its host is what the others wait for)"},
+	{MetricRankLaunches, "sum", "{launch}", "kernel and graph launches a process made (cudaLaunchKernel, cuLaunchKernel, cudaGraphLaunch and their variants); for ranks that do not wait for each other, the slow one launches least"},
+	{MetricRankRunQueue, "sum", "s", "time a process's CUDA-calling threads were runnable but not running (preempted, or woken and waiting for a CPU)"},
 	{MetricNCCLBytes, "sum", "By", "bytes named by NCCL calls (count x element size) per communicator, rank and op"},
 	{MetricNCCLErrors, "sum", "{call}", "NCCL calls that returned an error"},
 	{MetricRDMAPortErrors, "sum", "{error}", "sysfs error counters of RDMA ports, by device, port, transport and counter"},

@@ -101,6 +101,10 @@ func createDefaultConfig() *Config {
 			// Seconds waited per second; a 1% floor keeps ranks that all wait almost
 			// nothing (a job bound by its own compute) from flagging on noise.
 			Metric: semconv.MetricRankDeviceWait, Worse: WorseLower, MADFloor: 0.01,
+		}, {
+			// Seconds of lead per second: the same floor keeps a preemption between a
+			// sync and a collective, now and then, from counting.
+			Metric: semconv.MetricRankHostLead, Worse: WorseHigher, MADFloor: 0.01,
 		}},
 		K:                  3,
 		Quorum:             3,

@@ -33,8 +33,9 @@ type straggler struct {
 
 	signalIndex map[string]int
 
-	mu  sync.Mutex
-	det *detector
+	mu   sync.Mutex
+	det  *detector
+	jobs *jobCohorts
 	// reported is what of det.drops the telemetry counter already has.
 	reported map[string]int64
 
@@ -58,6 +59,7 @@ func newStraggler(cfg *Config, set processor.Settings) (*straggler, error) {
 	s := &straggler{
 		cfg: cfg, logger: set.Logger, now: time.Now,
 		signalIndex: map[string]int{}, det: newDetector(cfg), reported: map[string]int64{},
+		jobs: newJobCohorts(cfg.Limits.MaxCohorts),
 	}
 	for i, sig := range cfg.Signals {
 		s.signalIndex[sig.Metric] = i
@@ -171,6 +173,7 @@ func (s *straggler) loop(stop, done chan struct{}) {
 func (s *straggler) processMetrics(ctx context.Context, md pmetric.Metrics) (pmetric.Metrics, error) {
 	now := s.now()
 	var points []point
+	var sent []sentCohort // each point's cohort as its node named it
 	var noRank, noCohort int64
 	rms := md.ResourceMetrics()
 	for i := range rms.Len() {
@@ -198,7 +201,8 @@ func (s *straggler) processMetrics(ctx context.Context, md pmetric.Metrics) (pme
 		}
 		key := cohortKey{cluster: strAttr(res, semconv.ClusterName), cohort: strAttr(res, semconv.Cohort)}
 		job := strAttr(res, semconv.JobName)
-		if key.cohort == "" && job != "" {
+		byJob := key.cohort == "" && job != ""
+		if byJob {
 			key.cohort = "job:" + job
 		}
 		if key.cohort == "" {
@@ -216,6 +220,7 @@ func (s *straggler) processMetrics(ctx context.Context, md pmetric.Metrics) (pme
 				if dp.ValueType() == pmetric.NumberDataPointValueTypeInt {
 					v = float64(dp.IntValue())
 				}
+				sent = append(sent, sentCohort{cohort: key.cohort, byJob: byJob})
 				points = append(points, point{
 					cohort: key, job: job, node: node, rank: rank, pid: pid, signal: s.signalIndex[m.Name()],
 					cumulative: sum.AggregationTemporality() == pmetric.AggregationTemporalityCumulative,
@@ -226,16 +231,26 @@ func (s *straggler) processMetrics(ctx context.Context, md pmetric.Metrics) (pme
 	}
 	resp := pushback.FromContext(ctx)
 	s.mu.Lock()
-	for _, p := range points {
-		s.det.observe(p, now)
+	for i, p := range points {
+		if !sent[i].byJob && p.job != "" {
+			s.jobs.learn(p.cohort.cluster, p.job, p.cohort.cohort, now)
+		}
+	}
+	for i := range points {
+		if c := s.jobs.resolve(points[i].cohort.cluster, points[i].job); sent[i].byJob && c != "" {
+			points[i].cohort.cohort = c
+		}
+		s.det.observe(points[i], now)
 	}
 	if resp != nil && s.cfg.Mode == ModeGateway {
 		// The answer to this request carries the lines of the cohorts in it (as of
 		// the last evaluation): the sender's node judges its own ranks by them.
-		for _, p := range points {
+		// A rank its node knows only by job gets its communicator's line under the
+		// job's name, which is what its node looks it up by.
+		for i, p := range points {
 			if l, ok := s.det.line(p.cohort, p.signal); ok {
 				sig := s.cfg.Signals[p.signal]
-				resp.Add(pushback.Threshold{Cluster: p.cohort.cluster, Cohort: p.cohort.cohort, Signal: sig.Metric,
+				resp.Add(pushback.Threshold{Cluster: p.cohort.cluster, Cohort: sent[i].cohort, Signal: sig.Metric,
 					Median: l.median, Line: l.threshold, Worse: sig.Worse, At: l.at.UnixMilli()})
 			}
 		}
@@ -248,6 +263,13 @@ func (s *straggler) processMetrics(ctx context.Context, md pmetric.Metrics) (pme
 		s.dropped.Add(ctx, noCohort, metric.WithAttributes(attribute.String("reason", "no_cohort")))
 	}
 	return md, nil
+}
+
+// sentCohort is a point's cohort as its node named it: byJob when the node knew only
+// the rank's job, not its communicator.
+type sentCohort struct {
+	cohort string
+	byJob  bool
 }
 
 // evaluate judges the cohorts once and sends what came of it downstream: the gauges
@@ -265,6 +287,7 @@ func (s *straggler) evaluate(ctx context.Context) {
 	} else {
 		ev = s.det.evaluate(now)
 	}
+	s.jobs.forget(now.Add(-s.cfg.ForgetAfter))
 	drops := map[string]int64{}
 	for reason, n := range s.det.drops {
 		if d := n - s.reported[reason]; d > 0 {

@@ -55,6 +55,7 @@ receivers:
 processors:
   straggler:
     evaluation_interval: 250ms
+    silent_after: 5s
 exporters:
   duckdb:
     store: echo
@@ -121,7 +122,7 @@ service:
 const agentToken = "agent-token-0123456789abcdef"
 
 type loop struct {
-	t                                      *testing.T
+	t                                      testing.TB
 	dir, db, api, gatewayGRPC, gatewayHTTP string
 	gatewayEnv                             []string
 	gateway                                *collectortest.Process
@@ -129,7 +130,7 @@ type loop struct {
 	nodeAddrs                              []string
 }
 
-func writeFile(t *testing.T, dir, name, text string) string {
+func writeFile(t testing.TB, dir, name, text string) string {
 	p := filepath.Join(dir, name)
 	if err := os.WriteFile(p, []byte(text), 0o600); err != nil {
 		t.Fatal(err)
@@ -137,13 +138,20 @@ func writeFile(t *testing.T, dir, name, text string) string {
 	return p
 }
 
-func startLoop(t *testing.T) *loop {
+// newLoop starts the gateway, with no node yet.
+func newLoop(t testing.TB) *loop {
 	l := &loop{t: t, dir: t.TempDir()}
 	l.db = filepath.Join(l.dir, "echo.duckdb")
 	l.api, l.gatewayGRPC, l.gatewayHTTP = collectortest.Addr(t), collectortest.Addr(t), collectortest.Addr(t)
 	l.gatewayEnv = []string{"ECHO_DB=" + l.db, "ECHO_ADDR=" + l.api, "AGENT_TOKEN=" + agentToken,
 		"OTLP_GRPC=" + l.gatewayGRPC, "OTLP_HTTP=" + l.gatewayHTTP}
 	l.startGateway()
+	return l
+}
+
+// startLoop starts the gateway and four node collectors fed over OTLP by the test.
+func startLoop(t *testing.T) *loop {
+	l := newLoop(t)
 	grpcCfg := writeFile(t, l.dir, "node-grpc.yaml", strings.ReplaceAll(pushbackNodeConfig, "EXPORTER", "otlp_grpc"))
 	httpCfg := writeFile(t, l.dir, "node-http.yaml", strings.ReplaceAll(pushbackNodeConfig, "EXPORTER", "otlp_http"))
 	for i := range 4 {

@@ -3,7 +3,6 @@ package gpuebpfreceiver
 import (
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"go.opentelemetry.io/collector/pdata/pcommon"
 
@@ -44,7 +43,16 @@ type processSeries struct {
 	pagesExported uint64
 	blockIO       [2]expohisto.Histogram // read, write
 	nccl          map[ncclKey]*ncclSeries
-	exited        bool
+	// worldComm is the communicator with the most ranks the process has used: its
+	// job's world, named on its resource as fathom.cohort (the ranks the straggler
+	// processor compares it with). 0 until a call names one.
+	worldComm  uint64
+	worldRanks int32
+	// hostLead sums, over the process's collectives, the time from its thread's last
+	// return from a device wait to its entry into the collective (seconds).
+	hostLead     float64
+	hostLeadSeen bool
+	exited       bool
 	// exitRead is the number of call-statistics readings begun when the exit was seen:
 	// the series may end once a later one is merged, which holds the last counts.
 	exitRead  uint64
@@ -144,7 +152,7 @@ func newAggregator(cfg *Config, clock *wallClock, logs *logSink, synthetic bool)
 		processes:           map[uint32]*processSeries{},
 		logs:                logs,
 		synthetic:           synthetic,
-		processStartDefault: pcommon.NewTimestampFromTime(time.Now()),
+		processStartDefault: pcommon.NewTimestampFromTime(wallNow()),
 		rdmaEvents:          map[uint32]uint64{},
 	}
 }
@@ -160,7 +168,7 @@ func (a *aggregator) process(pid uint32) *processSeries {
 		return nil
 	}
 	p := &processSeries{
-		start:     pcommon.NewTimestampFromTime(time.Now()),
+		start:     pcommon.NewTimestampFromTime(wallNow()),
 		threads:   map[uint32]*threadSeries{},
 		cudaTIDs:  map[uint32]bool{},
 		nccl:      map[ncclKey]*ncclSeries{},

@@ -134,7 +134,7 @@ func (c *controller) start(ctx context.Context) error {
 	c.pullCallStats() // thresholds in place before the first second of calls
 	c.users++
 	c.registerTelemetry()
-	c.lastEmit = pcommon.NewTimestampFromTime(time.Now())
+	c.lastEmit = pcommon.NewTimestampFromTime(wallNow())
 	c.wg.Add(1)
 	go c.emitLoop(runCtx)
 	if c.cfg.Readiness.Enabled {
@@ -225,7 +225,7 @@ func (c *controller) flushMetrics(ctx context.Context) {
 	for k, v := range kernelDrops {
 		host.drops[k] += v
 	}
-	now := time.Now()
+	now := wallNow()
 	c.agg.mu.Lock()
 	md := c.agg.emit(now, c.lastEmit, host, &c.prevHost, c.hostRes)
 	ended := c.agg.ended

@@ -112,7 +112,7 @@ func (s *logSink) record(p *processSeries, monoNS uint64) (plog.LogRecord, bool)
 	s.count++
 	lr := records.AppendEmpty()
 	lr.SetTimestamp(s.clock.wall(monoNS))
-	lr.SetObservedTimestamp(pcommon.NewTimestampFromTime(time.Now()))
+	lr.SetObservedTimestamp(pcommon.NewTimestampFromTime(wallNow()))
 	lr.SetSeverityNumber(plog.SeverityNumberInfo)
 	lr.SetSeverityText("INFO")
 	return lr, true

@@ -34,7 +34,7 @@ type wallClock struct {
 }
 
 func (c *wallClock) refresh() {
-	c.offsetNS.Store(time.Now().UnixNano() - monotonicNow())
+	c.offsetNS.Store(wallNow().UnixNano() - monotonicNow())
 }
 
 func (c *wallClock) wall(monoNS uint64) pcommon.Timestamp {
@@ -74,6 +74,9 @@ func fillProcessResource(r pcommon.Resource, p *processSeries, host func(pcommon
 	putIfSet(a, semconv.ContainerID, info.ContainerID)
 	putIfSet(a, semconv.K8sPodUID, info.PodUID)
 	putIfSet(a, semconv.JobName, info.Job)
+	if p.worldComm != 0 {
+		a.PutStr(semconv.Cohort, commCohort(p.worldComm))
+	}
 	putIntIfKnown(a, semconv.Rank, info.Rank)
 	putIntIfKnown(a, semconv.LocalRank, info.LocalRank)
 	putIntIfKnown(a, semconv.WorldSize, info.WorldSize)
@@ -259,6 +262,11 @@ func (a *aggregator) emitProcess(set *metricSet, p *processSeries, pageAllocs ma
 		set.sum(semconv.MetricCUDAGraphLaunches, "{launch}", "CUDA graph launches", graphLaunches)
 	}
 	emitDeviceWait(set, p)
+	if p.hostLeadSeen {
+		set.sumDouble(semconv.MetricRankHostLead, "s", "Time from the process's last return from a device wait to its entry into each collective, summed", p.hostLead)
+	}
+	emitLaunches(set, p)
+	emitRunQueue(set, p)
 	if p.hasSched {
 		for tid, t := range p.threads {
 			emitThread(set, t, "cuda", int64(tid))
@@ -288,25 +296,35 @@ func (a *aggregator) emitProcess(set *metricSet, p *processSeries, pageAllocs ma
 	emitNCCL(set, p)
 }
 
-// waitsForDevice marks the APIs whose calls block the host until the device has done
-// the work queued before them: what a rank's host spends in them is its device wait.
-// cudaMemcpy counts whole (its rare device-to-device form does not block); the driver's
-// device-to-device copy does not block and is left out.
+// waitsForDevice marks probes.DeviceWaitAPIs: what a rank's host spends in them is its
+// device wait.
 var waitsForDevice = func() (w [probes.APICount]bool) {
-	for _, name := range []string{
-		"cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize", "cudaMemcpy", "cudaFree",
-		"cuStreamSynchronize", "cuCtxSynchronize", "cuMemcpy", "cuMemcpyHtoD_v2", "cuMemcpyDtoH_v2", "cuMemFree_v2",
-	} {
+	for _, name := range probes.DeviceWaitAPIs {
 		w[apiID(name)] = true
 	}
 	return w
 }()
 
-// emitDeviceWait sums the time spent in calls that wait for the device. With
-// asynchronous collectives (real NCCL) a rank's peers wait for it on the device, and
-// their hosts see that wait in their next synchronising call, so the rank that holds
-// the others back is the one that waits least. A process that has made such calls gets
-// a point every interval, zero included.
+// waitsForPeers marks the NCCL calls that can hold the host until peers arrive: real
+// NCCL only enqueues them and returns in microseconds, unless its launch queue is full
+// or the call sets up connections; a blocking implementation waits in them for the
+// last rank. Communicator setup is left out: it happens once and its wait is not a step's.
+var waitsForPeers = func() (w [probes.NCCLAPICount]bool) {
+	for _, id := range []uint32{
+		probes.NCCLAllReduce, probes.NCCLAllGather, probes.NCCLReduceScatter, probes.NCCLBroadcast,
+		probes.NCCLBcast, probes.NCCLReduce, probes.NCCLSend, probes.NCCLRecv, probes.NCCLGroupEnd,
+	} {
+		w[id] = true
+	}
+	return w
+}()
+
+// emitDeviceWait sums the time spent in calls that wait for the device, and in NCCL
+// calls that wait for peers. With asynchronous collectives (real NCCL) a rank's peers
+// wait for it on the device, and their hosts see that wait in their next synchronising
+// call; where collectives block, they wait inside the collective. Either way the rank
+// that holds the others back is the one that waits least. A process that has made such
+// calls gets a point every interval, zero included.
 func emitDeviceWait(set *metricSet, p *processSeries) {
 	var seconds float64
 	seen := false
@@ -316,9 +334,59 @@ func emitDeviceWait(set *metricSet, p *processSeries) {
 			seen = true
 		}
 	}
-	if seen {
-		set.sumDouble(semconv.MetricRankDeviceWait, "s", "Time the process's threads spent in CUDA calls that wait for the device", seconds)
+	for k, s := range p.nccl {
+		if waitsForPeers[k.api] {
+			seconds += s.duration.Sum
+			seen = true
+		}
 	}
+	if seen {
+		set.sumDouble(semconv.MetricRankDeviceWait, "s", "Time the process's threads spent in CUDA calls that wait for the device and NCCL calls that wait for peers", seconds)
+	}
+}
+
+// launchAPIs marks the calls that put kernels (or graphs of them) on the device.
+var launchAPIs = func() (w [probes.APICount]bool) {
+	for _, name := range []string{
+		"cudaLaunchKernel", "cudaLaunchKernelExC", "cudaGraphLaunch",
+		"cuLaunchKernel", "cuLaunchKernelEx", "cuLaunchKernel_ptsz", "cuGraphLaunch",
+	} {
+		w[apiID(name)] = true
+	}
+	return w
+}()
+
+// emitLaunches counts the process's kernel and graph launches: for ranks that do not
+// wait for each other (no NCCL, or replicas serving apart), the slow one launches
+// least. Ranks of one synchronous job launch in step, so it names nobody there.
+func emitLaunches(set *metricSet, p *processSeries) {
+	var n uint64
+	seen := false
+	for id, s := range p.apis {
+		if s != nil && launchAPIs[id] {
+			for _, c := range s.calls {
+				n += c
+			}
+			seen = true
+		}
+	}
+	if seen {
+		set.sum(semconv.MetricRankLaunches, "{launch}", "Kernel and graph launches the process made", n)
+	}
+}
+
+// emitRunQueue sums the time the process's CUDA-calling threads were runnable but not
+// running (preempted, or woken and waiting for a CPU): a rank whose CPU is shared with
+// other work falls behind by that much, whatever its job does.
+func emitRunQueue(set *metricSet, p *processSeries) {
+	if !p.hasSched || len(p.threads) == 0 {
+		return
+	}
+	var seconds float64
+	for _, t := range p.threads {
+		seconds += t.runQueue.Sum
+	}
+	set.sumDouble(semconv.MetricRankRunQueue, "s", "Time the process's CUDA threads were runnable but not running", seconds)
 }
 
 func emitThread(set *metricSet, t *threadSeries, role string, tid int64) {
@@ -358,6 +426,7 @@ func (p *processSeries) resetSeries() {
 	for _, s := range p.nccl {
 		*s = ncclSeries{}
 	}
+	p.hostLead = 0
 }
 
 func isAlloc(id uint32) bool {

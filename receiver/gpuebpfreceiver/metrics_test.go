@@ -104,7 +104,8 @@ func processSum(md pmetric.Metrics, pid int64, name string) (int64, pmetric.Aggr
 }
 
 // Device wait is the time in calls that block until the device is done: syncs,
-// blocking copies and frees count, launches and asynchronous copies do not. It follows
+// blocking copies and frees count, launches and asynchronous copies do not; so do NCCL
+// calls that can wait for peers, but not communicator setup. It follows
 // the temporality, and a process that has waited gets a point (zero too) every interval.
 func TestDeviceWaitSumsTheCallsThatWaitForTheDevice(t *testing.T) {
 	for name, ok := range map[string]bool{"cudaStreamSynchronize": true, "cuCtxSynchronize": true, "cudaMemcpy": true,
@@ -116,11 +117,19 @@ func TestDeviceWaitSumsTheCallsThatWaitForTheDevice(t *testing.T) {
 	if waitsForDevice[0] {
 		t.Error("an API name in waitsForDevice is not a probed API")
 	}
+	if !waitsForPeers[probes.NCCLAllReduce] || !waitsForPeers[probes.NCCLGroupEnd] || waitsForPeers[probes.NCCLCommInitRank] || waitsForPeers[probes.NCCLGroupStart] {
+		t.Error("waitsForPeers: want collectives and group end, not setup or group start")
+	}
 	const pid = 4343
 	call := func(a *aggregator, api string, d time.Duration) {
 		ev := probes.CUDACall{Api: apiID(api), DurationNs: uint64(d), MemcpyKind: uint8(probes.MemcpyNone)}
 		ev.Hdr.Pid = pid
 		a.CUDACall(&ev)
+	}
+	nccl := func(a *aggregator, api uint32, d time.Duration) {
+		ev := probes.NCCLCall{Api: api, CommHash: 0xc0ffee, Rank: 1, Nranks: 8, Peer: -1, DurationNs: uint64(d)}
+		ev.Hdr.Pid = pid
+		a.NCCLCall(&ev)
 	}
 	intervals := []func(a *aggregator){
 		func(a *aggregator) {
@@ -136,10 +145,15 @@ func TestDeviceWaitSumsTheCallsThatWaitForTheDevice(t *testing.T) {
 		},
 		func(a *aggregator) { call(a, "cudaEventSynchronize", 20*time.Millisecond) },
 		func(*aggregator) {},
+		func(a *aggregator) {
+			nccl(a, probes.NCCLCommInitRank, 900*time.Millisecond) // setup: not a wait
+			nccl(a, probes.NCCLAllReduce, 3*time.Millisecond)      // a blocking collective
+			nccl(a, probes.NCCLGroupEnd, time.Millisecond)
+		},
 	}
 	for temporality, want := range map[string][]float64{
-		TemporalityCumulative: {0.037, 0.057, 0.057},
-		TemporalityDelta:      {0.037, 0.020, 0},
+		TemporalityCumulative: {0.037, 0.057, 0.057, 0.061},
+		TemporalityDelta:      {0.037, 0.020, 0, 0.004},
 	} {
 		cfg := createDefaultConfig()
 		cfg.Temporality = temporality
@@ -155,6 +169,93 @@ func TestDeviceWaitSumsTheCallsThatWaitForTheDevice(t *testing.T) {
 			got, ok := processDoubleSum(md, pid, semconv.MetricRankDeviceWait)
 			if !ok || math.Abs(got-want[i]) > 1e-12 {
 				t.Errorf("%s interval %d: device wait %v (present %v), want %v s", temporality, i, got, ok, want[i])
+			}
+		}
+	}
+}
+
+// For ranks that do not wait for each other: launches count every kernel and graph
+// launch (not copies), and the run queue sums what the process's CUDA threads waited
+// runnable for a CPU (not its other threads', not voluntary sleep).
+func TestLaunchesAndRunQueueOfARank(t *testing.T) {
+	const pid, cudaTID, otherTID = 4545, 4546, 4547
+	cfg := createDefaultConfig()
+	cfg.Discovery.ProcRoot = t.TempDir()
+	clock := &wallClock{}
+	clock.refresh()
+	a := newAggregator(cfg, clock, nil, false)
+	a.logs = newLogSink(cfg, clock, &a.drops, hostIdentity("", false))
+	for name, n := range map[string]int{"cudaLaunchKernel": 100, "cuLaunchKernel": 5, "cudaGraphLaunch": 2, "cudaMemcpyAsync": 50} {
+		for range n {
+			ev := probes.CUDACall{Api: apiID(name), DurationNs: 4000, MemcpyKind: uint8(probes.MemcpyNone)}
+			ev.Hdr.Pid, ev.Hdr.Tid = pid, cudaTID
+			a.CUDACall(&ev)
+		}
+	}
+	sched := func(tid uint32, offCPU, runq time.Duration, preempted uint8) {
+		ev := probes.SchedSwitchIn{OffCpuNs: uint64(offCPU), RunqNs: uint64(runq), Preempted: preempted}
+		ev.Hdr.Pid, ev.Hdr.Tid = pid, tid
+		a.Sched(&ev)
+	}
+	sched(cudaTID, 3*time.Millisecond, 3*time.Millisecond, 1)    // preempted: all of it runnable
+	sched(cudaTID, 10*time.Millisecond, 500*time.Microsecond, 0) // slept, then waited 0.5 ms for a CPU
+	sched(otherTID, 7*time.Millisecond, 7*time.Millisecond, 1)   // not a CUDA thread
+	md := a.emit(time.Now(), 0, hostTotals{}, &hostTotals{}, hostIdentity("", false))
+	if got, ok := processDoubleSum(md, pid, semconv.MetricRankRunQueue); !ok || math.Abs(got-0.0035) > 1e-12 {
+		t.Errorf("run queue %v s (present %v), want 0.0035", got, ok)
+	}
+	var launches int64 = -1
+	for i := 0; i < md.ResourceMetrics().Len(); i++ {
+		rm := md.ResourceMetrics().At(i)
+		if p, _ := rm.Resource().Attributes().Get(semconv.ProcessPID); p.Int() != pid {
+			continue
+		}
+		ms := rm.ScopeMetrics().At(0).Metrics()
+		for j := 0; j < ms.Len(); j++ {
+			if ms.At(j).Name() == semconv.MetricRankLaunches {
+				launches = ms.At(j).Sum().DataPoints().At(0).IntValue()
+			}
+		}
+	}
+	if launches != 107 {
+		t.Errorf("launches %d, want 107", launches)
+	}
+}
+
+// Host lead sums the lead the kernel measured into each collective (not into
+// send/recv, not a collective with no device wait before it), per the temporality.
+func TestHostLeadSumsTheLeadIntoEachCollective(t *testing.T) {
+	const pid = 4646
+	for temporality, want := range map[string][]float64{
+		TemporalityCumulative: {0.005, 0.006},
+		TemporalityDelta:      {0.005, 0.001},
+	} {
+		cfg := createDefaultConfig()
+		cfg.Temporality = temporality
+		cfg.Discovery.ProcRoot = t.TempDir()
+		clock := &wallClock{}
+		clock.refresh()
+		a := newAggregator(cfg, clock, nil, false)
+		a.logs = newLogSink(cfg, clock, &a.drops, hostIdentity("", false))
+		nccl := func(api uint32, lead time.Duration) {
+			ev := probes.NCCLCall{Api: api, CommHash: 0xc0ffee, Rank: 0, Nranks: 8, Peer: -1, DurationNs: 10000, HostLeadNs: uint64(lead)}
+			ev.Hdr.Pid = pid
+			a.NCCLCall(&ev)
+		}
+		var prev hostTotals
+		for i, interval := range []func(){
+			func() {
+				nccl(probes.NCCLAllReduce, 0) // no device wait seen yet on the thread
+				nccl(probes.NCCLAllReduce, 2*time.Millisecond)
+				nccl(probes.NCCLAllGather, 3*time.Millisecond)
+				nccl(probes.NCCLSend, 40*time.Millisecond)
+			},
+			func() { nccl(probes.NCCLAllReduce, time.Millisecond) },
+		} {
+			interval()
+			md := a.emit(time.Now(), 0, hostTotals{}, &prev, hostIdentity("", false))
+			if got, ok := processDoubleSum(md, pid, semconv.MetricRankHostLead); !ok || math.Abs(got-want[i]) > 1e-12 {
+				t.Errorf("%s interval %d: host lead %v s (present %v), want %v", temporality, i, got, ok, want[i])
 			}
 		}
 	}

@@ -48,8 +48,21 @@ var ncclOps = func() (ops [probes.NCCLAPICount]string) {
 	return ops
 }()
 
+// isCollective marks the collectives: calls every rank of a communicator makes for the
+// same step, whose host lead compares ranks.
+var isCollective = func() (c [probes.NCCLAPICount]bool) {
+	for _, id := range []uint32{probes.NCCLAllReduce, probes.NCCLAllGather, probes.NCCLReduceScatter,
+		probes.NCCLBroadcast, probes.NCCLBcast, probes.NCCLReduce} {
+		c[id] = true
+	}
+	return c
+}()
+
 // commID is the nccl.comm.id value: the communicator hash in hex, the same on all ranks.
 func commID(hash uint64) string { return fmt.Sprintf("%016x", hash) }
+
+// commCohort is the fathom.cohort of a process whose world communicator is hash.
+func commCohort(hash uint64) string { return "nccl:" + commID(hash) }
 
 func (a *aggregator) NCCLCall(ev *probes.NCCLCall) {
 	a.events.add(probes.KindNCCLCall)
@@ -63,6 +76,9 @@ func (a *aggregator) NCCLCall(ev *probes.NCCLCall) {
 		a.drops.add("decode", 1)
 		return
 	}
+	if ev.CommHash != 0 && ev.Nranks > p.worldRanks {
+		p.worldComm, p.worldRanks = ev.CommHash, ev.Nranks
+	}
 	k := ncclKey{comm: ev.CommHash, rank: ev.Rank, nranks: ev.Nranks, api: ev.Api}
 	s := p.nccl[k]
 	if s == nil {
@@ -72,6 +88,10 @@ func (a *aggregator) NCCLCall(ev *probes.NCCLCall) {
 		}
 		s = &ncclSeries{}
 		p.nccl[k] = s
+	}
+	if isCollective[ev.Api] && ev.HostLeadNs > 0 {
+		p.hostLead += float64(ev.HostLeadNs) / 1e9
+		p.hostLeadSeen = true
 	}
 	seconds := float64(ev.DurationNs) / 1e9
 	s.duration.Record(seconds)

@@ -211,6 +211,9 @@ func TestNCCLAndRDMAThroughTheRealCollector(t *testing.T) {
 			if rank, _ := v.resource.Get(semconv.Rank); rank.Int() != int64(r.Rank) {
 				t.Errorf("pid %d: resource rank %d, want %d", r.Pid, rank.Int(), r.Rank)
 			}
+			if cohort, _ := v.resource.Get(semconv.Cohort); cohort.Str() != "nccl:"+comm {
+				t.Errorf("pid %d: resource cohort %q, want the world communicator nccl:%s", r.Pid, cohort.Str(), comm)
+			}
 		}
 	})
 

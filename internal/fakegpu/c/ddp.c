@@ -47,8 +47,8 @@
 static struct {
 	long spawn, steps, bucket_bytes, buckets, compute_kernels, optimizer_kernels;
 	double kernel_us, host_compute_us;
-	long slow_rank, slow_ms, slow_from_step, slow_threads;
-	const char *slow_mode;
+	long slow_rank, slow_ms, slow_from_step, slow_threads, host_compute_sleep;
+	const char *slow_mode, *slow_while_file;
 	long ring_bytes, ib, wait_timeout_ms;
 	const char *wait_file, *ready_file;
 	long help;
@@ -67,6 +67,9 @@ static const struct flag flags[] = {
 	{"kernel-us", OPT_DOUBLE, &opt.kernel_us, "device time per kernel (sets FAKEGPU_KERNEL_US)"},
 	{"host-compute-us", OPT_DOUBLE, &opt.host_compute_us,
 	 "host CPU work per step on every rank before its kernels (data preparation, Python)"},
+	{"host-compute-sleep", OPT_FLAG, &opt.host_compute_sleep,
+	 "host work (--host-compute-us and compute slowness) sleeps instead of spinning: each rank "
+	 "as if on cores of its own, for more ranks than this machine has CPUs"},
 	{"slow-rank", OPT_LONG, &opt.slow_rank, "rank made slow (-1: none)"},
 	{"slow-ms", OPT_LONG, &opt.slow_ms, "delay the slow rank adds per step"},
 	{"slow-from-step", OPT_LONG, &opt.slow_from_step, "first slow step"},
@@ -76,6 +79,9 @@ static const struct flag flags[] = {
 	 "work while --slow-threads busy threads share its CPU; kernel: one extra kernel of --slow-ms "
 	 "(a slow device)"},
 	{"slow-threads", OPT_LONG, &opt.slow_threads, "busy threads for --slow-mode contention"},
+	{"slow-while-file", OPT_STRING, &opt.slow_while_file,
+	 "the slow rank is slow only in steps that start while PATH exists (from --slow-from-step on): "
+	 "a test turns a slowdown on and off mid-run"},
 	{"ring-bytes", OPT_LONG, &opt.ring_bytes, "per step, send this many bytes to rank+1 and receive from rank-1"},
 	{"ib", OPT_FLAG, &opt.ib, "open the first verbs device and wait for its async events on a thread"},
 	{"wait-file", OPT_STRING, &opt.wait_file, "start gate: each rank waits for this path before any CUDA/NCCL call"},
@@ -311,11 +317,25 @@ static void *ib_main(void *arg)
 
 static void fake_kernel(void) {}
 
-/* Host work is CPU time, not wall time: a rank whose CPU is shared takes longer. */
-static void host_work(uint64_t ns)
+/* Spins for ns of this thread's CPU time: a rank whose CPU is shared takes longer. */
+static void cpu_work(uint64_t ns)
 {
 	uint64_t until = thread_cpu_ns() + ns;
 	while (thread_cpu_ns() < until)
+		;
+}
+
+/* Host work is CPU time, not wall time. With --host-compute-sleep it is wall time
+ * off-CPU instead: eight ranks on two cores would otherwise share them, and a rank's
+ * extra work would cost it only a quarter of its length. */
+static void host_work(uint64_t ns)
+{
+	if (!opt.host_compute_sleep) {
+		cpu_work(ns);
+		return;
+	}
+	struct timespec d = {(time_t)(ns / 1000000000ull), (long)(ns % 1000000000ull)};
+	while (nanosleep(&d, &d) == -1 && errno == EINTR)
 		;
 }
 
@@ -430,7 +450,7 @@ static int run_rank(void)
 	cpu_set_t cpu;
 
 	for (long s = 0; s < steps; s++) {
-		int slow_now = slow && s >= opt.slow_from_step;
+		int slow_now = slow && s >= opt.slow_from_step && (!opt.slow_while_file || access(opt.slow_while_file, F_OK) == 0);
 		uint64_t sync_before = stats[API_cudaStreamSynchronize].total_ns;
 		step_start[s] = now_ns();
 		host_work((uint64_t)(opt.host_compute_us * 1000.0));
@@ -451,7 +471,7 @@ static int run_rank(void)
 				for (; busy_started < opt.slow_threads; busy_started++)
 					pthread_create(&busy[busy_started], NULL, busy_main, &cpu);
 			}
-			host_work((uint64_t)opt.slow_ms * 1000000ull);
+			cpu_work((uint64_t)opt.slow_ms * 1000000ull);
 		}
 		CALL(cudaStreamSynchronize, stream);
 		if (slow_now && (!strcmp(mode, "stall") || !strcmp(mode, "barrier"))) {

@@ -1,0 +1,312 @@
+//go:build linux
+
+package stragglerprocessor_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/fathom-gpu/fathom/internal/collectortest"
+	"github.com/fathom-gpu/fathom/internal/fakegpu"
+	"github.com/fathom-gpu/fathom/internal/privtest"
+)
+
+// The loop on a real job: eight rank processes of fakegpu-ddp (the asynchronous fake
+// NCCL unless said), traced under real BPF by four node collectors on this machine, two
+// ranks each (targets by pid, each under its own host_name), into one gateway. Nothing
+// is fed by the test: the device wait each node sends is what its kernel probes saw.
+//
+// Each rank's host work sleeps instead of spinning (as if each rank had cores of its
+// own): spinning, eight ranks share this machine's two cores, and a rank's 20% more
+// work costs it a fifth of that in wall time. The fake devices run 8+2 kernels of 50 µs
+// a step, so a step is about 6 ms, most of it the host's.
+
+const ranksNodeConfig = `
+extensions:
+  thresholds:
+    ttl: 4s
+  health_check:
+    endpoint: ${env:HEALTH}
+receivers:
+  gpuebpf:
+    collection_interval: 1s
+    cluster_name: e2e
+    host_name: ${env:NODE_NAME}
+    targets:
+      all: false
+      pids: [RANK_PIDS]
+    logs:
+      policy: none
+processors:
+  batch:
+    timeout: 100ms
+  straggler:
+    mode: node
+    thresholds: thresholds
+    evaluation_interval: 250ms
+exporters:
+  EXPORTER/gateway:
+    endpoint: ${env:GATEWAY}
+    tls:
+      insecure: true
+    middlewares: [{id: thresholds}]
+    retry_on_failure:
+      initial_interval: 200ms
+      max_interval: 1s
+service:
+  extensions: [thresholds, health_check]
+  telemetry:
+    metrics:
+      level: none
+  pipelines:
+    metrics:
+      receivers: [gpuebpf]
+      processors: [straggler, batch]
+      exporters: [EXPORTER/gateway]
+    logs:
+      receivers: [gpuebpf]
+      processors: [straggler, batch]
+      exporters: [EXPORTER/gateway]
+`
+
+const (
+	jobRanks     = 8
+	ranksPerNode = 2
+	slowRank     = 5
+)
+
+// job is a running fakegpu-ddp job and the node collectors that trace it.
+type job struct {
+	*loop
+	run      *fakegpu.DDPRun
+	slowFile string
+}
+
+type jobOptions struct {
+	ncclMode, slowMode string
+	// ranks (default 8), ranksPerNode (default 2) and the slow rank (default 5).
+	ranks, perNode, slowRank int
+	// hostCompute is each rank's host work per step (default 5 ms); slowBy what the
+	// slow rank adds to it (default 1 ms, 20%).
+	hostCompute, slowBy time.Duration
+	// transport of each node's exporter: "grpc" or "http".
+	transport func(node int) string
+	// nodeEnv adds variables to one node collector's environment.
+	nodeEnv func(node int) []string
+}
+
+func (o *jobOptions) defaults() {
+	if o.ranks == 0 {
+		o.ranks, o.perNode, o.slowRank = jobRanks, ranksPerNode, slowRank
+	}
+	if o.hostCompute == 0 {
+		o.hostCompute, o.slowBy = 5*time.Millisecond, time.Millisecond
+	}
+}
+
+// startJob starts the gateway, the job's ranks at their gates, a node collector per
+// o.perNode ranks (node-0, node-1, ...), and then lets the ranks go. The slow rank is
+// slow while j.slowFile exists.
+func startJob(t testing.TB, o jobOptions) *job {
+	privtest.Require(t)
+	o.defaults()
+	paths := fakegpu.Build(t)
+	j := &job{loop: newLoop(t)}
+	j.slowFile = filepath.Join(j.dir, "slow")
+	j.run = fakegpu.StartDDP(t, paths, fakegpu.DDPOptions{
+		Ranks: o.ranks, Steps: 100000, BucketBytes: 16 << 10, HostCompute: o.hostCompute, HostComputeSleeps: true,
+		NCCLMode: o.ncclMode, Gate: true, Env: []string{"FATHOM_JOB=e2e-job"},
+		Slow: &fakegpu.Slowness{Rank: o.slowRank, Delay: o.slowBy, Mode: o.slowMode, WhileFile: j.slowFile},
+	})
+	for node := range o.ranks / o.perNode {
+		transport := o.transport(node)
+		gateway := j.gatewayGRPC
+		if transport == "http" {
+			gateway = "http://" + j.gatewayHTTP
+		}
+		var pids []string
+		for r := node * o.perNode; r < (node+1)*o.perNode; r++ {
+			pids = append(pids, fmt.Sprint(j.run.Ranks[r].Pid))
+		}
+		// Put in by the test, like the exporter: the collector expands variables in
+		// values, and a list of pids is not one.
+		config := strings.NewReplacer("EXPORTER", map[string]string{"grpc": "otlp_grpc", "http": "otlp_http"}[transport],
+			"RANK_PIDS", strings.Join(pids, ", ")).Replace(ranksNodeConfig)
+		health := collectortest.Addr(t)
+		env := []string{"HEALTH=" + health, "GATEWAY=" + gateway, fmt.Sprintf("NODE_NAME=node-%d", node)}
+		if o.nodeEnv != nil {
+			env = append(env, o.nodeEnv(node)...)
+		}
+		p := collectortest.Start(t, writeFile(t, j.dir, fmt.Sprintf("node-%d.yaml", node), config), env...)
+		p.WaitHTTP(t, "http://"+health+"/", 60*time.Second)
+		j.nodes = append(j.nodes, p)
+	}
+	if err := j.run.Release(); err != nil {
+		t.Fatal(err)
+	}
+	return j
+}
+
+// slowDown turns the slow rank's slowdown on and returns when it did.
+func (j *job) slowDown() time.Time {
+	if err := os.WriteFile(j.slowFile, nil, 0o600); err != nil {
+		j.t.Fatal(err)
+	}
+	return time.Now()
+}
+
+// stragglers are the records that name a straggler (not silent, no_thresholds or
+// resolved ones).
+func stragglers(recs []record) []record {
+	var out []record
+	for _, r := range recs {
+		if r.State == "straggler" {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// outlierRanks asks the gateway's find_outlier_nodes tool (over HTTP) which ranks lie
+// beyond their cohort on the straggler score.
+func (l *loop) outlierRanks() []int {
+	body := `{"signal":"fathom.straggler.score","by":"rank","since":"10m"}`
+	req, _ := http.NewRequest(http.MethodPost, "http://"+l.api+"/api/v1/tools/find_outlier_nodes", strings.NewReader(body))
+	req.Header.Set("Authorization", "Bearer "+agentToken)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		l.t.Fatalf("find_outlier_nodes: %v", err)
+	}
+	defer resp.Body.Close()
+	raw, _ := io.ReadAll(resp.Body)
+	var out struct {
+		Outliers []struct {
+			Node string `json:"node"`
+			Rank *int   `json:"rank"`
+		} `json:"outliers"`
+	}
+	if err := json.Unmarshal(raw, &out); err != nil || resp.StatusCode != 200 {
+		l.t.Fatalf("find_outlier_nodes answered %d: %v: %s", resp.StatusCode, err, raw)
+	}
+	var ranks []int
+	for _, o := range out.Outliers {
+		if o.Rank != nil {
+			ranks = append(ranks, *o.Rank)
+		}
+	}
+	return ranks
+}
+
+func allOver(transport string) func(int) string { return func(int) string { return transport } }
+
+// Rank 5's host is 20% slower per step from some point on: its own node flags it from
+// the line the gateway pushed back, the gateway flags it, nobody else is flagged, and
+// find_outlier_nodes names it. Each way of being slow (more host work, or a stall
+// off-CPU before the all-reduce, as a data loader does) with both fakes (asynchronous
+// collectives, whose wait lands in the next sync; blocking ones, whose wait lands in the
+// collective), over gRPC and over HTTP.
+func TestTheSlowRankOfARealJobIsNamedByItsOwnNode(t *testing.T) {
+	for _, c := range []struct{ nccl, slow, transport string }{
+		{fakegpu.NCCLAsync, "compute", "grpc"},
+		{fakegpu.NCCLAsync, "stall", "http"},
+		{fakegpu.NCCLBlocking, "compute", "http"},
+		{fakegpu.NCCLBlocking, "stall", "grpc"},
+	} {
+		t.Run(c.nccl+"/"+c.slow+"/"+c.transport, func(t *testing.T) {
+			j := startJob(t, jobOptions{ncclMode: c.nccl, slowMode: c.slow, transport: allOver(c.transport)})
+			time.Sleep(12 * time.Second) // healthy: the gateway warms up, lines reach every node
+			if recs := j.records(); len(recs) != 0 {
+				t.Fatalf("records from a healthy job: %+v", recs)
+			}
+			slowed := j.slowDown()
+			self := record{Node: "node-2", Rank: slowRank, State: "straggler", Source: "node"}
+			gateway := record{Node: "node-2", Rank: slowRank, State: "straggler", Source: "gateway"}
+			j.waitRecords("rank 5's node and the gateway to flag it", 30*time.Second, func(recs []record) bool {
+				return has(recs, self) && has(recs, gateway)
+			})
+			t.Logf("rank 5 flagged by its node and the gateway %v after its slowdown", time.Since(slowed).Round(100*time.Millisecond))
+			time.Sleep(3 * time.Second) // room for a wrong record to arrive
+			for _, r := range j.records() {
+				if r.Rank != slowRank || r.Node != "node-2" || r.State != "straggler" {
+					t.Errorf("record %+v: want only records of rank 5 on node-2 being a straggler (on device wait, and on host lead when it stalls)", r)
+				}
+			}
+			if got := j.outlierRanks(); len(got) != 1 || got[0] != slowRank {
+				t.Errorf("find_outlier_nodes on the straggler score: ranks %v, want [5]", got)
+			}
+		})
+	}
+}
+
+// A healthy job, node-3's clock 50 ms ahead of the others', flags nobody; then rank 3 is
+// killed: the gateway reports it silent (its peers hang in their next sync, as NCCL's
+// do, and all wait alike), and nobody is called a straggler.
+func TestAHealthyRealJobFlagsNobodyAndAKilledRankIsSilent(t *testing.T) {
+	j := startJob(t, jobOptions{ncclMode: fakegpu.NCCLAsync, slowMode: "compute", transport: func(node int) string {
+		return []string{"grpc", "http"}[node%2]
+	}, nodeEnv: func(node int) []string {
+		if node == 3 {
+			return []string{"FATHOM_TEST_CLOCK_OFFSET=50ms"}
+		}
+		return nil
+	}})
+	time.Sleep(20 * time.Second)
+	if recs := j.records(); len(recs) != 0 {
+		t.Fatalf("records from a healthy job: %+v", recs)
+	}
+	if err := syscall.Kill(j.run.Ranks[3].Pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	killed := time.Now()
+	silent := record{Node: "node-1", Rank: 3, State: "silent", Source: "gateway"}
+	recs := j.waitRecords("rank 3 reported silent", 30*time.Second, func(recs []record) bool { return has(recs, silent) })
+	t.Logf("rank 3 reported silent %v after it was killed", time.Since(killed).Round(100*time.Millisecond))
+	if s := stragglers(recs); len(s) != 0 {
+		t.Errorf("stragglers named after a rank was killed: %+v", s)
+	}
+}
+
+// The gateway restarts under a running job: each node keeps its line until the TTL and
+// then says it has none; the gateway comes back on the same store, and a slowdown after
+// the restart is flagged by rank 5's own node again.
+func TestARealJobRidesOutAGatewayRestart(t *testing.T) {
+	j := startJob(t, jobOptions{ncclMode: fakegpu.NCCLAsync, slowMode: "stall", transport: func(node int) string {
+		return []string{"grpc", "http"}[node%2]
+	}})
+	time.Sleep(8 * time.Second)
+	if code := j.gateway.Terminate(t, 30*time.Second); code != 0 {
+		t.Fatalf("gateway exited %d", code)
+	}
+	time.Sleep(6 * time.Second) // past the nodes' 4 s TTL
+	j.startGateway()
+	j.waitRecords("every node's no_thresholds record", 30*time.Second, func(recs []record) bool {
+		for node := range jobRanks / ranksPerNode {
+			if !has(recs, record{Node: fmt.Sprintf("node-%d", node), Rank: -1, State: "no_thresholds", Source: "node"}) {
+				return false
+			}
+		}
+		return true
+	})
+	time.Sleep(8 * time.Second) // the restarted gateway warms up and pushes lines again
+	if s := stragglers(j.records()); len(s) != 0 {
+		t.Fatalf("stragglers before any slowdown: %+v", s)
+	}
+	j.slowDown()
+	j.waitRecords("rank 5's node to flag it after the restart", 30*time.Second, func(recs []record) bool {
+		return has(recs, record{Node: "node-2", Rank: slowRank, State: "straggler", Source: "node"})
+	})
+	for _, p := range j.nodes {
+		if strings.Contains(p.Output(), "panic") {
+			t.Errorf("a node collector panicked:\n%s", p.Output())
+		}
+	}
+}
