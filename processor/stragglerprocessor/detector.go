@@ -370,6 +370,10 @@ func (d *detector) evaluateAgainst(src pushback.Source, now time.Time) evaluatio
 					continue
 				}
 				g := rankGauge{cohort: c.key, job: r.job, node: r.node, rank: rank, signal: sig, flagged: s.flagged}
+				if s.fresh && waitForNewerLine(t, s.latest.received, now) {
+					out.ranks = append(out.ranks, g)
+					continue
+				}
 				if s.fresh {
 					ev := event{cohort: c.key, job: r.job, node: r.node, rank: rank, signal: sig, value: s.latest.value,
 						median: t.Median, threshold: t.Line, at: now}
@@ -384,6 +388,24 @@ func (d *detector) evaluateAgainst(src pushback.Source, now time.Time) evaluatio
 		}
 	}
 	return out
+}
+
+// A node judges a fresh sample against the line in the answer to the export that
+// carried it, not the one it held when the sample came: that line was drawn before the
+// peers' samples of the same interval, and when a rank slows down, the peers' waits
+// move the median, so the old line is an interval late. The answer comes within the
+// node's batch delay and a round trip. lineSkew allows for the gateway's evaluation
+// interval and for clocks apart; past lineWait (an answer lost, a line polled by GET)
+// the sample is judged against what is held.
+const (
+	lineSkew = 300 * time.Millisecond
+	lineWait = 2 * time.Second
+)
+
+// waitForNewerLine says whether a sample received at received should wait for a line
+// newer than t.
+func waitForNewerLine(t pushback.Threshold, received, now time.Time) bool {
+	return time.UnixMilli(t.At).Before(received.Add(-lineSkew)) && now.Sub(received) < lineWait
 }
 
 // medianOf sorts values in place.

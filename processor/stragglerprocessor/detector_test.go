@@ -257,6 +257,11 @@ func TestANodeJudgesItsRanksAgainstThePushedBackLine(t *testing.T) {
 			c.det.observe(point{cohort: c.key, node: "node-2", rank: rank, pid: 1, cumulative: true, value: c.totals[rank],
 				start: c.start.UnixNano(), ts: end.UnixNano()}, end)
 		}
+		// The answer to the export that carried them: a line drawn just now.
+		if l, ok := lines[key]; ok {
+			l.At = end.UnixMilli()
+			lines[key] = l
+		}
 		c.events = append(c.events, c.det.evaluateAgainst(lines, end).events...)
 	}
 	for i := 1; i <= 12; i++ {
@@ -286,5 +291,44 @@ func TestANodeJudgesItsRanksAgainstThePushedBackLine(t *testing.T) {
 	}
 	if last := c.events[len(c.events)-1]; last.state != "resolved" || last.rank != 5 {
 		t.Errorf("rank 5 back within the line was not resolved: %s", c.describeEvents())
+	}
+}
+
+// A node's fresh sample waits for the line of the answer to its own export (drawn after
+// the peers' samples of the same interval), unless none comes within lineWait: judged
+// against the interval-old line, a rank that just slowed down is not beyond it yet.
+func TestANodeJudgesAFreshSampleAgainstTheNextLine(t *testing.T) {
+	cfg := createDefaultConfig()
+	cfg.Mode = ModeNode
+	cfg.Persistence = PersistenceConfig{Beyond: 1, Of: 1}
+	d := newDetector(cfg)
+	key := cohortKey{cluster: "c1", cohort: "comm-1"}
+	t0 := time.Unix(1_800_000_000, 0)
+	lineKey := pushback.Key{Cluster: "c1", Cohort: "comm-1", Signal: cfg.Signals[0].Metric}
+	old := pushback.Threshold{Cluster: "c1", Cohort: "comm-1", Signal: lineKey.Signal, Median: 0.10, Line: 0.05, Worse: "lower", At: t0.UnixMilli()}
+	lines := heldLines{lineKey: old}
+	observe := func(at time.Time, total float64) {
+		d.observe(point{cohort: key, node: "node-2", rank: 5, pid: 1, cumulative: true, value: total,
+			start: t0.UnixNano(), ts: at.UnixNano()}, at)
+	}
+	observe(t0, 0)
+	observe(t0.Add(time.Second), 0.08) // 0.08/s: within the old line (0.05), beyond the new one
+	if ev := d.evaluateAgainst(lines, t0.Add(time.Second+250*time.Millisecond)); len(ev.events) != 0 {
+		t.Fatalf("judged against the interval-old line: %+v", ev.events)
+	}
+	lines[lineKey] = pushback.Threshold{Cluster: "c1", Cohort: "comm-1", Signal: lineKey.Signal, Median: 0.30, Line: 0.23, Worse: "lower",
+		At: t0.Add(time.Second + 100*time.Millisecond).UnixMilli()}
+	ev := d.evaluateAgainst(lines, t0.Add(time.Second+500*time.Millisecond))
+	if len(ev.events) != 1 || ev.events[0].state != "straggler" || ev.events[0].threshold != 0.23 {
+		t.Fatalf("against the answer's line: %+v, want one straggler event on line 0.23", ev.events)
+	}
+	// No newer line within lineWait: judged against what is held.
+	observe(t0.Add(2*time.Second), 0.38)
+	lines[lineKey] = old
+	if ev := d.evaluateAgainst(lines, t0.Add(2*time.Second+time.Second)); len(ev.events) != 0 {
+		t.Fatalf("judged before lineWait: %+v", ev.events)
+	}
+	if ev := d.evaluateAgainst(lines, t0.Add(2*time.Second+lineWait)); len(ev.events) != 1 || ev.events[0].state != "resolved" {
+		t.Fatalf("after lineWait: %+v, want rank 5 resolved against the held line", ev.events)
 	}
 }
