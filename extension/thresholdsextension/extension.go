@@ -16,6 +16,7 @@ import (
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
 
 	"github.com/fathom-gpu/fathom/internal/pushback"
 )
@@ -33,6 +34,8 @@ type thresholds struct {
 	// wanted are the lines the node's straggler processor asked for; nil unless the
 	// node polls.
 	wanted *wantedLines
+	// rotation takes turns among the lines of requests that do not fit one answer.
+	rotation *answerRotation
 
 	getServer *getServer
 	poller    *poller
@@ -51,7 +54,8 @@ var (
 
 func newThresholds(cfg *Config, set extension.Settings) (*thresholds, error) {
 	meter := set.MeterProvider.Meter("github.com/fathom-gpu/fathom/extension/thresholdsextension")
-	e := &thresholds{cfg: cfg, logger: set.Logger, telemetry: set.TelemetrySettings, held: newLineStore(cfg.MaxHeld, cfg.TTL)}
+	e := &thresholds{cfg: cfg, logger: set.Logger, telemetry: set.TelemetrySettings, held: newLineStore(cfg.MaxHeld, cfg.TTL),
+		rotation: newAnswerRotation(cfg.TTL)}
 	if cfg.Server.NetAddr.Endpoint != "" {
 		e.served = newLineStore(cfg.MaxHeld, cfg.TTL)
 	}
@@ -120,7 +124,7 @@ func (e *thresholds) GetHTTPHandler(context.Context) (extensionmiddleware.WrapHT
 	return func(_ context.Context, next http.Handler) (http.Handler, error) {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			ctx, resp := pushback.NewContext(r.Context())
-			next.ServeHTTP(&headerWriter{ResponseWriter: w, e: e, resp: resp, ctx: ctx}, r.WithContext(ctx))
+			next.ServeHTTP(&headerWriter{ResponseWriter: w, e: e, resp: resp, ctx: ctx, peer: r.RemoteAddr}, r.WithContext(ctx))
 		}), nil
 	}, nil
 }
@@ -130,13 +134,14 @@ type headerWriter struct {
 	e       *thresholds
 	resp    *pushback.Response
 	ctx     context.Context
+	peer    string
 	written bool
 }
 
 func (w *headerWriter) WriteHeader(code int) {
 	if !w.written {
 		w.written = true
-		if v := w.e.answer(w.ctx, w.resp); v != "" {
+		if v := w.e.answer(w.ctx, w.resp, w.peer); v != "" {
 			w.Header().Set(pushback.HTTPHeader, v)
 		}
 	}
@@ -159,7 +164,11 @@ func (e *thresholds) GetGRPCServerOptions(context.Context) ([]grpc.ServerOption,
 	return []grpc.ServerOption{grpc.ChainUnaryInterceptor(func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 		ctx, resp := pushback.NewContext(ctx)
 		out, err := handler(ctx, req)
-		if v := e.answer(ctx, resp); v != "" {
+		var addr string
+		if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {
+			addr = p.Addr.String()
+		}
+		if v := e.answer(ctx, resp, addr); v != "" {
 			if herr := grpc.SetHeader(ctx, metadata.Pairs(pushback.MetadataKey, v)); herr != nil {
 				e.logger.Debug("thresholds header not set", zap.Error(herr))
 			}
@@ -169,8 +178,8 @@ func (e *thresholds) GetGRPCServerOptions(context.Context) ([]grpc.ServerOption,
 }
 
 // answer encodes what the pipeline collected for one request's answer, and keeps it for
-// the GET fallback.
-func (e *thresholds) answer(ctx context.Context, resp *pushback.Response) string {
+// the GET fallback. peer is the requester's address, for the rotation.
+func (e *thresholds) answer(ctx context.Context, resp *pushback.Response, peer string) string {
 	ts := resp.Thresholds()
 	if len(ts) == 0 {
 		return ""
@@ -182,7 +191,9 @@ func (e *thresholds) answer(ctx context.Context, resp *pushback.Response) string
 			e.refused.Add(ctx, int64(refused), metric.WithAttributes(attribute.String("reason", "max_held")))
 		}
 	}
-	v, left := pushback.Encode(ts, e.cfg.MaxResponseBytes)
+	start := e.rotation.order(peer, len(ts))
+	v, left := pushback.Encode(append(ts[start:len(ts):len(ts)], ts[:start]...), e.cfg.MaxResponseBytes)
+	e.rotation.advance(peer, start, len(ts)-left, len(ts), time.Now())
 	if n := len(ts) - left; n > 0 {
 		e.written.Add(ctx, int64(n))
 	}
