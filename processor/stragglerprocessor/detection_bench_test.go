@@ -90,6 +90,7 @@ func TestStragglerDetectionReport(t *testing.T) {
 					t.Logf("trial %d: rank %d not flagged within 30 s", trial, slow)
 				} else {
 					latencies = append(latencies, flagged.At.Sub(on))
+					t.Logf("trial %d: flagged %v after the slowdown", trial, flagged.At.Sub(on).Round(10*time.Millisecond))
 				}
 				account(on)
 				j.speedUp()
