@@ -22,6 +22,7 @@ func TestLibrariesExportExactlyTheAPI(t *testing.T) {
 		{p.Cuda, "libcuda.so.1", DriverAPIs, nil},
 		{p.NCCL, "libnccl.so.2", NCCLAPIs, nil},
 		{p.IBVerbs, "libibverbs.so.1", IBVerbsAPIs, nil},
+		{p.NVML, "libnvidia-ml.so.1", NVMLAPIs, nil},
 	} {
 		t.Run(lib.soname, func(t *testing.T) {
 			f, err := elf.Open(lib.path)

@@ -27,6 +27,9 @@ type Paths struct {
 	// Cudart, Cuda, NCCL and IBVerbs are the versioned library files (what a uprobe
 	// attaches to, and what a real program's loader maps).
 	Cudart, Cuda, NCCL, IBVerbs string
+	// NVML is libnvidia-ml.so.1, which answers from a board directory (FAKEGPU_BOARD;
+	// see c/nvml.c and Board).
+	NVML string
 	// Workload is fakegpu-workload; DDP is fakegpu-ddp.
 	Workload, DDP string
 }
@@ -99,6 +102,7 @@ func build() (Paths, error) {
 		Cuda:     filepath.Join(lib, "libcuda.so.1"),
 		NCCL:     filepath.Join(lib, "libnccl.so.2"),
 		IBVerbs:  filepath.Join(lib, "libibverbs.so.1"),
+		NVML:     filepath.Join(lib, "libnvidia-ml.so.1"),
 		Workload: filepath.Join(out, "bin", "fakegpu-workload"),
 		DDP:      filepath.Join(out, "bin", "fakegpu-ddp"),
 	}, nil
@@ -145,4 +149,23 @@ var NCCLAPIs = []string{
 var IBVerbsAPIs = []string{
 	"ibv_get_device_list", "ibv_free_device_list", "ibv_get_device_name",
 	"ibv_open_device", "ibv_close_device", "ibv_get_async_event", "ibv_ack_async_event",
+}
+
+// NVMLAPIs are the NVML entry points libnvidia-ml.so.1 exports: what internal/gpustate
+// calls through go-nvml (which looks the versioned names up by themselves), and
+// nvmlErrorString, which go-nvml binds once the library loads.
+var NVMLAPIs = []string{
+	"nvmlInit", "nvmlInit_v2", "nvmlShutdown", "nvmlErrorString", "nvmlSystemGetDriverVersion",
+	"nvmlDeviceGetCount_v2", "nvmlDeviceGetHandleByIndex_v2", "nvmlDeviceGetIndex",
+	"nvmlDeviceGetUUID", "nvmlDeviceGetName", "nvmlDeviceGetPciInfo_v3",
+	"nvmlDeviceGetClockInfo", "nvmlDeviceGetMaxClockInfo",
+	"nvmlDeviceGetCurrentClocksEventReasons", "nvmlDeviceGetCurrentClocksThrottleReasons",
+	"nvmlDeviceGetPowerUsage", "nvmlDeviceGetEnforcedPowerLimit", "nvmlDeviceGetTemperature",
+	"nvmlDeviceGetUtilizationRates", "nvmlDeviceGetMemoryInfo",
+	"nvmlDeviceGetCurrPcieLinkGeneration", "nvmlDeviceGetMaxPcieLinkGeneration",
+	"nvmlDeviceGetCurrPcieLinkWidth", "nvmlDeviceGetMaxPcieLinkWidth", "nvmlDeviceGetPcieReplayCounter",
+	"nvmlDeviceGetTotalEccErrors", "nvmlDeviceGetRemappedRows",
+	"nvmlDeviceGetComputeRunningProcesses_v3",
+	"nvmlEventSetCreate", "nvmlEventSetFree", "nvmlDeviceGetSupportedEventTypes",
+	"nvmlDeviceRegisterEvents", "nvmlEventSetWait_v2",
 }
