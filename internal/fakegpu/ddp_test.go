@@ -189,8 +189,12 @@ func TestDDPSlowRank(t *testing.T) {
 				}
 				if ncclMode == NCCLAsync {
 					// An enqueue is a launch's CPU time (4 us) and a 16 KiB copy; the rest
-					// is a rank preempted on a shared CPU.
-					if m, p90 := medianOf(calls), quantileOf(calls, 0.9); m > 200*time.Microsecond || p90 > time.Millisecond {
+					// is a rank preempted on a shared CPU. Four ranks spinning on two cores
+					// (the compute case, with other test packages beside it) put the p90 of
+					// preempted calls past 1 ms now and then, so the bound is what waiting
+					// for the slow rank would cost, not a guess at the scheduler: a call
+					// that waited for peers would take its delay, past a third of it here.
+					if m, p90 := medianOf(calls), quantileOf(calls, 0.9); m > 200*time.Microsecond || p90 > c.delay/3 {
 						t.Errorf("ncclAllReduce takes %v (median), %v (p90): it waits for peers", m, p90)
 					}
 				}
