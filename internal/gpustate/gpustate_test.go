@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"reflect"
 	"slices"
+	"strconv"
 	"testing"
 	"time"
 
@@ -77,9 +79,17 @@ remapped_correctable=2
 remapped_uncorrectable=1
 remap_pending=1
 `)
-	addProcess(t, dir, 0, "4242", "1073741824")
-	addProcess(t, dir, 1, "4343", "")
-	addProcess(t, dir, 1, "4444", "2048")
+	// NVML lists live processes: the test itself, its parent, and init; a process that
+	// exited without taking its entry away (killed) is not listed.
+	self, parent := uint32(os.Getpid()), uint32(os.Getppid())
+	exited := exec.Command("true")
+	if err := exited.Run(); err != nil {
+		t.Fatal(err)
+	}
+	addProcess(t, dir, 0, strconv.Itoa(int(self)), "1073741824")
+	addProcess(t, dir, 1, "1", "")
+	addProcess(t, dir, 1, strconv.Itoa(int(parent)), "2048")
+	addProcess(t, dir, 1, strconv.Itoa(exited.Process.Pid), "4096")
 	l := open(t)
 	if v, err := l.DriverVersion(); err != nil || v != "550.90.07-fakegpu" {
 		t.Errorf("driver version %q, %v", v, err)
@@ -97,7 +107,7 @@ remap_pending=1
 		PowerWatts: 350, PowerLimitWatts: 700, TemperatureC: 45,
 		UtilizationPercent: 97, MemoryUtilizationPercent: 41, MemoryUsedBytes: 64 << 30, MemoryTotalBytes: 80 << 30,
 		PCIeGen: 5, PCIeGenMax: 5, PCIeWidth: 16, PCIeWidthMax: 16,
-		Processes: []Process{{PID: 4242, UsedMemoryBytes: 1 << 30}},
+		Processes: []Process{{PID: self, UsedMemoryBytes: 1 << 30}},
 	}, {
 		Index: 1, UUID: "GPU-5c1d2a33-8f1e-4b6a-9d3c-2a7e5b9c0f11", BusID: "00000000:9A:00.0", Name: "NVIDIA H100 80GB HBM3",
 		SMClockMHz: 1410, SMClockMaxMHz: 1980, MemClockMHz: 2619, MemClockMaxMHz: 2619,
@@ -106,7 +116,7 @@ remap_pending=1
 		MemoryTotalBytes: 80 << 30,
 		PCIeGen:          4, PCIeGenMax: 5, PCIeWidth: 8, PCIeWidthMax: 16, PCIeReplays: 17,
 		ECCCorrected: 3, ECCUncorrected: 1, RemappedCorrectable: 2, RemappedUncorrectable: 1, RemapPending: true,
-		Processes: []Process{{PID: 4343}, {PID: 4444, UsedMemoryBytes: 2048}},
+		Processes: []Process{{PID: 1}, {PID: parent, UsedMemoryBytes: 2048}},
 	}}
 	if !reflect.DeepEqual(gpus, want) {
 		t.Fatalf("read\n%+v\nwant\n%+v", gpus, want)

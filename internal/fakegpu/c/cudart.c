@@ -337,6 +337,7 @@ FAKEGPU_API cudaError_t cudaSetDevice(int device)
 	if (device < 0 || device >= fg_cfg.devices)
 		return fail(cudaErrorInvalidDevice);
 	current_device = device;
+	fg_board_select(device);
 	return cudaSuccess;
 }
 

@@ -3,9 +3,12 @@
 
 #include <errno.h>
 #include <sched.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 struct fg_config fg_cfg;
 pthread_mutex_t fg_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -69,6 +72,117 @@ static void calibrate_spin(void)
 	spin_iters_per_ns = dt ? (double)n / (double)dt : 1.0;
 }
 
+/*
+ * The board (FAKEGPU_BOARD, read by the fake libnvidia-ml.so.1; see nvml.c) stands for
+ * the node's GPUs. A process runs on the board GPU its CUDA device 0 maps to through
+ * CUDA_VISIBLE_DEVICES (a rank launched with CUDA_VISIBLE_DEVICES=3 runs on GPU 3), as
+ * a real rank that selects one GPU does. It lists itself in gpu<N>.procs/ from its first
+ * CUDA call until it exits, as NVML lists the processes with a context on a GPU, and
+ * its kernels run as much longer as the GPU's SM clock is below its maximum: a GPU the
+ * board throttles is a slow GPU, not only a number.
+ */
+static pthread_mutex_t board_lock = PTHREAD_MUTEX_INITIALIZER;
+static char board_dir[4096];
+static int board_gpu = -1;
+static double clock_scale = 1.0;    /* sm_clock_max / sm_clock of the board GPU */
+static uint64_t clock_read_ns;      /* when the board GPU's clocks were last read */
+#define CLOCK_REREAD_NS 100000000ull /* a throttle shows within 100 ms */
+
+static void board_procs_path(char *out, size_t n, int pid)
+{
+	snprintf(out, n, "%s/gpu%d.procs/%d", board_dir, board_gpu, pid);
+}
+
+static void board_unregister(void)
+{
+	char path[8192];
+	board_procs_path(path, sizeof path, (int)getpid()); /* a forked child has no entry */
+	unlink(path);
+}
+
+/* physical_gpu maps a CUDA device number to the board GPU through
+ * CUDA_VISIBLE_DEVICES ("3" or "4,5,6,7"; unset: the same number). */
+static int physical_gpu(int device)
+{
+	const char *visible = getenv("CUDA_VISIBLE_DEVICES");
+	if (!visible || !*visible)
+		return device;
+	const char *p = visible;
+	for (int i = 0; *p; i++) {
+		char *end;
+		long n = strtol(p, &end, 10);
+		if (end == p || n < 0)
+			return device; /* GPU-<uuid> and MIG names: not modelled */
+		if (i == device)
+			return (int)n;
+		p = *end == ',' ? end + 1 : end;
+		if (*end != ',')
+			break;
+	}
+	return device;
+}
+
+static void write_entry(void)
+{
+	char path[8192];
+	snprintf(path, sizeof path, "%s/gpu%d.procs", board_dir, board_gpu);
+	mkdir(path, 0755);
+	board_procs_path(path, sizeof path, (int)getpid());
+	FILE *f = fopen(path, "we");
+	if (f) {
+		fprintf(f, "0\n");
+		fclose(f);
+	}
+}
+
+/* board_register lists the process on the GPU of its CUDA device 0, at its first CUDA
+ * call; fg_board_select moves it when it selects another device. */
+static void board_register(void)
+{
+	const char *b = getenv("FAKEGPU_BOARD");
+	if (!b || !*b || strlen(b) >= sizeof board_dir)
+		return;
+	snprintf(board_dir, sizeof board_dir, "%s", b);
+	board_gpu = physical_gpu(0);
+	write_entry();
+	atexit(board_unregister);
+}
+
+void fg_board_select(int device)
+{
+	fg_init();
+	pthread_mutex_lock(&board_lock);
+	int gpu = physical_gpu(device);
+	if (board_gpu >= 0 && gpu != board_gpu) {
+		board_unregister();
+		board_gpu = gpu;
+		write_entry();
+		clock_read_ns = 0; /* the new GPU's clocks at the next launch */
+		clock_scale = 1.0;
+	}
+	pthread_mutex_unlock(&board_lock);
+}
+
+/* Reads the board GPU's sm_clock and sm_clock_max (1980 MHz, the fake NVML's
+ * defaults, where the file leaves them out). Called with board_lock held. */
+static void read_board_clock(void)
+{
+	char path[8192], line[256];
+	unsigned long clock = 1980, most = 1980;
+	snprintf(path, sizeof path, "%s/gpu%d", board_dir, board_gpu);
+	FILE *f = fopen(path, "re");
+	if (!f)
+		return;
+	while (fgets(line, sizeof line, f)) {
+		if (strncmp(line, "sm_clock=", 9) == 0)
+			clock = strtoul(line + 9, NULL, 0);
+		else if (strncmp(line, "sm_clock_max=", 13) == 0)
+			most = strtoul(line + 13, NULL, 0);
+	}
+	fclose(f);
+	clock_scale = clock > 0 && clock < most ? (double)most / (double)clock : 1.0;
+}
+
 static void fork_prepare(void) { pthread_mutex_lock(&fg_lock); }
 static void fork_release(void) { pthread_mutex_unlock(&fg_lock); }
 
@@ -88,6 +202,7 @@ static void load_config(void)
 	else if (mode && strcmp(mode, "yield") == 0)
 		fg_cfg.wait_mode = FG_WAIT_YIELD;
 	calibrate_spin();
+	board_register();
 	pthread_atfork(fork_prepare, fork_release, fork_release);
 }
 
@@ -126,7 +241,19 @@ void fg_cpu_work(uint64_t ns)
 uint64_t fg_kernel_ns(uint64_t blocks)
 {
 	uint64_t waves = (blocks + fg_cfg.sms - 1) / fg_cfg.sms;
-	return (waves ? waves : 1) * fg_cfg.kernel_ns;
+	uint64_t ns = (waves ? waves : 1) * fg_cfg.kernel_ns;
+	if (board_gpu >= 0) {
+		/* Its own lock: the runtime's launches get here without fg_lock. */
+		pthread_mutex_lock(&board_lock);
+		uint64_t now = fg_now_ns();
+		if (now - clock_read_ns >= CLOCK_REREAD_NS) {
+			clock_read_ns = now;
+			read_board_clock();
+		}
+		ns = (uint64_t)((double)ns * clock_scale);
+		pthread_mutex_unlock(&board_lock);
+	}
+	return ns;
 }
 
 uint64_t fg_copy_ns(size_t bytes, int direction)

@@ -37,6 +37,9 @@ uint64_t fg_now_ns(void);
 void fg_wait_until(uint64_t deadline_ns);
 void fg_cpu_work(uint64_t ns);
 uint64_t fg_kernel_ns(uint64_t blocks);
+/* The process now runs on CUDA device `device`: on the board (FAKEGPU_BOARD), its
+ * entry moves to that device's GPU, whose clocks pace its kernels from then on. */
+void fg_board_select(int device);
 uint64_t fg_copy_ns(size_t bytes, int direction);
 static inline uint64_t fg_max(uint64_t a, uint64_t b) { return a > b ? a : b; }
 

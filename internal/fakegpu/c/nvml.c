@@ -17,6 +17,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -447,8 +448,8 @@ FAKEGPU_API nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t de
 	for (struct dirent *e; d && (e = readdir(d));) {
 		char *end;
 		unsigned long pid = strtoul(e->d_name, &end, 10);
-		if (*end || pid == 0)
-			continue;
+		if (*end || pid == 0 || (kill((pid_t)pid, 0) != 0 && errno != EPERM))
+			continue; /* NVML lists live processes; a killed one never took its entry away */
 		if (n < *count) {
 			char path[8192];
 			unsigned long long used = 0;
