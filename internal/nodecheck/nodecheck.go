@@ -13,6 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/fathom-gpu/fathom/internal/discovery"
+	"github.com/fathom-gpu/fathom/internal/gpustate"
 	"github.com/fathom-gpu/fathom/internal/probes"
 )
 
@@ -63,7 +64,19 @@ type Options struct {
 	// worked, and a second load beside it would cost a verifier pass and a second set
 	// of tracepoints each time it re-checks.
 	BPFLoad func() Check
+	// NVML, when set, answers the nvml check: a running receiver knows what its own
+	// load of the library found.
+	NVML func() Check
 }
+
+// NVMLCheck names the check that loads NVML.
+const NVMLCheck = "nvml"
+
+// NVMLImpact is what a node without NVML loses.
+const NVMLImpact = "no GPU state (clocks and throttle reasons, power, PCIe link, ECC and remapped rows, XIDs), so a rank slowed by its own GPU is not named with its cause; everything traced from the host still works"
+
+// NVMLFix says how to give the collector NVML.
+const NVMLFix = "on a GPU node, mount the NVIDIA driver's libnvidia-ml.so.1 into the collector (the NVIDIA container toolkit does) or set nvml.library_path; on a node without GPUs there is nothing to do"
 
 // Run inspects the node. procRoot is normally /proc.
 func Run(procRoot string) Report { return RunWith(procRoot, Options{}) }
@@ -111,6 +124,14 @@ func RunWith(procRoot string, opts Options) Report {
 			Impact: "the receiver cannot run in ebpf mode on this node"})
 	}
 
+	if opts.NVML != nil {
+		c := opts.NVML()
+		c.Name = NVMLCheck
+		add(c)
+	} else {
+		add(nvmlCheck())
+	}
+
 	mappings, err := discovery.Scan(procRoot)
 	byPath := map[string]*Library{}
 	for _, m := range mappings {
@@ -135,6 +156,25 @@ func RunWith(procRoot string, opts Options) Report {
 
 	r.Ready = ready(r.Checks)
 	return r
+}
+
+// nvmlCheck loads NVML from the loader's search path and counts the GPUs.
+func nvmlCheck() Check {
+	c := Check{Name: NVMLCheck, Advisory: true, Impact: NVMLImpact, Fix: NVMLFix}
+	lib, err := gpustate.Open("")
+	if err != nil {
+		c.Detail = err.Error()
+		return c
+	}
+	defer lib.Close()
+	version, _ := lib.DriverVersion()
+	gpus, err := lib.Read()
+	c.OK = err == nil
+	c.Detail = fmt.Sprintf("driver %s, %d GPUs", version, len(gpus))
+	if err != nil {
+		c.Detail += ": " + err.Error()
+	}
+	return c
 }
 
 // ready is true when every check that matters passed.

@@ -118,6 +118,26 @@ const (
 	RDMAFabricError  = "rdma.async_event.fabric_error"
 )
 
+// GPU state the gpuebpf receiver reads from NVML: per GPU on the node's resource, and
+// the GPU a rank runs on beside its own series. OpenTelemetry's hardware conventions
+// name the GPU (hw.id is its UUID) and the readings they cover.
+const (
+	HWID               = "hw.id"
+	HWName             = "hw.name"
+	HWVendor           = "hw.vendor"
+	GPUIndex           = "fathom.gpu.index"
+	GPUBusID           = "fathom.gpu.pci.bus_id"
+	GPUClockDomain     = "fathom.gpu.clock.domain"
+	GPUClockReason     = "fathom.gpu.clock_event.reason"
+	GPUMemoryErrorType = "fathom.gpu.memory.error.type"
+	GPURemapCause      = "fathom.gpu.memory.remap.cause"
+	GPUXIDCode         = "fathom.gpu.xid.code"
+	// SignalDetail is a short human text on a rank's signal point that the straggler
+	// processor carries into the record naming the rank ("GPU 1 SM clock 1,410 of
+	// 1,980 MHz: sw_thermal_slowdown").
+	SignalDetail = "fathom.signal.detail"
+)
+
 // Metric names.
 const (
 	MetricCUDAAPIDuration     = "cuda.api.duration"
@@ -155,6 +175,26 @@ const (
 	MetricRDMAPortPackets     = "rdma.port.packets"
 	MetricRDMAPortXmitWait    = "rdma.port.xmit_wait"
 	MetricRDMAAsyncEvents     = "rdma.async_events"
+
+	MetricGPUUtilization      = "hw.gpu.utilization"
+	MetricGPUMemoryUsage      = "hw.gpu.memory.usage"
+	MetricGPUMemoryLimit      = "hw.gpu.memory.limit"
+	MetricGPUPower            = "hw.power"
+	MetricGPUTemperature      = "hw.temperature"
+	MetricGPUPowerLimit       = "fathom.gpu.power.limit"
+	MetricGPUClock            = "fathom.gpu.clock.frequency"
+	MetricGPUClockMax         = "fathom.gpu.clock.frequency.max"
+	MetricGPUClockEvent       = "fathom.gpu.clock_event.active"
+	MetricGPUPCIeGen          = "fathom.gpu.pcie.link.generation"
+	MetricGPUPCIeGenMax       = "fathom.gpu.pcie.link.generation.max"
+	MetricGPUPCIeWidth        = "fathom.gpu.pcie.link.width"
+	MetricGPUPCIeWidthMax     = "fathom.gpu.pcie.link.width.max"
+	MetricGPUPCIeReplays      = "fathom.gpu.pcie.replays"
+	MetricGPUECCErrors        = "fathom.gpu.memory.ecc.errors"
+	MetricGPURemappedRows     = "fathom.gpu.memory.remapped_rows"
+	MetricGPURemapPending     = "fathom.gpu.memory.remap.pending"
+	MetricGPURemapFailed      = "fathom.gpu.memory.remap.failed"
+	MetricRankGPUClockDeficit = "fathom.rank.gpu.sm_clock.deficit"
 )
 
 // Log event names (event.name).
@@ -168,6 +208,7 @@ const (
 	EventNCCLCollective = "nccl.collective"
 	EventNCCLCall       = "nccl.call"
 	EventRDMAAsync      = "rdma.async_event"
+	EventGPUXID         = "fathom.gpu.xid"
 )
 
 // Doc is one row of the generated convention tables.
@@ -231,7 +272,7 @@ var Attributes = []Doc{
 	{SourcePort, "log", "", "local port"},
 	{DestAddress, "log", "", "peer address"},
 	{DestPort, "log", "", "peer port"},
-	{ReceiverDropCause, "point", "", "why events (or what they carry) were lost: ringbuf_full, entry_missing, traced_set_full, call_stats_full (a call of a process with no kernel statistics slot, sent as a record instead: counted, not lost), call_stats_read, log_rate, nccl_log_rate, cardinality, decode, consumer_refused (records the next component refused), attach_failed (a library that could not be probed), rescan_queue_full (an exec not followed by scans), attach_queue_full (a library mapping left to the scans: attach on first use fell behind), rdma_sysfs (an unreadable RDMA counter poll), cgroup_unresolved (a process gone from /proc whose cgroup could not be found by id: removed, or no CAP_DAC_READ_SEARCH), program_recursion (runs of a BPF program the kernel skipped because it was already running on that CPU, e.g. a block completion in an interrupt over another: what they would have counted is lost)"},
+	{ReceiverDropCause, "point", "", "why events (or what they carry) were lost: ringbuf_full, entry_missing, traced_set_full, call_stats_full (a call of a process with no kernel statistics slot, sent as a record instead: counted, not lost), call_stats_read, log_rate, nccl_log_rate, cardinality, decode, consumer_refused (records the next component refused), attach_failed (a library that could not be probed), rescan_queue_full (an exec not followed by scans), attach_queue_full (a library mapping left to the scans: attach on first use fell behind), rdma_sysfs (an unreadable RDMA counter poll), cgroup_unresolved (a process gone from /proc whose cgroup could not be found by id: removed, or no CAP_DAC_READ_SEARCH), program_recursion (runs of a BPF program the kernel skipped because it was already running on that CPU, e.g. a block completion in an interrupt over another: what they would have counted is lost), nvml_read (a reading of the GPUs in which NVML could not read some GPU or field: what it read is kept)"},
 	{MetricTemporality, "stored row", "", "on Echo store rows of sums and histograms: the point's aggregation temporality, cumulative (a total since the series began) or delta (this interval only), written by the duckdb exporter; Echo tools total a window with it"},
 	{NCCLCommID, "point/log", "", "communicator: 16 hex digits of FNV-1a 64 over its 128-byte ncclUniqueId, the same on every rank"},
 	{NCCLRank, "point/log", "", "rank in the communicator (-1: unknown, e.g. after ncclCommSplit)"},
@@ -255,6 +296,17 @@ var Attributes = []Doc{
 	{NetworkDirection, "point", "", "receive or transmit"},
 	{RDMAEventType, "point/log", "", "enum ibv_event_type without IBV_EVENT_: PORT_ERR, PORT_ACTIVE, QP_FATAL, DEVICE_FATAL, GID_CHANGE ..."},
 	{RDMAFabricError, "point/log", "", "true for events that mean something failed (port, QP, CQ, SRQ, WQ, device, path migration)"},
+	{HWID, "point/log", "", "the GPU's UUID (GPU-...), as nvidia-smi -L prints it"},
+	{HWName, "point", "", "the GPU's product name (NVIDIA H100 80GB HBM3)"},
+	{HWVendor, "point", "", "NVIDIA"},
+	{GPUIndex, "point/log", "", "NVML's index of the GPU on the node (which may differ from a process's CUDA device number under CUDA_VISIBLE_DEVICES)"},
+	{GPUBusID, "point/log", "", "PCI address, domain:bus:device.function"},
+	{GPUClockDomain, "point", "", "sm or memory"},
+	{GPUClockReason, "point", "", "why the clocks are below their maximum, from NVML's clock event reasons: gpu_idle, applications_clocks_setting, sw_power_cap, hw_slowdown, sync_boost, sw_thermal_slowdown, hw_thermal_slowdown, hw_power_brake_slowdown, display_clock_setting"},
+	{GPUMemoryErrorType, "point", "", "corrected or uncorrected (ECC)"},
+	{GPURemapCause, "point", "", "correctable or uncorrectable: the kind of memory error that retired the rows"},
+	{GPUXIDCode, "log", "", "the XID number the driver reported (79: fallen off the bus, 48: double-bit ECC, 94/95: contained/uncontained ECC, 63/64: row remapping)"},
+	{SignalDetail, "point", "", "on a rank's signal point: a short text on what the value means for this rank, carried into the straggler record that names it"},
 }
 
 // Metrics documents every metric.
@@ -294,11 +346,31 @@ var Metrics = []Doc{
 	{MetricRDMAPortPackets, "sum", "{packet}", "packets through RDMA ports, by direction"},
 	{MetricRDMAPortXmitWait, "sum", "{tick}", "ticks an RDMA port had data to send but no credits (congestion)"},
 	{MetricRDMAAsyncEvents, "sum", "{event}", "verbs asynchronous events received on the node, by type and fabric_error"},
+	{MetricGPUUtilization, "gauge", "1", "share of NVML's last sample period with a kernel running on the GPU, 0 to 1 (NVML)"},
+	{MetricGPUMemoryUsage, "gauge", "By", "device memory in use (NVML)"},
+	{MetricGPUMemoryLimit, "gauge", "By", "device memory installed (NVML)"},
+	{MetricGPUPower, "gauge", "W", "power the GPU draws (NVML)"},
+	{MetricGPUTemperature, "gauge", "Cel", "GPU die temperature (NVML)"},
+	{MetricGPUPowerLimit, "gauge", "W", "power limit the driver enforces (NVML)"},
+	{MetricGPUClock, "gauge", "MHz", "clock frequency now, by domain (sm, memory) (NVML)"},
+	{MetricGPUClockMax, "gauge", "MHz", "the highest clock frequency of the domain (NVML)"},
+	{MetricGPUClockEvent, "gauge", "1", "1 while the reason holds the GPU's clocks down, else 0, for every reason (NVML)"},
+	{MetricGPUPCIeGen, "gauge", "1", "PCIe generation the link trained to (NVML)"},
+	{MetricGPUPCIeGenMax, "gauge", "1", "highest PCIe generation of the GPU and its slot (NVML)"},
+	{MetricGPUPCIeWidth, "gauge", "{lane}", "PCIe lanes the link trained to; below the maximum, the link is downtrained (NVML)"},
+	{MetricGPUPCIeWidthMax, "gauge", "{lane}", "PCIe lanes of the GPU and its slot (NVML)"},
+	{MetricGPUPCIeReplays, "sum", "{packet}", "PCIe packets the link resent since the driver loaded (NVML)"},
+	{MetricGPUECCErrors, "sum", "{error}", "device memory ECC errors since the driver loaded, by type (NVML)"},
+	{MetricGPURemappedRows, "gauge", "{row}", "device memory rows remapped to spares, by cause (NVML)"},
+	{MetricGPURemapPending, "gauge", "1", "1 while a row remap waits for the next GPU reset (NVML)"},
+	{MetricGPURemapFailed, "gauge", "1", "1 once a remap failed: the GPU has no spare rows left (NVML)"},
+	{MetricRankGPUClockDeficit, "gauge", "1", "per rank process: 1 minus its GPU's SM clock over the clock's maximum (0: full clock), from NVML, the GPU found by NVML's list of the processes running on it; a throttled GPU's rank runs further below its maximum than its cohort (higher is worse), and its point's detail names the GPU and the reasons"},
 }
 
 // Events documents every log event name.
 var Events = []Doc{
 	{EventCUDACall, "log", "", "one CUDA call: API, duration, bytes, direction, stream, grid/block, result"},
+	{EventGPUXID, "log", "", "a critical error (XID) the NVIDIA driver reported for a GPU, the moment NVML's event set delivers it, with the GPU and the ranks running on it"},
 	{EventProcessFork, "log", "", "a traced process forked a child"},
 	{EventProcessExec, "log", "", "a traced process ran exec"},
 	{EventProcessExit, "log", "", "a traced process exited"},

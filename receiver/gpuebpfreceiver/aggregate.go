@@ -7,6 +7,7 @@ import (
 	"go.opentelemetry.io/collector/pdata/pcommon"
 
 	"github.com/fathom-gpu/fathom/internal/expohisto"
+	"github.com/fathom-gpu/fathom/internal/gpustate"
 	"github.com/fathom-gpu/fathom/internal/probes"
 	"github.com/fathom-gpu/fathom/internal/procinfo"
 )
@@ -86,6 +87,7 @@ type aggregator struct {
 	drops               counterSet
 	processStartDefault pcommon.Timestamp
 	rdmaEvents          map[uint32]uint64 // verbs async events on the node, by enum ibv_event_type
+	gpus                []gpustate.GPU    // the last reading of the node's GPUs (NVML)
 	kernel              kernelCalls
 	// ended lists the processes whose series ended in an export, for the controller
 	// to drop their kernel-side state.

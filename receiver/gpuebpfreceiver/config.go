@@ -51,6 +51,7 @@ type Config struct {
 	Limits    LimitsConfig    `mapstructure:"limits"`
 	Synthetic SyntheticConfig `mapstructure:"synthetic"`
 	RDMA      RDMAConfig      `mapstructure:"rdma"`
+	NVML      NVMLConfig      `mapstructure:"nvml"`
 	Readiness ReadinessConfig `mapstructure:"readiness"`
 	// KernelState keeps what the kernel knows across collector restarts.
 	KernelState KernelStateConfig `mapstructure:"kernel_state"`
@@ -142,6 +143,19 @@ type RDMAConfig struct {
 	PollInterval time.Duration `mapstructure:"poll_interval"`
 }
 
+// NVMLConfig controls GPU state from NVML (clocks and why they are held down, power,
+// heat, memory, the PCIe link, memory errors, XIDs), read at every metrics collection
+// and bound to the ranks running on each GPU.
+type NVMLConfig struct {
+	// Enabled reads GPU state where libnvidia-ml.so.1 loads (default true). A node
+	// without the library says so once in the log and in its node check, and runs on
+	// without these series.
+	Enabled bool `mapstructure:"enabled"`
+	// LibraryPath loads NVML from this file instead of the loader's search path (a
+	// DaemonSet that mounts the host's driver libraries somewhere of its own).
+	LibraryPath string `mapstructure:"library_path"`
+}
+
 // ReadinessConfig controls the fathom.node.check log record: what `fathom check` finds
 // on this node, sent so that the gateway can tell a node that cannot trace from one
 // with nothing to trace.
@@ -199,6 +213,7 @@ func createDefaultConfig() *Config {
 			NCCL:               NCCLLogsConfig{SampleEvery: 16, MaxPerSecond: 500},
 		},
 		RDMA: RDMAConfig{SysfsRoot: "/sys/class/infiniband", PollInterval: 10 * time.Second},
+		NVML: NVMLConfig{Enabled: true},
 		Limits: LimitsConfig{
 			RingBufferBytes:      8 << 20,
 			MaxProcesses:         512,

@@ -33,7 +33,8 @@ func TestLoadConfig(t *testing.T) {
 		custom.Logs.MaxPerSecond != 50 || custom.Logs.OutlierMinDuration != 5*time.Millisecond ||
 		custom.Limits.RingBufferBytes != 16<<20 || custom.Limits.MaxProcesses != 64 ||
 		custom.Logs.NCCL != (NCCLLogsConfig{SampleEvery: 4, MaxPerSecond: 2000}) ||
-		custom.RDMA != (RDMAConfig{SysfsRoot: "/host/sys/class/infiniband", PollInterval: 30 * time.Second}) {
+		custom.RDMA != (RDMAConfig{SysfsRoot: "/host/sys/class/infiniband", PollInterval: 30 * time.Second}) ||
+		custom.NVML != (NVMLConfig{Enabled: true, LibraryPath: "/host/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1"}) {
 		t.Errorf("custom: %+v", custom)
 	}
 

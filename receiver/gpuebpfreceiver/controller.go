@@ -14,6 +14,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 	"go.uber.org/zap"
 
+	"github.com/fathom-gpu/fathom/internal/gpustate"
 	"github.com/fathom-gpu/fathom/internal/probes"
 	"github.com/fathom-gpu/fathom/internal/rdmasysfs"
 	"github.com/fathom-gpu/fathom/receiver/gpuebpfreceiver/internal/metadata"
@@ -63,6 +64,11 @@ type controller struct {
 	rdmaPoller   *rdmasysfs.Poller
 	rdmaPolledAt time.Time
 	rdmaPorts    []rdmasysfs.Port
+
+	// nvml reads GPU state; nil where NVML is off or could not load (nvmlErr says
+	// why).
+	nvml    *gpustate.Library
+	nvmlErr error
 
 	pullMu    sync.Mutex // one kernel statistics reading at a time
 	callStats []probes.ProcessCallStats
@@ -135,8 +141,13 @@ func (c *controller) start(ctx context.Context) error {
 	c.users++
 	c.registerTelemetry()
 	c.lastEmit = pcommon.NewTimestampFromTime(wallNow())
+	c.openNVML()
 	c.wg.Add(1)
 	go c.emitLoop(runCtx)
+	if c.nvml != nil {
+		c.wg.Add(1)
+		go c.watchXIDs(runCtx)
+	}
 	if c.cfg.Readiness.Enabled {
 		c.wg.Add(1)
 		go c.watchReadiness(runCtx)
@@ -221,12 +232,14 @@ func (c *controller) flushMetrics(ctx context.Context) {
 	c.pullCallStats()
 	kernel, kernelDrops, haveKernel := c.source.hostTotals()
 	c.pollRDMA()
-	host := hostTotals{kernel: kernel, haveKernel: haveKernel, events: c.agg.events.snapshot(), drops: c.agg.drops.snapshot(), probes: c.source.probeCount(), rdmaPorts: c.rdmaPorts}
+	gpus := c.readGPUs()
+	host := hostTotals{kernel: kernel, haveKernel: haveKernel, events: c.agg.events.snapshot(), drops: c.agg.drops.snapshot(), probes: c.source.probeCount(), rdmaPorts: c.rdmaPorts, gpus: gpus}
 	for k, v := range kernelDrops {
 		host.drops[k] += v
 	}
 	now := wallNow()
 	c.agg.mu.Lock()
+	c.agg.gpus = gpus
 	md := c.agg.emit(now, c.lastEmit, host, &c.prevHost, c.hostRes)
 	ended := c.agg.ended
 	c.agg.ended = nil
@@ -321,6 +334,12 @@ func (c *controller) shutdown() error {
 	// A last flush, so what was seen before shutdown is not lost.
 	c.flushLogs(context.Background())
 	c.flushMetrics(context.Background())
+	if c.nvml != nil {
+		if cerr := c.nvml.Close(); cerr != nil {
+			c.settings.Logger.Warn("NVML shutdown", zap.Error(cerr))
+		}
+		c.nvml = nil
+	}
 	c.telemetry.Shutdown()
 	if err != nil {
 		return fmt.Errorf("stop gpuebpf event source: %w", err)

@@ -11,6 +11,7 @@ import (
 	"go.opentelemetry.io/collector/pdata/pmetric"
 
 	"github.com/fathom-gpu/fathom/internal/expohisto"
+	"github.com/fathom-gpu/fathom/internal/gpustate"
 	"github.com/fathom-gpu/fathom/internal/probes"
 	"github.com/fathom-gpu/fathom/internal/procinfo"
 	"github.com/fathom-gpu/fathom/internal/rdmasysfs"
@@ -185,6 +186,7 @@ type hostTotals struct {
 	drops      map[string]uint64
 	probes     int
 	rdmaPorts  []rdmasysfs.Port
+	gpus       []gpustate.GPU
 }
 
 // emit builds one interval's metrics. Called with the aggregator's lock held.
@@ -200,11 +202,13 @@ func (a *aggregator) emit(now time.Time, lastEmit pcommon.Timestamp, host hostTo
 		}
 		return &metricSet{metrics: sm.Metrics(), start: start, ts: ts, delta: delta, byName: map[string]pmetric.Metric{}}
 	}
+	gpuOf := gpuOfProcess(host.gpus)
 	for pid, p := range a.processes {
 		rm := md.ResourceMetrics().AppendEmpty()
 		fillProcessResource(rm.Resource(), p, hostResource)
 		set := newSet(rm, p.start)
 		a.emitProcess(set, p, host.kernel.PagesByPID)
+		emitRankGPU(set, gpuOf[pid])
 		if p.exited && p.exitRead < a.kernel.merged {
 			// Its series end with this export, which carries the last counts the
 			// kernel kept for it (a reading begun after its exit); its slot is freed.
@@ -219,6 +223,7 @@ func (a *aggregator) emit(now time.Time, lastEmit pcommon.Timestamp, host hostTo
 	set := newSet(rm, a.processStartDefault)
 	emitHost(set, host, prevHost, delta)
 	a.emitRDMA(set, host, prevHost, delta)
+	emitGPUs(set, host.gpus, prevHost.gpus)
 	return md
 }
 

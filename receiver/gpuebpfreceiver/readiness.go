@@ -118,7 +118,21 @@ func (r *readinessReporter) record(report nodecheck.Report, now time.Time) plog.
 // newReadinessReporter checks this node as `fathom check` does, except for the BPF load:
 // the receiver answers that from its own start instead of loading every program again.
 func (c *controller) newReadinessReporter() *readinessReporter {
+	nvml, nvmlErr := c.nvml, c.nvmlErr
 	mode, probeCount := c.cfg.Mode, c.source.probeCount
+	// What this receiver's own load of NVML found, fixed at start.
+	nvmlCheck := func() nodecheck.Check {
+		c := nodecheck.Check{Advisory: true, Impact: nodecheck.NVMLImpact, Fix: nodecheck.NVMLFix}
+		switch {
+		case nvml != nil:
+			c.OK, c.Detail = true, "loaded by this receiver"
+		case nvmlErr != nil:
+			c.Detail = nvmlErr.Error()
+		default:
+			c.Detail = "off (nvml.enabled: false, or synthetic mode)"
+		}
+		return c
+	}
 	return &readinessReporter{
 		mode:           mode,
 		hostResource:   c.hostRes,
@@ -131,7 +145,7 @@ func (c *controller) newReadinessReporter() *readinessReporter {
 				}
 				// In ebpf mode the receiver would not be running had its load failed.
 				return nodecheck.Check{OK: true, Detail: fmt.Sprintf("loaded by this receiver: %d probes attached", probeCount())}
-			}})
+			}, NVML: nvmlCheck})
 		},
 	}
 }

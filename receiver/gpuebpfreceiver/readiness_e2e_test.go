@@ -37,7 +37,7 @@ func TestSyntheticModeSendsOneNodeCheckRecord(t *testing.T) {
 	for _, c := range lr.Body().Map().AsRaw()["checks"].([]any) {
 		byName[c.(map[string]any)["name"].(string)] = c.(map[string]any)
 	}
-	for _, name := range []string{"kernel", "btf", "privileges", "tracefs", "debugfs", "bpf_load", "gpu_libraries"} {
+	for _, name := range []string{"kernel", "btf", "privileges", "tracefs", "debugfs", "bpf_load", "nvml", "gpu_libraries"} {
 		if byName[name] == nil {
 			t.Errorf("no %s check in %v", name, byName)
 		}

@@ -1,0 +1,186 @@
+//go:build linux
+
+package gpuebpfreceiver_test
+
+import (
+	"math"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"go.opentelemetry.io/collector/pdata/pcommon"
+	"go.opentelemetry.io/collector/pdata/pmetric"
+
+	"github.com/fathom-gpu/fathom/internal/collectortest"
+	"github.com/fathom-gpu/fathom/internal/fakegpu"
+	"github.com/fathom-gpu/fathom/internal/privtest"
+	"github.com/fathom-gpu/fathom/internal/semconv"
+)
+
+// gaugePoint is the latest value of one gauge series and its attributes.
+type gaugePoint struct {
+	value float64
+	attrs pcommon.Map
+}
+
+// gauges folds every gauge the sink received into the latest point of each series of
+// process pid (0: the node).
+func gauges(sink *collectortest.Sink, pid int) map[string]gaugePoint {
+	out := map[string]gaugePoint{}
+	eachMetric(sink, func(p int64, _ pcommon.Map, m pmetric.Metric) {
+		if p != int64(pid) || m.Type() != pmetric.MetricTypeGauge {
+			return
+		}
+		for k := 0; k < m.Gauge().DataPoints().Len(); k++ {
+			dp := m.Gauge().DataPoints().At(k)
+			key := dp.Attributes()
+			if _, ok := key.Get(semconv.SignalDetail); ok { // not part of the series' identity
+				key = pcommon.NewMap()
+				dp.Attributes().CopyTo(key)
+				key.Remove(semconv.SignalDetail)
+			}
+			out[seriesKey(m.Name(), key)] = gaugePoint{value: dp.DoubleValue(), attrs: dp.Attributes()}
+		}
+	})
+	return out
+}
+
+// A node collector reads its GPUs from NVML (the real go-nvml on the fake
+// libnvidia-ml.so.1): GPU 1 runs hot and held down, on a link trained to x8 and with
+// wearing memory. The node's series carry both GPUs' state exactly; the rank running on
+// GPU 1 carries how far its SM clock is below the maximum, with a detail naming the GPU
+// and the reasons; an XID raised on GPU 1 comes out at once as a record naming that
+// rank.
+func TestGPUStateIsBoundToTheRankOnEachGPU(t *testing.T) {
+	privtest.Require(t)
+	paths := fakegpu.Build(t)
+	board := t.TempDir()
+	write := func(name, content string) {
+		t.Helper()
+		if err := os.MkdirAll(filepath.Dir(filepath.Join(board, name)), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(board, name), []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("gpu0", "util_gpu=12\n")
+	write("gpu1", `sm_clock=1410
+clock_event_reasons=sw_thermal,hw_thermal
+power_mw=612500
+temperature_c=87
+util_gpu=99
+memory_used=17179869184
+pcie_width=8
+pcie_replays=17
+ecc_corrected=3
+remapped_correctable=2
+remap_pending=1
+`)
+	sink, _ := startNodeCollector(t, nodeConfig("collection_interval: 300ms\nlogs:\n  policy: notable\nnvml:\n  library_path: "+paths.NVML, true),
+		"FAKEGPU_BOARD="+board)
+
+	// The rank runs on GPU 1 (CUDA_VISIBLE_DEVICES=1): the fake device lists it there
+	// from its first CUDA call, as the driver lists a process with a context.
+	w := fakegpu.Start(t, paths, fakegpu.Options{Gate: true, Steps: 400, Launches: 10, StepGap: 25 * time.Millisecond,
+		Env: []string{"RANK=5", "LOCAL_RANK=1", "WORLD_SIZE=8", "FAKEGPU_BOARD=" + board, "CUDA_VISIBLE_DEVICES=1"}})
+	if err := w.Release(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _, _ = w.Wait(time.Minute) }()
+
+	ratio := seriesKey(semconv.MetricRankGPUClockDeficit, attrs(semconv.HWID, "GPU-fa7a0000-0000-4000-8000-000000000001", semconv.GPUIndex, "1"))
+	var rank gaugePoint
+	deadline := time.Now().Add(20 * time.Second)
+	for ok := false; !ok; rank, ok = gauges(sink, w.Pid)[ratio] {
+		if time.Now().After(deadline) {
+			t.Fatalf("rank 5 never carried %s; its gauges: %v", ratio, gauges(sink, w.Pid))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if math.Abs(rank.value-(1-1410.0/1980)) > 1e-12 {
+		t.Errorf("rank 5's SM clock deficit %v, want %v", rank.value, 1-1410.0/1980)
+	}
+	detail, _ := rank.attrs.Get(semconv.SignalDetail)
+	if want := "GPU 1 (GPU-fa7a0000-0000-4000-8000-000000000001) SM clock 1,410 of 1,980 MHz: sw_thermal_slowdown, hw_thermal_slowdown"; detail.Str() != want {
+		t.Errorf("detail %q, want %q", detail.Str(), want)
+	}
+
+	node := gauges(sink, 0)
+	gpu := func(name string, index int, kv ...string) string {
+		return seriesKey(name, attrs(append([]string{semconv.HWID, "GPU-fa7a0000-0000-4000-8000-00000000000" + strconv.Itoa(index), semconv.GPUIndex, strconv.Itoa(index)}, kv...)...))
+	}
+	for key, want := range map[string]float64{
+		gpu(semconv.MetricGPUClock, 0, semconv.GPUClockDomain, "sm"):                       1980,
+		gpu(semconv.MetricGPUClock, 1, semconv.GPUClockDomain, "sm"):                       1410,
+		gpu(semconv.MetricGPUClockMax, 1, semconv.GPUClockDomain, "sm"):                    1980,
+		gpu(semconv.MetricGPUClockEvent, 1, semconv.GPUClockReason, "sw_thermal_slowdown"): 1,
+		gpu(semconv.MetricGPUClockEvent, 1, semconv.GPUClockReason, "hw_thermal_slowdown"): 1,
+		gpu(semconv.MetricGPUClockEvent, 1, semconv.GPUClockReason, "sw_power_cap"):        0,
+		gpu(semconv.MetricGPUClockEvent, 0, semconv.GPUClockReason, "hw_thermal_slowdown"): 0,
+		gpu(semconv.MetricGPUPower, 1):                                                     612.5,
+		gpu(semconv.MetricGPUPowerLimit, 1):                                                700,
+		gpu(semconv.MetricGPUTemperature, 1):                                               87,
+		gpu(semconv.MetricGPUMemoryUsage, 1):                                               16 << 30,
+		gpu(semconv.MetricGPUMemoryLimit, 1):                                               80 << 30,
+		gpu(semconv.MetricGPUPCIeWidth, 1):                                                 8,
+		gpu(semconv.MetricGPUPCIeWidthMax, 1):                                              16,
+		gpu(semconv.MetricGPUPCIeGen, 1):                                                   5,
+		gpu(semconv.MetricGPURemappedRows, 1, semconv.GPURemapCause, "correctable"):        2,
+		gpu(semconv.MetricGPURemapPending, 1):                                              1,
+		gpu(semconv.MetricGPURemapFailed, 1):                                               0,
+	} {
+		if p, ok := node[key]; !ok || p.value != want {
+			t.Errorf("node %s = %v (%v), want %v", key, p.value, ok, want)
+		}
+	}
+	util := seriesKey(semconv.MetricGPUUtilization, attrs(semconv.HWID, "GPU-fa7a0000-0000-4000-8000-000000000001", semconv.GPUIndex, "1",
+		semconv.HWName, "NVIDIA H100 80GB HBM3", semconv.HWVendor, "NVIDIA", semconv.GPUBusID, "00000000:28:00.0"))
+	if p := node[util]; p.value != 0.99 {
+		t.Errorf("node %s = %v, want 0.99", util, p.value)
+	}
+	host := hostView(sink)
+	for key, want := range map[string]int64{
+		gpu(semconv.MetricGPUPCIeReplays, 1):                                          17,
+		gpu(semconv.MetricGPUECCErrors, 1, semconv.GPUMemoryErrorType, "corrected"):   3,
+		gpu(semconv.MetricGPUECCErrors, 1, semconv.GPUMemoryErrorType, "uncorrected"): 0,
+	} {
+		if got := host.value(t, key); got != want {
+			t.Errorf("node %s = %d, want %d", key, got, want)
+		}
+	}
+
+	// An XID on GPU 1 (79: fallen off the bus).
+	f, err := os.OpenFile(filepath.Join(board, "gpu1.xid"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = f.WriteString("79\n")
+	f.Close()
+	raised := time.Now()
+	var body string
+	for deadline := time.Now().Add(10 * time.Second); body == "" && time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		for _, ld := range sink.Logs() {
+			for i := 0; i < ld.ResourceLogs().Len(); i++ {
+				lrs := ld.ResourceLogs().At(i).ScopeLogs().At(0).LogRecords()
+				for j := 0; j < lrs.Len(); j++ {
+					lr := lrs.At(j)
+					code, _ := lr.Attributes().Get(semconv.GPUXIDCode)
+					if lr.EventName() == semconv.EventGPUXID && code.Int() == 79 {
+						body = lr.Body().Str()
+					}
+				}
+			}
+		}
+	}
+	if want := "XID 79 on GPU 1 (GPU-fa7a0000-0000-4000-8000-000000000001), running rank 5 (pid " + strconv.Itoa(w.Pid) + ")"; body != want {
+		t.Fatalf("XID record %q, want %q", body, want)
+	}
+	t.Logf("XID 79 reached the sink %v after it was raised", time.Since(raised).Round(10*time.Millisecond))
+	if strings.Contains(body, "GPU 0") {
+		t.Error("the XID names GPU 0")
+	}
+}
