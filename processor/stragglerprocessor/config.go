@@ -72,7 +72,8 @@ type SignalConfig struct {
 	Metric string `mapstructure:"metric"`
 	// Worse is "higher" or "lower": which side of the median is the straggler's.
 	Worse string `mapstructure:"worse"`
-	// MADFloor is an absolute floor for the MAD, in the metric's unit per second.
+	// MADFloor is an absolute floor for the MAD, in the metric's unit per second (a
+	// sum's) or in its unit (a gauge's, judged as it is).
 	MADFloor float64 `mapstructure:"mad_floor"`
 }
 
@@ -105,6 +106,12 @@ func createDefaultConfig() *Config {
 			// Seconds of lead per second: the same floor keeps a preemption between a
 			// sync and a collective, now and then, from counting.
 			Metric: semconv.MetricRankHostLead, Worse: WorseHigher, MADFloor: 0.01,
+		}, {
+			// How far the rank's GPU runs below its maximum SM clock, a gauge from
+			// NVML: a cohort at full clock has a median of 0, so the 2% floor puts the
+			// line at about 9% below the cohort (3 x 1.4826 x 0.02). Nodes without
+			// NVML do not send it, and their cohorts are judged on the others.
+			Metric: semconv.MetricRankGPUClockDeficit, Worse: WorseHigher, MADFloor: 0.02,
 		}},
 		K:                  3,
 		Quorum:             3,

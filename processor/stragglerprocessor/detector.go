@@ -24,6 +24,10 @@ type sample struct {
 	value    float64
 	at       time.Time // end of the interval, from the point's timestamp
 	received time.Time // when the processor saw it
+	// gauge is true for a signal sent as a gauge, whose value is judged as it is
+	// rather than per second; detail is the point's fathom.signal.detail.
+	gauge  bool
+	detail string
 }
 
 // series turns a rank's points of one signal into per-interval samples.
@@ -85,8 +89,10 @@ type point struct {
 	rank, pid  int64
 	signal     int
 	cumulative bool
+	gauge      bool
 	value      float64
 	start, ts  int64 // unix nanos
+	detail     string
 }
 
 // event is a change of a rank's state, written as a fathom.straggler record.
@@ -102,6 +108,9 @@ type event struct {
 	score     float64
 	since     time.Time
 	at        time.Time
+	// gauge and detail come from the rank's latest sample (see sample).
+	gauge  bool
+	detail string
 }
 
 // rankGauge and cohortGauge are one evaluation's per-rank and per-cohort outputs.
@@ -167,7 +176,14 @@ func (d *detector) observe(p point, now time.Time) {
 	s := &r.series[p.signal]
 	var value float64
 	var ok bool
-	if p.cumulative {
+	if p.gauge {
+		// A gauge is already a per-interval reading (a GPU's clock): judged as it is,
+		// once per new point.
+		if !s.haveLast || s.pid != p.pid || p.ts > s.lastTime {
+			value, ok = p.value, true
+		}
+		s.lastTime, s.pid, s.haveLast = p.ts, p.pid, true
+	} else if p.cumulative {
 		// A new process (a restarted rank) or a reset series starts a new baseline.
 		if s.haveLast && s.pid == p.pid && s.start == p.start && p.ts > s.lastTime && p.value >= s.lastValue {
 			value, ok = (p.value-s.lastValue)/(float64(p.ts-s.lastTime)/1e9), true
@@ -179,7 +195,7 @@ func (d *detector) observe(p point, now time.Time) {
 	if !ok || math.IsNaN(value) || math.IsInf(value, 0) {
 		return
 	}
-	s.latest = sample{value: value, at: time.Unix(0, p.ts), received: now}
+	s.latest = sample{value: value, at: time.Unix(0, p.ts), received: now, gauge: p.gauge, detail: p.detail}
 	s.fresh = true
 }
 
@@ -275,7 +291,7 @@ func (d *detector) evaluateSignal(c *cohort, sig int, now time.Time, out *evalua
 			continue
 		}
 		ev := event{cohort: c.key, job: r.job, node: r.node, rank: rank, signal: sig, value: s.latest.value,
-			median: median, threshold: threshold, at: now}
+			median: median, threshold: threshold, at: now, gauge: s.latest.gauge, detail: s.latest.detail}
 		if now.Sub(s.latest.received) > cfg.SilentAfter {
 			// Silent while its cohort keeps reporting: the unreachable node is often
 			// the one in trouble.
@@ -376,7 +392,7 @@ func (d *detector) evaluateAgainst(src pushback.Source, now time.Time) evaluatio
 				}
 				if s.fresh {
 					ev := event{cohort: c.key, job: r.job, node: r.node, rank: rank, signal: sig, value: s.latest.value,
-						median: t.Median, threshold: t.Line, at: now}
+						median: t.Median, threshold: t.Line, at: now, gauge: s.latest.gauge, detail: s.latest.detail}
 					if state := s.judge(t.Beyond(s.latest.value), true, d.cfg.Persistence); state != "" {
 						ev.state, ev.since = state, s.since
 						out.events = append(out.events, ev)

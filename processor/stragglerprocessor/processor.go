@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"go.opentelemetry.io/collector/component"
 	"go.opentelemetry.io/collector/consumer"
@@ -183,7 +184,8 @@ func (s *straggler) processMetrics(ctx context.Context, md pmetric.Metrics) (pme
 		for j := range sms.Len() {
 			ms := sms.At(j).Metrics()
 			for k := range ms.Len() {
-				if m := ms.At(k); m.Type() == pmetric.MetricTypeSum && m.Sum().IsMonotonic() {
+				m := ms.At(k)
+				if (m.Type() == pmetric.MetricTypeSum && m.Sum().IsMonotonic()) || m.Type() == pmetric.MetricTypeGauge {
 					if _, ok := s.signalIndex[m.Name()]; ok {
 						signals = append(signals, m)
 					}
@@ -212,19 +214,30 @@ func (s *straggler) processMetrics(ctx context.Context, md pmetric.Metrics) (pme
 		pid, _ := intAttr(res, semconv.ProcessPID)
 		node := strAttr(res, semconv.HostName)
 		for _, m := range signals {
-			sum := m.Sum()
-			dps := sum.DataPoints()
+			gauge := m.Type() == pmetric.MetricTypeGauge
+			var dps pmetric.NumberDataPointSlice
+			cumulative := false
+			if gauge {
+				dps = m.Gauge().DataPoints()
+			} else {
+				dps = m.Sum().DataPoints()
+				cumulative = m.Sum().AggregationTemporality() == pmetric.AggregationTemporalityCumulative
+			}
 			for d := range dps.Len() {
 				dp := dps.At(d)
 				v := dp.DoubleValue()
 				if dp.ValueType() == pmetric.NumberDataPointValueTypeInt {
 					v = float64(dp.IntValue())
 				}
+				var detail string
+				if dv, ok := dp.Attributes().Get(semconv.SignalDetail); ok {
+					detail = truncate(dv.AsString(), maxDetail)
+				}
 				sent = append(sent, sentCohort{cohort: key.cohort, byJob: byJob})
 				points = append(points, point{
 					cohort: key, job: job, node: node, rank: rank, pid: pid, signal: s.signalIndex[m.Name()],
-					cumulative: sum.AggregationTemporality() == pmetric.AggregationTemporalityCumulative,
-					value:      v, start: int64(dp.StartTimestamp()), ts: int64(dp.Timestamp()),
+					cumulative: cumulative, gauge: gauge, detail: detail,
+					value: v, start: int64(dp.StartTimestamp()), ts: int64(dp.Timestamp()),
 				})
 			}
 		}
@@ -431,6 +444,9 @@ func (s *straggler) records(events []event) plog.Logs {
 		a.PutDouble(semconv.StragglerThreshold, e.threshold)
 		a.PutDouble(semconv.StragglerScore, e.score)
 		a.PutStr(semconv.StragglerSince, e.since.UTC().Format(time.RFC3339Nano))
+		if e.detail != "" {
+			a.PutStr(semconv.SignalDetail, e.detail)
+		}
 	}
 	return ld
 }
@@ -454,10 +470,18 @@ func (s *straggler) toVerdicts(events []event) []Verdict {
 // describe is the record's body: one sentence an operator can act on.
 func describe(e event, signal SignalConfig) string {
 	who := fmt.Sprintf("rank %d on %s", e.rank, orUnknown(e.node))
+	rate := "/s" // sums are judged per second, gauges as they are
+	if e.gauge {
+		rate = ""
+	}
 	switch e.state {
 	case "straggler":
-		return fmt.Sprintf("%s is a straggler in %s: %s %.4g/s vs cohort median %.4g/s (line %.4g/s, %s is worse), beyond since %s",
-			who, e.cohort.cohort, signal.Metric, e.value, e.median, e.threshold, signal.Worse, e.since.UTC().Format(time.RFC3339))
+		s := fmt.Sprintf("%s is a straggler in %s: %s %.4g%s vs cohort median %.4g%s (line %.4g%s, %s is worse), beyond since %s",
+			who, e.cohort.cohort, signal.Metric, e.value, rate, e.median, rate, e.threshold, rate, signal.Worse, e.since.UTC().Format(time.RFC3339))
+		if e.detail != "" {
+			s += "; " + e.detail
+		}
+		return s
 	case "no_thresholds":
 		return fmt.Sprintf("this node holds no straggler threshold for %s in %s: none received within the TTL (is the gateway reachable?); its ranks are not judged until one arrives",
 			signal.Metric, e.cohort.cohort)
@@ -465,8 +489,23 @@ func describe(e event, signal SignalConfig) string {
 		return fmt.Sprintf("%s in %s stopped reporting %s at %s while its cohort reports; its node may be in trouble",
 			who, e.cohort.cohort, signal.Metric, e.since.UTC().Format(time.RFC3339))
 	default:
-		return fmt.Sprintf("%s in %s is back within its cohort on %s: %.4g/s vs median %.4g/s", who, e.cohort.cohort, signal.Metric, e.value, e.median)
+		return fmt.Sprintf("%s in %s is back within its cohort on %s: %.4g%s vs median %.4g%s", who, e.cohort.cohort, signal.Metric, e.value, rate, e.median, rate)
 	}
+}
+
+// maxDetail bounds the fathom.signal.detail a node sends per point, which every record
+// naming the rank carries.
+const maxDetail = 256
+
+// truncate cuts s to at most n bytes on a rune boundary.
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
 }
 
 func cohortResource(res pcommon.Map, key cohortKey, job string) {
