@@ -45,6 +45,8 @@ receivers:
       pids: [RANK_PIDS]
     logs:
       policy: none
+    nvml:
+      library_path: ${env:NVML_LIBRARY}
 processors:
   batch:
     timeout: 100ms
@@ -101,6 +103,10 @@ type jobOptions struct {
 	transport func(node int) string
 	// nodeEnv adds variables to one node collector's environment.
 	nodeEnv func(node int) []string
+	// board, when set, is the fake GPUs' board directory: rank r runs on GPU r, and
+	// the node collectors read the board through the fake NVML (which, without a
+	// board, finds no GPU).
+	board string
 }
 
 func (o *jobOptions) defaults() {
@@ -121,9 +127,13 @@ func startJob(t testing.TB, o jobOptions) *job {
 	paths := fakegpu.Build(t)
 	j := &job{loop: newLoop(t)}
 	j.slowFile = filepath.Join(j.dir, "slow")
+	rankEnv := []string{"FATHOM_JOB=e2e-job"}
+	if o.board != "" {
+		rankEnv = append(rankEnv, "FAKEGPU_BOARD="+o.board, fmt.Sprintf("FAKEGPU_DEVICES=%d", o.ranks))
+	}
 	j.run = fakegpu.StartDDP(t, paths, fakegpu.DDPOptions{
 		Ranks: o.ranks, Steps: 100000, BucketBytes: 16 << 10, HostCompute: o.hostCompute, HostComputeSleeps: true,
-		NCCLMode: o.ncclMode, Gate: true, Env: []string{"FATHOM_JOB=e2e-job"},
+		NCCLMode: o.ncclMode, Gate: true, Env: rankEnv,
 		Slow: &fakegpu.Slowness{Rank: o.slowRank, Delay: o.slowBy, Mode: o.slowMode, WhileFile: j.slowFile},
 	})
 	for node := range o.ranks / o.perNode {
@@ -141,7 +151,10 @@ func startJob(t testing.TB, o jobOptions) *job {
 		config := strings.NewReplacer("EXPORTER", map[string]string{"grpc": "otlp_grpc", "http": "otlp_http"}[transport],
 			"RANK_PIDS", strings.Join(pids, ", ")).Replace(ranksNodeConfig)
 		health := collectortest.Addr(t)
-		env := []string{"HEALTH=" + health, "GATEWAY=" + gateway, fmt.Sprintf("NODE_NAME=node-%d", node)}
+		env := []string{"HEALTH=" + health, "GATEWAY=" + gateway, fmt.Sprintf("NODE_NAME=node-%d", node), "NVML_LIBRARY=" + paths.NVML}
+		if o.board != "" {
+			env = append(env, "FAKEGPU_BOARD="+o.board)
+		}
 		if o.nodeEnv != nil {
 			env = append(env, o.nodeEnv(node)...)
 		}

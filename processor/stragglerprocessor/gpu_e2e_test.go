@@ -1,0 +1,95 @@
+//go:build linux
+
+package stragglerprocessor_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fathom-gpu/fathom/internal/fakegpu"
+	"github.com/fathom-gpu/fathom/internal/semconv"
+)
+
+// signalRecord is a fathom.straggler record with the signal that named the rank and
+// what the record says.
+type signalRecord struct {
+	record
+	Signal, Body string
+}
+
+// signalRecords reads every fathom.straggler record in the gateway's store.
+func (l *loop) signalRecords() []signalRecord {
+	q := `SELECT coalesce(node, ''), coalesce(rank, -1),
+		json_extract_string(attributes, '$."fathom.straggler.state"'), json_extract_string(attributes, '$."fathom.straggler.source"'),
+		coalesce(json_extract_string(attributes, '$."fathom.straggler.signal"'), ''), coalesce(body, '')
+		FROM events WHERE name = 'fathom.straggler' ORDER BY ts`
+	body, _ := json.Marshal(map[string]string{"sql": q})
+	req, _ := http.NewRequest(http.MethodPost, "http://"+l.api+"/api/v1/sql", strings.NewReader(string(body)))
+	req.Header.Set("Authorization", "Bearer "+agentToken)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		l.t.Fatalf("sql: %v", err)
+	}
+	defer resp.Body.Close()
+	raw, _ := io.ReadAll(resp.Body)
+	var res struct{ Rows [][]any }
+	if err := json.Unmarshal(raw, &res); err != nil || resp.StatusCode != 200 {
+		l.t.Fatalf("sql answered %d: %v: %s", resp.StatusCode, err, raw)
+	}
+	var out []signalRecord
+	for _, row := range res.Rows {
+		out = append(out, signalRecord{record: record{Node: row[0].(string), Rank: int(row[1].(float64)), State: row[2].(string), Source: row[3].(string)},
+			Signal: row[4].(string), Body: row[5].(string)})
+	}
+	return out
+}
+
+// Rank 5's GPU starts throttling (thermal, its SM clock 20% down) under a real job:
+// its kernels run slower and every rank's steps with them, so no host-side timing
+// names it, but the clock its node reads from NVML does. Its own node and the gateway
+// name rank 5 on the GPU clock deficit, with the GPU, its clock and the reason, and
+// nobody is named on anything else.
+func TestARankOnAThrottledGPUIsNamedWithTheDeviceCause(t *testing.T) {
+	board := t.TempDir()
+	for gpu := range jobRanks {
+		if err := os.WriteFile(filepath.Join(board, fmt.Sprintf("gpu%d", gpu)), nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	j := startJob(t, jobOptions{ncclMode: fakegpu.NCCLAsync, slowMode: "compute", transport: func(node int) string {
+		return []string{"grpc", "http"}[node%2]
+	}, board: board})
+	time.Sleep(12 * time.Second) // healthy: the gateway warms up, lines reach every node
+	if recs := j.signalRecords(); len(recs) != 0 {
+		t.Fatalf("records from a healthy job: %+v", recs)
+	}
+	if err := os.WriteFile(filepath.Join(board, fmt.Sprintf("gpu%d", slowRank)), []byte("sm_clock=1584\nclock_event_reasons=hw_thermal\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	throttled := time.Now()
+	self := record{Node: "node-2", Rank: slowRank, State: "straggler", Source: "node"}
+	gateway := record{Node: "node-2", Rank: slowRank, State: "straggler", Source: "gateway"}
+	j.waitRecords("rank 5's node and the gateway to flag it", 30*time.Second, func(recs []record) bool {
+		return has(recs, self) && has(recs, gateway)
+	})
+	t.Logf("rank 5 flagged by its node and the gateway %v after its GPU began throttling", time.Since(throttled).Round(100*time.Millisecond))
+	time.Sleep(3 * time.Second) // room for a wrong record to arrive
+	detail := fmt.Sprintf("GPU %d (GPU-fa7a0000-0000-4000-8000-%012x) SM clock 1,584 of 1,980 MHz: hw_thermal_slowdown", slowRank, slowRank)
+	for _, r := range j.signalRecords() {
+		if r.record != self && r.record != gateway {
+			t.Errorf("record %+v: want only rank 5 on node-2 named a straggler", r)
+			continue
+		}
+		if r.Signal != semconv.MetricRankGPUClockDeficit || !strings.HasSuffix(r.Body, "; "+detail) {
+			t.Errorf("rank 5 named on %s: %q; want the GPU clock deficit, ending %q", r.Signal, r.Body, detail)
+		}
+	}
+}
