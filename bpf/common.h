@@ -1,4 +1,4 @@
-/* SPDX-License-Identifier: GPL-2.0 OR Apache-2.0 */
+/* SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause */
 /* Definitions shared by every Fathom probe family. Event structs are turned into Go
  * types by bpf2go (-type), so they are written once, here. Each family is its own BPF
  * object; the maps marked "shared" are created once by the loader and handed to every

@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: GPL-2.0 OR Apache-2.0
+// SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 /* CUDA runtime (libcudart) and driver (libcuda) API calls: one entry program per
  * argument layout and one return program for all, told apart by the attach cookie
  * (= enum cuda_api). The loader attaches past a leading endbr64 so the kernel can

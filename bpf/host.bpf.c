@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: GPL-2.0 OR Apache-2.0
+// SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 /* Host-side causes of GPU stalls, from tracepoints (tp_btf; kprobes are not used):
  * scheduling of the threads that drive the GPU, process lifecycle, page allocation,
  * block I/O latency and TCP retransmits. These fire system-wide, so every program

@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: GPL-2.0 OR Apache-2.0
+// SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 /* Baseline for benchmarks: programs that do nothing, on the same tracepoints as
  * host.bpf.c. What a host program costs per event is reported against these. */
 #include "vmlinux.h"

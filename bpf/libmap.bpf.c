@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: GPL-2.0 OR Apache-2.0
+// SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 /* Attach on first use: the moment a process maps a GPU library's code, tell userspace,
  * so the library's uprobes go in within milliseconds instead of at the next rescan.
  *

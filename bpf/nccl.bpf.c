@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: GPL-2.0 OR Apache-2.0
+// SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 /* NCCL calls (libnccl.so.2): communicator setup and teardown, collectives, point-to-point
  * and groups. As for CUDA, one entry program per argument layout and one return program
  * for all, told apart by the attach cookie (= enum nccl_api); the loader attaches past a

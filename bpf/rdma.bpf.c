@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: GPL-2.0 OR Apache-2.0
+// SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 /* RDMA fabric events from libibverbs: ibv_get_async_event(context, event) blocks until the
  * device reports an asynchronous event (port down/up, QP or device fatal, GID change ...),
  * then fills *event. The entry keeps the pointers, the return reads what was filled in.

@@ -1,4 +1,4 @@
-/* SPDX-License-Identifier: GPL-2.0 OR Apache-2.0 */
+/* SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause */
 /* Whether the calling process is traced, for every uprobe family (CUDA, NCCL): the traced
  * set, configured cgroups, or every caller; and the identity record at a process's first
  * traced call. Each object that includes this has its own `trace_all` constant, set by
