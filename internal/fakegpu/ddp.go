@@ -64,6 +64,9 @@ type DDPOptions struct {
 	// NCCL call; Release starts them all.
 	Gate bool
 	Env  []string
+	// RankEnv is NAME=VALUE set in each rank's environment by the launcher, %r in VALUE
+	// replaced by the rank (as a wrapper script sets a per-rank NCCL_IB_HCA).
+	RankEnv string
 }
 
 // Args returns the launcher's command-line flags (gate flags excluded).
@@ -75,6 +78,9 @@ func (o DDPOptions) Args() []string {
 		}
 	}
 	num("steps", int64(o.Steps))
+	if o.RankEnv != "" {
+		args = append(args, "--rank-env", o.RankEnv)
+	}
 	num("bucket-bytes", o.BucketBytes)
 	num("buckets", int64(o.Buckets))
 	num("compute-kernels", int64(o.ComputeKernels))

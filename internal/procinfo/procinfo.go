@@ -24,6 +24,8 @@ type Process struct {
 	Rank        int
 	LocalRank   int
 	WorldSize   int
+	// IBHCAs is NCCL_IB_HCA: the RDMA ports the rank's traffic may use.
+	IBHCAs HCAs
 }
 
 // Launchers spell rank and size differently; the first variable present wins.
@@ -96,6 +98,7 @@ func (p *Process) fillFromEnviron(env []byte) {
 	p.Rank = firstInt(vars, rankVars)
 	p.LocalRank = firstInt(vars, localRankVars)
 	p.WorldSize = firstInt(vars, worldSizeVars)
+	p.IBHCAs = ParseHCAs(vars["NCCL_IB_HCA"])
 	for _, k := range jobVars {
 		if v, ok := vars[k]; ok && v != "" {
 			p.Job = v

@@ -53,7 +53,10 @@ type processSeries struct {
 	// return from a device wait to its entry into the collective (seconds).
 	hostLead     float64
 	hostLeadSeen bool
-	exited       bool
+	// fabric follows the counters of the RDMA ports the rank may use; nil until the
+	// first reading that binds it to one.
+	fabric *rankFabric
+	exited bool
 	// exitRead is the number of call-statistics readings begun when the exit was seen:
 	// the series may end once a later one is merged, which holds the last counts.
 	exitRead  uint64

@@ -209,6 +209,7 @@ func (a *aggregator) emit(now time.Time, lastEmit pcommon.Timestamp, host hostTo
 		set := newSet(rm, p.start)
 		a.emitProcess(set, p, host.kernel.PagesByPID)
 		emitRankGPU(set, gpuOf[pid])
+		emitRankFabric(set, p, host.rdmaPorts)
 		if p.exited && p.exitRead < a.kernel.merged {
 			// Its series end with this export, which carries the last counts the
 			// kernel kept for it (a reading begun after its exit); its slot is freed.

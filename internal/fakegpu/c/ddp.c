@@ -50,7 +50,7 @@ static struct {
 	long slow_rank, slow_ms, slow_from_step, slow_threads, host_compute_sleep;
 	const char *slow_mode, *slow_while_file;
 	long ring_bytes, ib, wait_timeout_ms;
-	const char *wait_file, *ready_file;
+	const char *wait_file, *ready_file, *rank_env;
 	long help;
 } opt = {
 	.steps = 200, .bucket_bytes = 1 << 20, .buckets = 1, .compute_kernels = 8, .optimizer_kernels = 2,
@@ -84,6 +84,9 @@ static const struct flag flags[] = {
 	 "a test turns a slowdown on and off mid-run"},
 	{"ring-bytes", OPT_LONG, &opt.ring_bytes, "per step, send this many bytes to rank+1 and receive from rank-1"},
 	{"ib", OPT_FLAG, &opt.ib, "open the first verbs device and wait for its async events on a thread"},
+	{"rank-env", OPT_STRING, &opt.rank_env,
+	 "launcher: NAME=VALUE set in each rank's environment, %r in VALUE replaced by its rank "
+	 "(a wrapper's per-rank NCCL_IB_HCA==mlx5_%r:1)"},
 	{"wait-file", OPT_STRING, &opt.wait_file, "start gate: each rank waits for this path before any CUDA/NCCL call"},
 	{"ready-file", OPT_STRING, &opt.ready_file, "each rank writes PATH.RANK ({\"pid\":..,\"tid\":..}) at the gate"},
 	{"wait-timeout-ms", OPT_LONG, &opt.wait_timeout_ms, "give up on the gate after this long (exit status 3)"},
@@ -105,6 +108,28 @@ static long env_long(const char *name, long fallback)
 }
 
 /* ---- launcher ---- */
+
+/* set_rank_env sets NAME=VALUE from spec, each %r in VALUE replaced by rank. */
+static void set_rank_env(const char *spec, int rank)
+{
+	char name[256], value[1024];
+	const char *eq = strchr(spec, '=');
+	if (!eq || eq == spec || (size_t)(eq - spec) >= sizeof name)
+		die(2, "--rank-env wants NAME=VALUE, got %s", spec);
+	memcpy(name, spec, (size_t)(eq - spec));
+	name[eq - spec] = 0;
+	size_t n = 0;
+	for (const char *p = eq + 1; *p && n + 16 < sizeof value; p++) {
+		if (p[0] == '%' && p[1] == 'r') {
+			n += (size_t)snprintf(value + n, sizeof value - n, "%d", rank);
+			p++;
+		} else {
+			value[n++] = *p;
+		}
+	}
+	value[n] = 0;
+	setenv(name, value, 1);
+}
 
 static int spawn_ranks(int argc, char **argv)
 {
@@ -152,6 +177,8 @@ static int spawn_ranks(int argc, char **argv)
 			snprintf(v, sizeof(v), "%d", n);
 			setenv("WORLD_SIZE", v, 1);
 			setenv("FAKENCCL_UNIQUE_ID", hex, 1);
+			if (opt.rank_env)
+				set_rank_env(opt.rank_env, r);
 			execv("/proc/self/exe", child_argv);
 			_exit(127);
 		}
