@@ -112,6 +112,15 @@ func createDefaultConfig() *Config {
 			// line at about 9% below the cohort (3 x 1.4826 x 0.02). Nodes without
 			// NVML do not send it, and their cohorts are judged on the others.
 			Metric: semconv.MetricRankGPUClockDeficit, Worse: WorseHigher, MADFloor: 0.02,
+		}, {
+			// Error counts per second of the RDMA ports a rank may use: a healthy
+			// cohort counts none, so the floor puts the line near 0.44 errors/s.
+			Metric: semconv.MetricRankRDMAErrors, Worse: WorseHigher, MADFloor: 0.1,
+		}, {
+			// Credit-wait ticks per second of the same ports. A tick's length is the
+			// NIC's own; 10,000/s is a starting floor for an idle fabric, and a busy
+			// one sets its own MAD.
+			Metric: semconv.MetricRankRDMAXmitWait, Worse: WorseHigher, MADFloor: 10000,
 		}},
 		K:                  3,
 		Quorum:             3,

@@ -93,3 +93,82 @@ func TestARankOnAThrottledGPUIsNamedWithTheDeviceCause(t *testing.T) {
 		}
 	}
 }
+
+// writePortCounters writes one RDMA port's counters into a fake sysfs tree, each file
+// whole and renamed into place, so the poller never reads half a number.
+func writePortCounters(root, device string, values map[string]uint64) error {
+	dir := filepath.Join(root, device, "ports", "1")
+	if err := os.MkdirAll(filepath.Join(dir, "counters"), 0o755); err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(dir, "link_layer"), []byte("InfiniBand\n"), 0o644); err != nil {
+		return err
+	}
+	for name, v := range values {
+		tmp := filepath.Join(dir, "counters", "."+name)
+		if err := os.WriteFile(tmp, []byte(fmt.Sprintf("%d\n", v)), 0o644); err != nil {
+			return err
+		}
+		if err := os.Rename(tmp, filepath.Join(dir, "counters", name)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Rank 5's link starts taking symbol errors (25 a second) under a real job; each rank
+// is given its own port by NCCL_IB_HCA (mlx5_<rank>:1, as a wrapper script does). Its
+// own node and the gateway name rank 5 on the RDMA errors of its port, and nobody is
+// named on anything else.
+func TestARankOnAFailingLinkIsNamedWithTheFabricCause(t *testing.T) {
+	sysfs := t.TempDir()
+	for rank := range jobRanks {
+		if err := writePortCounters(sysfs, fmt.Sprintf("mlx5_%d", rank), map[string]uint64{"symbol_error": 0, "port_xmit_wait": 0}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	j := startJob(t, jobOptions{ncclMode: fakegpu.NCCLAsync, slowMode: "compute", transport: func(node int) string {
+		return []string{"grpc", "http"}[node%2]
+	}, sysfs: sysfs, rankEnv: "NCCL_IB_HCA==mlx5_%r:1"})
+	time.Sleep(12 * time.Second)
+	if recs := j.signalRecords(); len(recs) != 0 {
+		t.Fatalf("records from a healthy job: %+v", recs)
+	}
+	failing := time.Now()
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		tick := time.NewTicker(200 * time.Millisecond)
+		defer tick.Stop()
+		for errors := uint64(5); ; errors += 5 {
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+				if err := writePortCounters(sysfs, fmt.Sprintf("mlx5_%d", slowRank), map[string]uint64{"symbol_error": errors}); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		}
+	}()
+	defer func() { close(stop); <-done }()
+	self := record{Node: "node-2", Rank: slowRank, State: "straggler", Source: "node"}
+	gateway := record{Node: "node-2", Rank: slowRank, State: "straggler", Source: "gateway"}
+	j.waitRecords("rank 5's node and the gateway to flag it", 30*time.Second, func(recs []record) bool {
+		return has(recs, self) && has(recs, gateway)
+	})
+	t.Logf("rank 5 flagged by its node and the gateway %v after its link began failing", time.Since(failing).Round(100*time.Millisecond))
+	time.Sleep(3 * time.Second)
+	detail := fmt.Sprintf("NCCL_IB_HCA: mlx5_%d port 1 (infiniband)", slowRank)
+	for _, r := range j.signalRecords() {
+		if r.record != self && r.record != gateway {
+			t.Errorf("record %+v: want only rank 5 on node-2 named a straggler", r)
+			continue
+		}
+		if r.Signal != semconv.MetricRankRDMAErrors || !strings.HasSuffix(r.Body, "; "+detail) {
+			t.Errorf("rank 5 named on %s: %q; want the RDMA errors, ending %q", r.Signal, r.Body, detail)
+		}
+	}
+}

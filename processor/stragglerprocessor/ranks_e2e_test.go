@@ -47,6 +47,9 @@ receivers:
       policy: none
     nvml:
       library_path: ${env:NVML_LIBRARY}
+    rdma:
+      sysfs_root: ${env:SYSFS}
+      poll_interval: 1s
 processors:
   batch:
     timeout: 100ms
@@ -107,6 +110,9 @@ type jobOptions struct {
 	// the node collectors read the board through the fake NVML (which, without a
 	// board, finds no GPU).
 	board string
+	// sysfs, when set, is a fake /sys/class/infiniband every node reads; rankEnv a
+	// variable the launcher sets per rank (fakegpu.DDPOptions.RankEnv).
+	sysfs, rankEnv string
 }
 
 func (o *jobOptions) defaults() {
@@ -133,7 +139,7 @@ func startJob(t testing.TB, o jobOptions) *job {
 	}
 	j.run = fakegpu.StartDDP(t, paths, fakegpu.DDPOptions{
 		Ranks: o.ranks, Steps: 100000, BucketBytes: 16 << 10, HostCompute: o.hostCompute, HostComputeSleeps: true,
-		NCCLMode: o.ncclMode, Gate: true, Env: rankEnv,
+		NCCLMode: o.ncclMode, Gate: true, Env: rankEnv, RankEnv: o.rankEnv,
 		Slow: &fakegpu.Slowness{Rank: o.slowRank, Delay: o.slowBy, Mode: o.slowMode, WhileFile: j.slowFile},
 	})
 	for node := range o.ranks / o.perNode {
@@ -151,7 +157,12 @@ func startJob(t testing.TB, o jobOptions) *job {
 		config := strings.NewReplacer("EXPORTER", map[string]string{"grpc": "otlp_grpc", "http": "otlp_http"}[transport],
 			"RANK_PIDS", strings.Join(pids, ", ")).Replace(ranksNodeConfig)
 		health := collectortest.Addr(t)
-		env := []string{"HEALTH=" + health, "GATEWAY=" + gateway, fmt.Sprintf("NODE_NAME=node-%d", node), "NVML_LIBRARY=" + paths.NVML}
+		sysfs := o.sysfs
+		if sysfs == "" {
+			sysfs = filepath.Join(j.dir, "no-rdma") // no RDMA device on these nodes
+		}
+		env := []string{"HEALTH=" + health, "GATEWAY=" + gateway, fmt.Sprintf("NODE_NAME=node-%d", node),
+			"NVML_LIBRARY=" + paths.NVML, "SYSFS=" + sysfs}
 		if o.board != "" {
 			env = append(env, "FAKEGPU_BOARD="+o.board)
 		}
