@@ -40,6 +40,9 @@ type series struct {
 
 	latest sample
 	fresh  bool // latest not yet judged
+	// waitingSince is when the oldest sample not yet judged came (node mode): a node
+	// waits for a newer line at most lineWait from then, however many samples follow.
+	waitingSince time.Time
 
 	// verdicts holds whether each of the last samples was beyond the line (newest
 	// last), at most persistence.Of of them.
@@ -386,11 +389,15 @@ func (d *detector) evaluateAgainst(src pushback.Source, now time.Time) evaluatio
 					continue
 				}
 				g := rankGauge{cohort: c.key, job: r.job, node: r.node, rank: rank, signal: sig, flagged: s.flagged}
-				if s.fresh && waitForNewerLine(t, s.latest.received, now) {
-					out.ranks = append(out.ranks, g)
-					continue
-				}
 				if s.fresh {
+					if s.waitingSince.IsZero() {
+						s.waitingSince = s.latest.received
+					}
+					if waitForNewerLine(t, s.latest.received, s.waitingSince, now) {
+						out.ranks = append(out.ranks, g)
+						continue
+					}
+					s.waitingSince = time.Time{}
 					ev := event{cohort: c.key, job: r.job, node: r.node, rank: rank, signal: sig, value: s.latest.value,
 						median: t.Median, threshold: t.Line, at: now, gauge: s.latest.gauge, detail: s.latest.detail}
 					if state := s.judge(t.Beyond(s.latest.value), true, d.cfg.Persistence); state != "" {
@@ -411,8 +418,11 @@ func (d *detector) evaluateAgainst(src pushback.Source, now time.Time) evaluatio
 // peers' samples of the same interval, and when a rank slows down, the peers' waits
 // move the median, so the old line is an interval late. The answer comes within the
 // node's batch delay and a round trip. lineSkew allows for the gateway's evaluation
-// interval and for clocks apart; past lineWait (an answer lost, a line polled by GET)
-// the sample is judged against what is held.
+// interval and for clocks apart; past lineWait (an answer lost, a line polled by GET,
+// a gateway whose evaluations fall just before the node's exports) the sample is judged
+// against what is held. The wait runs from the first sample left unjudged: counted from
+// each new sample, a node whose exports always land just after the gateway's
+// evaluations would wait forever.
 const (
 	lineSkew = 300 * time.Millisecond
 	lineWait = 2 * time.Second
@@ -420,8 +430,8 @@ const (
 
 // waitForNewerLine says whether a sample received at received should wait for a line
 // newer than t.
-func waitForNewerLine(t pushback.Threshold, received, now time.Time) bool {
-	return time.UnixMilli(t.At).Before(received.Add(-lineSkew)) && now.Sub(received) < lineWait
+func waitForNewerLine(t pushback.Threshold, received, waitingSince, now time.Time) bool {
+	return time.UnixMilli(t.At).Before(received.Add(-lineSkew)) && now.Sub(waitingSince) < lineWait
 }
 
 // medianOf sorts values in place.

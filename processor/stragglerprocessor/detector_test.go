@@ -332,3 +332,39 @@ func TestANodeJudgesAFreshSampleAgainstTheNextLine(t *testing.T) {
 		t.Fatalf("after lineWait: %+v, want rank 5 resolved against the held line", ev.events)
 	}
 }
+
+// The gateway evaluates just before each of the node's exports arrives, so every line
+// a node holds was drawn more than lineSkew before its latest sample, and each second a
+// new sample comes. The node still judges, lineWait after the first sample it left
+// unjudged, and flags a rank beyond the line with the usual persistence.
+func TestANodeWhoseLinesAreAlwaysOldStillJudges(t *testing.T) {
+	cfg := createDefaultConfig()
+	cfg.Mode = ModeNode
+	d := newDetector(cfg)
+	key := cohortKey{cluster: "c1", cohort: "comm-1"}
+	t0 := time.Unix(1_800_000_000, 0)
+	lineKey := pushback.Key{Cluster: "c1", Cohort: "comm-1", Signal: cfg.Signals[0].Metric}
+	lines := heldLines{}
+	var flaggedAt time.Duration
+	for i := 0; i <= 20 && flaggedAt == 0; i++ {
+		at := t0.Add(time.Duration(i) * time.Second)
+		d.observe(point{cohort: key, node: "node-2", rank: 5, pid: 1, cumulative: true, value: 0.05 * float64(i),
+			start: t0.UnixNano(), ts: at.UnixNano()}, at)
+		// Drawn 700 ms before this sample came, as every line will be.
+		lines[lineKey] = pushback.Threshold{Cluster: "c1", Cohort: "comm-1", Signal: lineKey.Signal, Median: 0.30, Line: 0.23,
+			Worse: "lower", At: at.Add(-700 * time.Millisecond).UnixMilli()}
+		for step := time.Duration(0); step < time.Second && flaggedAt == 0; step += 250 * time.Millisecond {
+			for _, e := range d.evaluateAgainst(lines, at.Add(step)).events {
+				if e.state == "straggler" && e.rank == 5 {
+					flaggedAt = time.Duration(i)*time.Second + step
+				}
+			}
+		}
+	}
+	// The first rate comes at 1 s and waits; it is judged at 3 s, lineWait later. The
+	// next sample (4 s) is judged at 6 s, the next (7 s) at 9 s: the third verdict
+	// beyond flags it at 9 s. Counted from each new sample, the wait never ended.
+	if flaggedAt != 9*time.Second {
+		t.Fatalf("flagged at %v after the first point, want 9s (never: 0s)", flaggedAt)
+	}
+}
