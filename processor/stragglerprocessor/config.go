@@ -113,6 +113,10 @@ func createDefaultConfig() *Config {
 			// NVML do not send it, and their cohorts are judged on the others.
 			Metric: semconv.MetricRankGPUClockDeficit, Worse: WorseHigher, MADFloor: 0.02,
 		}, {
+			// PCIe replays and ECC errors per second of the rank's GPU: none on a
+			// healthy GPU, so the floor puts the line near 0.44/s.
+			Metric: semconv.MetricRankGPUErrors, Worse: WorseHigher, MADFloor: 0.1,
+		}, {
 			// Error counts per second of the RDMA ports a rank may use: a healthy
 			// cohort counts none, so the floor puts the line near 0.44 errors/s.
 			Metric: semconv.MetricRankRDMAErrors, Worse: WorseHigher, MADFloor: 0.1,

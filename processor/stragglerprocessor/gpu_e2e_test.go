@@ -56,7 +56,8 @@ func (l *loop) signalRecords() []signalRecord {
 // its kernels run slower and every rank's steps with them, so no host-side timing
 // names it, but the clock its node reads from NVML does. Its own node and the gateway
 // name rank 5 on the GPU clock deficit, with the GPU, its clock and the reason, and
-// nobody is named on anything else.
+// nobody is named on anything else. Then an XID on its GPU reaches the gateway's store
+// as a record naming rank 5.
 func TestARankOnAThrottledGPUIsNamedWithTheDeviceCause(t *testing.T) {
 	board := t.TempDir()
 	for gpu := range jobRanks {
@@ -92,6 +93,55 @@ func TestARankOnAThrottledGPUIsNamedWithTheDeviceCause(t *testing.T) {
 			t.Errorf("rank 5 named on %s: %q; want the GPU clock deficit, ending %q", r.Signal, r.Body, detail)
 		}
 	}
+
+	// Then GPU 5 falls off the bus (XID 79): rank 5's node, whose logs policy is none,
+	// still sends it, and it reaches the gateway's store naming rank 5.
+	f, err := os.OpenFile(filepath.Join(board, fmt.Sprintf("gpu%d.xid", slowRank)), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = f.WriteString("79\n")
+	f.Close()
+	raised := time.Now()
+	want := fmt.Sprintf("XID 79 on GPU %d (GPU-fa7a0000-0000-4000-8000-%012x), running rank %d (pid %d)", slowRank, slowRank, slowRank, j.run.Ranks[slowRank].Pid)
+	for {
+		if bodies := j.eventBodies("fathom.gpu.xid", "node-2"); len(bodies) > 0 {
+			if len(bodies) != 1 || bodies[0] != want {
+				t.Errorf("XID records from node-2: %q, want one: %q", bodies, want)
+			}
+			break
+		}
+		if time.Since(raised) > 10*time.Second {
+			t.Fatal("the XID never reached the gateway's store")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Logf("XID 79 in the gateway's store %v after it was raised", time.Since(raised).Round(100*time.Millisecond))
+}
+
+// eventBodies reads the bodies of the events of one name from one node in the
+// gateway's store.
+func (l *loop) eventBodies(name, node string) []string {
+	q := fmt.Sprintf(`SELECT coalesce(body, '') FROM events WHERE name = '%s' AND node = '%s' ORDER BY ts`, name, node)
+	body, _ := json.Marshal(map[string]string{"sql": q})
+	req, _ := http.NewRequest(http.MethodPost, "http://"+l.api+"/api/v1/sql", strings.NewReader(string(body)))
+	req.Header.Set("Authorization", "Bearer "+agentToken)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		l.t.Fatalf("sql: %v", err)
+	}
+	defer resp.Body.Close()
+	raw, _ := io.ReadAll(resp.Body)
+	var res struct{ Rows [][]any }
+	if err := json.Unmarshal(raw, &res); err != nil || resp.StatusCode != 200 {
+		l.t.Fatalf("sql answered %d: %v: %s", resp.StatusCode, err, raw)
+	}
+	var out []string
+	for _, row := range res.Rows {
+		out = append(out, row[0].(string))
+	}
+	return out
 }
 
 // writePortCounters writes one RDMA port's counters into a fake sysfs tree, each file

@@ -56,7 +56,9 @@ type processSeries struct {
 	// fabric follows the counters of the RDMA ports the rank may use; nil until the
 	// first reading that binds it to one.
 	fabric *rankFabric
-	exited bool
+	// gpuErrors follows the error counters of the GPU the process runs on.
+	gpuErrors *rankGPUErrors
+	exited    bool
 	// exitRead is the number of call-statistics readings begun when the exit was seen:
 	// the series may end once a later one is merged, which holds the last counts.
 	exitRead  uint64

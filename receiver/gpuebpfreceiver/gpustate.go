@@ -218,6 +218,51 @@ func emitRankGPU(set *metricSet, g *gpustate.GPU) {
 	attrs.PutStr(semconv.SignalDetail, gpuDetail(g))
 }
 
+// rankGPUErrors is what a rank's GPU counted since the rank was first seen on it.
+type rankGPUErrors struct {
+	uuid          string
+	replays, ecc  uint64 // the GPU's totals at the rank's first reading
+	exportedTotal uint64
+}
+
+// emitRankGPUErrors writes the rank's fathom.rank.gpu.errors: PCIe replays and ECC
+// errors (corrected and not) its GPU counted since the rank was first seen on it, with
+// a detail saying which. A GPU that does not count one of them leaves it out.
+func emitRankGPUErrors(set *metricSet, p *processSeries, g *gpustate.GPU) {
+	if g == nil {
+		return
+	}
+	// A field the GPU does not count reads 0 and adds nothing.
+	if !g.Supports("pcie_replays") && !g.Supports("ecc_corrected") {
+		return
+	}
+	replays, ecc := g.PCIeReplays, g.ECCCorrected+g.ECCUncorrected
+	e := p.gpuErrors
+	if e == nil || e.uuid != g.UUID || replays < e.replays || ecc < e.ecc { // new, moved, or the driver reloaded
+		e = &rankGPUErrors{uuid: g.UUID, replays: replays, ecc: ecc}
+		p.gpuErrors = e
+	}
+	dReplays, dECC := replays-e.replays, ecc-e.ecc
+	total := dReplays + dECC
+	out := total
+	if set.delta {
+		out = total - min(total, e.exportedTotal)
+	}
+	e.exportedTotal = total
+	attrs := set.sum(semconv.MetricRankGPUErrors, "{error}", "PCIe replays and ECC errors of the process's GPU since the process was first seen on it", out)
+	putGPU(attrs, g)
+	attrs.PutStr(semconv.SignalDetail, fmt.Sprintf("GPU %d (%s) since the rank started: %s PCIe replays, %s ECC errors", g.Index, g.UUID,
+		thousands64(dReplays), thousands64(dECC)))
+}
+
+func thousands64(v uint64) string {
+	s := strconv.FormatUint(v, 10)
+	for i := len(s) - 3; i > 0; i -= 3 {
+		s = s[:i] + "," + s[i:]
+	}
+	return s
+}
+
 // gpuDetail is the text a straggler record carries for a rank flagged on its GPU.
 func gpuDetail(g *gpustate.GPU) string {
 	s := fmt.Sprintf("GPU %d (%s) SM clock %s of %s MHz", g.Index, g.UUID, thousands(g.SMClockMHz), thousands(g.SMClockMaxMHz))
@@ -227,17 +272,14 @@ func gpuDetail(g *gpustate.GPU) string {
 	return s
 }
 
-func thousands(v uint32) string {
-	s := strconv.FormatUint(uint64(v), 10)
-	if len(s) <= 3 {
-		return s
-	}
-	return s[:len(s)-3] + "," + s[len(s)-3:]
-}
+func thousands(v uint32) string { return thousands64(uint64(v)) }
 
-// gpuXID writes one XID as a log record on the node's resource.
+// gpuXID writes one XID as a log record on the node's resource. An XID is a fault of
+// the device, not a call record, so it goes out whatever logs.policy says (none
+// included), within logs.max_per_second.
 func (s *logSink) gpuXID(x gpustate.XID, ranks string) {
-	if !s.admit(true) {
+	if !s.limiter.Allow() {
+		s.drops.add("log_rate", 1)
 		return
 	}
 	lr, ok := s.record(nil, 0)

@@ -68,7 +68,7 @@ func TestGPUStateIsBoundToTheRankOnEachGPU(t *testing.T) {
 		}
 	}
 	write("gpu0", "util_gpu=12\n")
-	write("gpu1", `sm_clock=1410
+	const gpu1 = `sm_clock=1410
 clock_event_reasons=sw_thermal,hw_thermal
 power_mw=612500
 temperature_c=87
@@ -79,7 +79,8 @@ pcie_replays=17
 ecc_corrected=3
 remapped_correctable=2
 remap_pending=1
-`)
+`
+	write("gpu1", gpu1)
 	sink, _ := startNodeCollector(t, nodeConfig("collection_interval: 300ms\nlogs:\n  policy: notable\nnvml:\n  library_path: "+paths.NVML, true),
 		"FAKEGPU_BOARD="+board)
 
@@ -182,5 +183,25 @@ remap_pending=1
 	t.Logf("XID 79 reached the sink %v after it was raised", time.Since(raised).Round(10*time.Millisecond))
 	if strings.Contains(body, "GPU 0") {
 		t.Error("the XID names GPU 0")
+	}
+
+	// GPU 1's link replays 40 more packets and its memory corrects 2 more errors: the
+	// rank carries those, not the 17 replays and 3 errors from before it started.
+	write("gpu1", strings.NewReplacer("pcie_replays=17", "pcie_replays=57", "ecc_corrected=3", "ecc_corrected=5").Replace(gpu1))
+	wantDetail := "GPU 1 (GPU-fa7a0000-0000-4000-8000-000000000001) since the rank started: 40 PCIe replays, 2 ECC errors"
+	var got int64
+	var gotDetail string
+	for deadline := time.Now().Add(10 * time.Second); gotDetail != wantDetail && time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		eachMetric(sink, func(pid int64, _ pcommon.Map, m pmetric.Metric) {
+			if pid != int64(w.Pid) || m.Name() != semconv.MetricRankGPUErrors {
+				return
+			}
+			dp := m.Sum().DataPoints().At(0)
+			d, _ := dp.Attributes().Get(semconv.SignalDetail)
+			got, gotDetail = dp.IntValue(), d.Str()
+		})
+	}
+	if got != 42 || gotDetail != wantDetail {
+		t.Errorf("rank 5's %s = %d (%q), want 42 (%q)", semconv.MetricRankGPUErrors, got, gotDetail, wantDetail)
 	}
 }

@@ -209,6 +209,7 @@ func (a *aggregator) emit(now time.Time, lastEmit pcommon.Timestamp, host hostTo
 		set := newSet(rm, p.start)
 		a.emitProcess(set, p, host.kernel.PagesByPID)
 		emitRankGPU(set, gpuOf[pid])
+		emitRankGPUErrors(set, p, gpuOf[pid])
 		emitRankFabric(set, p, host.rdmaPorts)
 		if p.exited && p.exitRead < a.kernel.merged {
 			// Its series end with this export, which carries the last counts the
