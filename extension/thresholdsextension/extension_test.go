@@ -128,12 +128,12 @@ func TestLoadConfig(t *testing.T) {
 		t.Fatalf("default: %+v %v", def, err)
 	}
 	// Defaults of the existing keys are unchanged; both fallbacks are off.
-	if def.TTL != 2*time.Minute || def.MaxResponseBytes != 1024 || def.MaxHeld != 256 ||
+	if def.TTL != 2*time.Minute || def.MaxResponseBytes != 2048 || def.MaxHeld != 256 ||
 		def.Server.NetAddr.Endpoint != "" || def.Poll.ClientConfig.Endpoint != "" {
 		t.Fatalf("default: %+v", def)
 	}
 	custom, err := configtest.Load[*Config](t, NewFactory(), "custom")
-	if err != nil || custom.TTL != 30*time.Second || custom.MaxResponseBytes != 2048 || custom.MaxHeld != 16 {
+	if err != nil || custom.TTL != 30*time.Second || custom.MaxResponseBytes != 4096 || custom.MaxHeld != 16 {
 		t.Fatalf("custom: %+v %v", custom, err)
 	}
 	if _, err := configtest.Load[*Config](t, NewFactory(), "bad"); err == nil {

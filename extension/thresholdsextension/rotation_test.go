@@ -11,12 +11,12 @@ import (
 	"github.com/fathom-gpu/fathom/internal/pushback"
 )
 
-// A node whose ranks belong to eight cohorts sends requests whose lines do not all fit
+// A node whose ranks belong to sixteen cohorts sends requests whose lines do not all fit
 // in one answer: each answer on its connection starts where the last one stopped, so
 // every cohort's line reaches it, and another node's connection keeps its own turn.
 func TestAnswersTakeTurnsAmongLinesThatDoNotFit(t *testing.T) {
 	var lines []pushback.Threshold
-	for i := range 8 {
+	for i := range 16 {
 		l := line
 		l.Cohort = fmt.Sprintf("nccl:%016x", 0x9e3779b97f4a7c15*uint64(i+1))
 		lines = append(lines, l)

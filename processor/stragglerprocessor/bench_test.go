@@ -469,7 +469,7 @@ func BenchmarkGatewayInterval(b *testing.B) {
 
 // BenchmarkPushbackAnswer: what the thresholds add to each answer when a node's eight
 // ranks belong to 1, 2, 4 or 8 cohorts (32 nodes, so every cohort has a quorum), against
-// max_response_bytes (1,024 by default, which bounds the value). A request asks for one
+// max_response_bytes (2,048 by default, which bounds the value). A request asks for one
 // line per cohort and signal. One op is one interval of the 32 nodes.
 // lines-left-out/response counts the lines of a request that did not fit, and
 // lines-never-carried/node those a node got in no answer of the whole run: answers to
