@@ -222,3 +222,66 @@ func TestARankOnAFailingLinkIsNamedWithTheFabricCause(t *testing.T) {
 		}
 	}
 }
+
+// Rank 5's GPU link starts replaying PCIe packets (50 a second) under a real job, at
+// full clock: its own node and the gateway name rank 5 on its GPU's errors, with the
+// GPU and the counts since the rank started, and nobody on anything else.
+func TestARankWhoseGPULinkReplaysIsNamed(t *testing.T) {
+	board := t.TempDir()
+	write := func(gpu int, state string) error {
+		// Whole and renamed: the fake NVML reads the file on every call.
+		tmp := filepath.Join(board, fmt.Sprintf(".gpu%d", gpu))
+		if err := os.WriteFile(tmp, []byte(state), 0o644); err != nil {
+			return err
+		}
+		return os.Rename(tmp, filepath.Join(board, fmt.Sprintf("gpu%d", gpu)))
+	}
+	for gpu := range jobRanks {
+		if err := write(gpu, ""); err != nil {
+			t.Fatal(err)
+		}
+	}
+	j := startJob(t, jobOptions{ncclMode: fakegpu.NCCLAsync, slowMode: "compute", transport: func(node int) string {
+		return []string{"grpc", "http"}[node%2]
+	}, board: board})
+	time.Sleep(12 * time.Second)
+	if recs := j.signalRecords(); len(recs) != 0 {
+		t.Fatalf("records from a healthy job: %+v", recs)
+	}
+	replaying := time.Now()
+	stop, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		tick := time.NewTicker(200 * time.Millisecond)
+		defer tick.Stop()
+		for replays := 10; ; replays += 10 {
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+				if err := write(slowRank, fmt.Sprintf("pcie_replays=%d\n", replays)); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		}
+	}()
+	defer func() { close(stop); <-done }()
+	self := record{Node: "node-2", Rank: slowRank, State: "straggler", Source: "node"}
+	gateway := record{Node: "node-2", Rank: slowRank, State: "straggler", Source: "gateway"}
+	j.waitRecords("rank 5's node and the gateway to flag it", 30*time.Second, func(recs []record) bool {
+		return has(recs, self) && has(recs, gateway)
+	})
+	t.Logf("rank 5 flagged by its node and the gateway %v after its GPU's link began replaying", time.Since(replaying).Round(100*time.Millisecond))
+	time.Sleep(3 * time.Second)
+	prefix := fmt.Sprintf("; GPU %d (GPU-fa7a0000-0000-4000-8000-%012x) since the rank started: ", slowRank, slowRank)
+	for _, r := range j.signalRecords() {
+		if r.record != self && r.record != gateway {
+			t.Errorf("record %+v: want only rank 5 on node-2 named a straggler", r)
+			continue
+		}
+		if r.Signal != semconv.MetricRankGPUErrors || !strings.Contains(r.Body, prefix) || !strings.HasSuffix(r.Body, " PCIe replays, 0 ECC errors") {
+			t.Errorf("rank 5 named on %s: %q; want its GPU's errors, with %q and the replays", r.Signal, r.Body, prefix)
+		}
+	}
+}
