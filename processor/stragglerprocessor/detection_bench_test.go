@@ -3,10 +3,7 @@
 package stragglerprocessor_test
 
 import (
-	"encoding/json"
 	"fmt"
-	"io"
-	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -139,22 +136,9 @@ func (l *loop) timedRecords() []timedRecord {
 	q := `SELECT coalesce(node, ''), coalesce(rank, -1),
 		json_extract_string(attributes, '$."fathom.straggler.state"'), json_extract_string(attributes, '$."fathom.straggler.source"'),
 		epoch_ms(ts) FROM events WHERE name = 'fathom.straggler' ORDER BY ts`
-	body, _ := json.Marshal(map[string]string{"sql": q})
-	req, _ := http.NewRequest(http.MethodPost, "http://"+l.api+"/api/v1/sql", strings.NewReader(string(body)))
-	req.Header.Set("Authorization", "Bearer "+agentToken)
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		l.t.Fatalf("sql: %v", err)
-	}
-	defer resp.Body.Close()
-	raw, _ := io.ReadAll(resp.Body)
-	var res struct{ Rows [][]any }
-	if err := json.Unmarshal(raw, &res); err != nil || resp.StatusCode != 200 {
-		l.t.Fatalf("sql answered %d: %v: %s", resp.StatusCode, err, raw)
-	}
+	rows := l.sqlRows(q)
 	var out []timedRecord
-	for _, row := range res.Rows {
+	for _, row := range rows {
 		out = append(out, timedRecord{
 			record: record{Node: row[0].(string), Rank: int(row[1].(float64)), State: row[2].(string), Source: row[3].(string)},
 			At:     time.UnixMilli(int64(row[4].(float64))),

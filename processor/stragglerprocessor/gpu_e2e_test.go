@@ -3,10 +3,7 @@
 package stragglerprocessor_test
 
 import (
-	"encoding/json"
 	"fmt"
-	"io"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -30,22 +27,9 @@ func (l *loop) signalRecords() []signalRecord {
 		json_extract_string(attributes, '$."fathom.straggler.state"'), json_extract_string(attributes, '$."fathom.straggler.source"'),
 		coalesce(json_extract_string(attributes, '$."fathom.straggler.signal"'), ''), coalesce(body, '')
 		FROM events WHERE name = 'fathom.straggler' ORDER BY ts`
-	body, _ := json.Marshal(map[string]string{"sql": q})
-	req, _ := http.NewRequest(http.MethodPost, "http://"+l.api+"/api/v1/sql", strings.NewReader(string(body)))
-	req.Header.Set("Authorization", "Bearer "+agentToken)
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		l.t.Fatalf("sql: %v", err)
-	}
-	defer resp.Body.Close()
-	raw, _ := io.ReadAll(resp.Body)
-	var res struct{ Rows [][]any }
-	if err := json.Unmarshal(raw, &res); err != nil || resp.StatusCode != 200 {
-		l.t.Fatalf("sql answered %d: %v: %s", resp.StatusCode, err, raw)
-	}
+	rows := l.sqlRows(q)
 	var out []signalRecord
-	for _, row := range res.Rows {
+	for _, row := range rows {
 		out = append(out, signalRecord{record: record{Node: row[0].(string), Rank: int(row[1].(float64)), State: row[2].(string), Source: row[3].(string)},
 			Signal: row[4].(string), Body: row[5].(string)})
 	}
@@ -123,22 +107,9 @@ func TestARankOnAThrottledGPUIsNamedWithTheDeviceCause(t *testing.T) {
 // gateway's store.
 func (l *loop) eventBodies(name, node string) []string {
 	q := fmt.Sprintf(`SELECT coalesce(body, '') FROM events WHERE name = '%s' AND node = '%s' ORDER BY ts`, name, node)
-	body, _ := json.Marshal(map[string]string{"sql": q})
-	req, _ := http.NewRequest(http.MethodPost, "http://"+l.api+"/api/v1/sql", strings.NewReader(string(body)))
-	req.Header.Set("Authorization", "Bearer "+agentToken)
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		l.t.Fatalf("sql: %v", err)
-	}
-	defer resp.Body.Close()
-	raw, _ := io.ReadAll(resp.Body)
-	var res struct{ Rows [][]any }
-	if err := json.Unmarshal(raw, &res); err != nil || resp.StatusCode != 200 {
-		l.t.Fatalf("sql answered %d: %v: %s", resp.StatusCode, err, raw)
-	}
+	rows := l.sqlRows(q)
 	var out []string
-	for _, row := range res.Rows {
+	for _, row := range rows {
 		out = append(out, row[0].(string))
 	}
 	return out

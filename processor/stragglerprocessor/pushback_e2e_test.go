@@ -246,11 +246,9 @@ type record struct {
 	Rank                int
 }
 
-// records reads every fathom.straggler record in the gateway's store.
-func (l *loop) records() []record {
-	q := `SELECT coalesce(node, ''), coalesce(rank, -1),
-		json_extract_string(attributes, '$."fathom.straggler.state"'), json_extract_string(attributes, '$."fathom.straggler.source"')
-		FROM events WHERE name = 'fathom.straggler' ORDER BY ts`
+// sqlRows runs a query through the gateway's Echo API, as an agent would, and returns
+// its rows.
+func (l *loop) sqlRows(q string) [][]any {
 	body, _ := json.Marshal(map[string]string{"sql": q})
 	req, _ := http.NewRequest(http.MethodPost, "http://"+l.api+"/api/v1/sql", strings.NewReader(string(body)))
 	req.Header.Set("Authorization", "Bearer "+agentToken)
@@ -265,8 +263,17 @@ func (l *loop) records() []record {
 	if err := json.Unmarshal(raw, &res); err != nil || resp.StatusCode != 200 {
 		l.t.Fatalf("sql answered %d: %v: %s", resp.StatusCode, err, raw)
 	}
+	return res.Rows
+}
+
+// records reads every fathom.straggler record in the gateway's store.
+func (l *loop) records() []record {
+	q := `SELECT coalesce(node, ''), coalesce(rank, -1),
+		json_extract_string(attributes, '$."fathom.straggler.state"'), json_extract_string(attributes, '$."fathom.straggler.source"')
+		FROM events WHERE name = 'fathom.straggler' ORDER BY ts`
+	rows := l.sqlRows(q)
 	var out []record
-	for _, row := range res.Rows {
+	for _, row := range rows {
 		out = append(out, record{Node: row[0].(string), Rank: int(row[1].(float64)), State: row[2].(string), Source: row[3].(string)})
 	}
 	return out
