@@ -58,7 +58,7 @@ func createDefaultConfig() *Config {
 		// Two kilobytes hold the six lines of one cohort's default signals, or two
 		// cohorts' host-side ones, and stay well under the 4 KiB a proxy's response
 		// header buffer commonly allows.
-		TTL: 2 * time.Minute, MaxResponseBytes: 2048, MaxHeld: 256,
+		TTL: 2 * time.Minute, MaxResponseBytes: 1024, MaxHeld: 256,
 		Server: confighttp.NewDefaultServerConfig(),
 		// Four polls within the default TTL, and three times the node's default export
 		// cadence (10 s collection interval), so that push-back on time never polls.

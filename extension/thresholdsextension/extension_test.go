@@ -128,7 +128,7 @@ func TestLoadConfig(t *testing.T) {
 		t.Fatalf("default: %+v %v", def, err)
 	}
 	// Defaults of the existing keys are unchanged; both fallbacks are off.
-	if def.TTL != 2*time.Minute || def.MaxResponseBytes != 2048 || def.MaxHeld != 256 ||
+	if def.TTL != 2*time.Minute || def.MaxResponseBytes != 1024 || def.MaxHeld != 256 ||
 		def.Server.NetAddr.Endpoint != "" || def.Poll.ClientConfig.Endpoint != "" {
 		t.Fatalf("default: %+v", def)
 	}

@@ -232,7 +232,7 @@ func TestGETForgetsLinesNoAnswerRenewed(t *testing.T) {
 // it are left out whole, and counted.
 func TestGETAnswerIsBoundedByMaxResponseBytes(t *testing.T) {
 	cfg := gatewayConfig(t)
-	cfg.MaxResponseBytes = 512
+	cfg.MaxResponseBytes = 256
 	gateway, tel := startedExt(t, cfg)
 	var lines []pushback.Threshold
 	for _, s := range []string{"a", "b", "c", "d", "e", "f"} {
@@ -242,12 +242,12 @@ func TestGETAnswerIsBoundedByMaxResponseBytes(t *testing.T) {
 	}
 	export(t, http.DefaultClient, otlpBehind(t, gateway, lines...))
 	leftByExport := counted(t, tel, "fathom_thresholds_left_out", "", "")
-	want, left := pushback.Encode(lines, 512)
+	want, left := pushback.Encode(lines, 256)
 	if left == 0 || left == len(lines) {
 		t.Fatalf("the test needs some lines to fit and some not: %d left out", left)
 	}
 	code, body, _ := httpGet(t, http.MethodGet, getURL(gateway)+"?cluster=c1&cohort=comm-1")
-	if code != http.StatusOK || body != want+"\n" || len(want) > 512 {
+	if code != http.StatusOK || body != want+"\n" || len(want) > 256 {
 		t.Fatalf("%d %q (%d bytes); want %q", code, body, len(body), want)
 	}
 	if n := counted(t, tel, "fathom_thresholds_left_out", "", "") - leftByExport; n != int64(left) {

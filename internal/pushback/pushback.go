@@ -3,7 +3,8 @@
 // the cohorts it saw in a request to that request's context, the thresholds extension's
 // server middleware writes them into the response (an HTTP header, gRPC header
 // metadata), and its client middleware on the node reads them back. The wire form is
-// small, bounded and versioned: "v1." and base64url of a JSON array.
+// small, bounded and versioned: "v2." and base64url of a JSON array of cohorts, each
+// with its lines (v1, one object per line, is still read).
 package pushback
 
 import (
@@ -12,6 +13,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -22,7 +25,8 @@ import (
 const (
 	HTTPHeader  = "Fathom-Thresholds"
 	MetadataKey = "fathom-thresholds"
-	version     = "v1."
+	version     = "v2."
+	versionV1   = "v1."
 )
 
 // Threshold is one cohort's line for one signal at one evaluation.
@@ -55,7 +59,7 @@ func (t Threshold) Key() Key { return Key{t.Cluster, t.Cohort, t.Signal} }
 // given), and returns how many were left out.
 func Encode(ts []Threshold, maxBytes int) (string, int) {
 	for n := len(ts); n > 0; n-- {
-		raw, err := json.Marshal(ts[:n])
+		raw, err := json.Marshal(group(ts[:n]))
 		if err != nil {
 			return "", len(ts)
 		}
@@ -67,26 +71,116 @@ func Encode(ts []Threshold, maxBytes int) (string, int) {
 	return "", len(ts)
 }
 
+// The v2 form says each cohort once per evaluation: a node's answer is mostly the
+// lines of one or two cohorts, and v1, which repeated cluster, cohort and time in
+// every line, needed 1,300 bytes for the six default signals of one. v2 needs about
+// 500, so 1 KiB carries them.
+type wireCohort struct {
+	Cluster string     `json:"cl,omitempty"`
+	Cohort  string     `json:"co"`
+	At      int64      `json:"t"`
+	Lines   []wireLine `json:"l"`
+}
+
+// wireLine is written as [signal, median, line, worse]: worse is "l" or "h", and a
+// signal named "fathom.rank.<rest>" is written ".<rest>". Values keep seven
+// significant digits, far finer than any line's own noise.
+type wireLine struct {
+	signal       string
+	median, line float64
+	worse        string
+}
+
+const rankSignalPrefix = "fathom.rank."
+
+func (l wireLine) MarshalJSON() ([]byte, error) {
+	if math.IsNaN(l.median) || math.IsInf(l.median, 0) || math.IsNaN(l.line) || math.IsInf(l.line, 0) {
+		return nil, fmt.Errorf("line of %s is not a finite number", l.signal)
+	}
+	name := l.signal
+	if rest, ok := strings.CutPrefix(name, rankSignalPrefix); ok {
+		name = "." + rest
+	}
+	b, err := json.Marshal(name)
+	if err != nil {
+		return nil, err
+	}
+	out := append([]byte{'['}, b...)
+	out = append(out, ',')
+	out = strconv.AppendFloat(out, l.median, 'g', 7, 64)
+	out = append(out, ',')
+	out = strconv.AppendFloat(out, l.line, 'g', 7, 64)
+	out = append(out, `,"`...)
+	out = append(out, l.worse[0])
+	return append(out, `"]`...), nil
+}
+
+func (l *wireLine) UnmarshalJSON(b []byte) error {
+	var raw []json.RawMessage
+	if err := json.Unmarshal(b, &raw); err != nil {
+		return err
+	}
+	if len(raw) != 4 {
+		return fmt.Errorf("a line has %d fields, want 4", len(raw))
+	}
+	var worse string
+	if err := errors.Join(json.Unmarshal(raw[0], &l.signal), json.Unmarshal(raw[1], &l.median),
+		json.Unmarshal(raw[2], &l.line), json.Unmarshal(raw[3], &worse)); err != nil {
+		return err
+	}
+	if rest, ok := strings.CutPrefix(l.signal, "."); ok {
+		l.signal = rankSignalPrefix + rest
+	}
+	switch worse {
+	case "l":
+		l.worse = "lower"
+	case "h":
+		l.worse = "higher"
+	default:
+		return fmt.Errorf("a line's worse side is %q, want l or h", worse)
+	}
+	return nil
+}
+
+// group puts consecutive thresholds of one cohort and evaluation together, keeping
+// their order.
+func group(ts []Threshold) []wireCohort {
+	var out []wireCohort
+	for _, t := range ts {
+		if n := len(out); n == 0 || out[n-1].Cluster != t.Cluster || out[n-1].Cohort != t.Cohort || out[n-1].At != t.At {
+			out = append(out, wireCohort{Cluster: t.Cluster, Cohort: t.Cohort, At: t.At})
+		}
+		out[len(out)-1].Lines = append(out[len(out)-1].Lines, wireLine{signal: t.Signal, median: t.Median, line: t.Line, worse: t.Worse})
+	}
+	return out
+}
+
 // MaxDecode bounds what a node reads from one response.
 const MaxDecode = 16 << 10
 
-// Decode reads the wire form; an unknown version or a malformed value is an error (the
-// node then keeps what it had).
+// Decode reads the wire form, v2 or v1; an unknown version or a malformed value is an
+// error (the node then keeps what it had).
 func Decode(s string) ([]Threshold, error) {
 	if len(s) > MaxDecode {
 		return nil, fmt.Errorf("thresholds value of %d bytes is over the %d-byte limit", len(s), MaxDecode)
 	}
-	rest, ok := strings.CutPrefix(s, version)
-	if !ok {
-		return nil, errors.New("thresholds value has no known version prefix (want v1.)")
-	}
-	raw, err := base64.RawURLEncoding.DecodeString(rest)
-	if err != nil {
-		return nil, fmt.Errorf("thresholds value: %w", err)
-	}
 	var ts []Threshold
-	if err := json.Unmarshal(raw, &ts); err != nil {
-		return nil, fmt.Errorf("thresholds value: %w", err)
+	if rest, ok := strings.CutPrefix(s, version); ok {
+		var cohorts []wireCohort
+		if err := decodeValue(rest, &cohorts); err != nil {
+			return nil, err
+		}
+		for _, c := range cohorts {
+			for _, l := range c.Lines {
+				ts = append(ts, Threshold{Cluster: c.Cluster, Cohort: c.Cohort, Signal: l.signal, Median: l.median, Line: l.line, Worse: l.worse, At: c.At})
+			}
+		}
+	} else if rest, ok := strings.CutPrefix(s, versionV1); ok {
+		if err := decodeValue(rest, &ts); err != nil {
+			return nil, err
+		}
+	} else {
+		return nil, errors.New("thresholds value has no known version prefix (want v2. or v1.)")
 	}
 	for _, t := range ts {
 		if t.Cohort == "" || t.Signal == "" || (t.Worse != "lower" && t.Worse != "higher") {
@@ -94,6 +188,17 @@ func Decode(s string) ([]Threshold, error) {
 		}
 	}
 	return ts, nil
+}
+
+func decodeValue(b64 string, into any) error {
+	raw, err := base64.RawURLEncoding.DecodeString(b64)
+	if err != nil {
+		return fmt.Errorf("thresholds value: %w", err)
+	}
+	if err := json.Unmarshal(raw, into); err != nil {
+		return fmt.Errorf("thresholds value: %w", err)
+	}
+	return nil
 }
 
 // Response collects the thresholds one request should be answered with.

@@ -2,6 +2,9 @@ package pushback
 
 import (
 	"context"
+	"encoding/base64"
+	"encoding/json"
+	"math"
 	"strings"
 	"testing"
 )
@@ -15,7 +18,7 @@ func sample(cohort string) Threshold {
 func TestEncodeDecode(t *testing.T) {
 	in := []Threshold{sample("comm-1"), sample("comm-2 ünïcode")}
 	v, left := Encode(in, 1024)
-	if left != 0 || !strings.HasPrefix(v, "v1.") {
+	if left != 0 || !strings.HasPrefix(v, "v2.") {
 		t.Fatalf("encoded %q, %d left out", v, left)
 	}
 	for _, r := range v {
@@ -35,22 +38,82 @@ func TestEncodeDecode(t *testing.T) {
 	if v, left := Encode(in, 10); v != "" || left != 2 {
 		t.Errorf("with room for none: %q, %d left out", v, left)
 	}
-	// The one-threshold form is about 200 bytes, so 1 KiB carries four cohorts.
-	if len(one) > 220 {
+	// One line of a cohort of its own takes about 120 bytes.
+	if len(one) > 130 {
 		t.Errorf("one threshold takes %d bytes", len(one))
+	}
+}
+
+// The six default signals of one cohort fit well inside 1 KiB: the cohort is said once,
+// and the signals' common prefix not at all. Values come back to seven significant
+// digits, and signals that do not start with fathom.rank. come back whole.
+func TestOneCohortsSixLinesFitInOneKiB(t *testing.T) {
+	signals := []string{"fathom.rank.device_wait.time", "fathom.rank.host_lead.time", "fathom.rank.gpu.sm_clock.deficit",
+		"fathom.rank.gpu.errors", "fathom.rank.rdma.errors", "custom.xmit_wait"}
+	var in []Threshold
+	for i, s := range signals {
+		in = append(in, Threshold{Cluster: "prod-eu-west", Cohort: "nccl:f09f67cf0e91f865", Signal: s,
+			Median: 0.30099999999999993 * float64(i+1), Line: 0.23406060999999995 * float64(i+1), Worse: []string{"lower", "higher"}[i%2], At: 1_800_000_013_000})
+	}
+	v, left := Encode(in, 1024)
+	if left != 0 || len(v) > 560 {
+		t.Fatalf("six lines of one cohort: %d bytes, %d left out", len(v), left)
+	}
+	out, err := Decode(v)
+	if err != nil || len(out) != len(in) {
+		t.Fatalf("decoded %+v (%v)", out, err)
+	}
+	for i := range in {
+		got, want := out[i], in[i]
+		if got.Signal != want.Signal || got.Cluster != want.Cluster || got.Cohort != want.Cohort || got.Worse != want.Worse || got.At != want.At ||
+			math.Abs(got.Median-want.Median) > 1e-6*want.Median || math.Abs(got.Line-want.Line) > 1e-6*want.Line {
+			t.Errorf("line %d: got %+v, want %+v", i, got, want)
+		}
+	}
+	t.Logf("six lines of one cohort: %d bytes", len(v))
+}
+
+// Lines of two cohorts that alternate keep their order (the rotation relies on it), and
+// a line that is not a finite number cannot be written.
+func TestEncodeKeepsTheOrderGiven(t *testing.T) {
+	a, b := sample("a"), sample("b")
+	a2 := a
+	a2.Signal = "fathom.rank.host_lead.time"
+	v, _ := Encode([]Threshold{a, b, a2}, 1024)
+	out, err := Decode(v)
+	if err != nil || len(out) != 3 || out[0] != a || out[1] != b || out[2] != a2 {
+		t.Errorf("decoded %+v (%v)", out, err)
+	}
+	bad := a
+	bad.Line = math.NaN()
+	if v, left := Encode([]Threshold{bad}, 1024); v != "" || left != 1 {
+		t.Errorf("a NaN line was written: %q", v)
+	}
+}
+
+// A node still reads the v1 form an older gateway writes: one object per line.
+func TestDecodeReadsVersion1(t *testing.T) {
+	raw, _ := json.Marshal([]Threshold{sample("comm-1")})
+	out, err := Decode("v1." + base64.RawURLEncoding.EncodeToString(raw))
+	if err != nil || len(out) != 1 || out[0] != sample("comm-1") {
+		t.Errorf("decoded %+v (%v)", out, err)
 	}
 }
 
 func TestDecodeRefusesWhatItCannotTrust(t *testing.T) {
 	good, _ := Encode([]Threshold{sample("c")}, 1024)
-	incomplete, _ := Encode([]Threshold{{Cohort: "c", Signal: "s", Worse: "sideways"}}, 1024)
+	incomplete, _ := Encode([]Threshold{{Cohort: "c", Signal: "", Worse: "lower"}}, 1024)
+	b64 := func(s string) string { return "v2." + base64.RawURLEncoding.EncodeToString([]byte(s)) }
 	for name, v := range map[string]string{
-		"no version":     strings.TrimPrefix(good, "v1."),
-		"future version": "v2." + strings.TrimPrefix(good, "v1."),
-		"not base64":     "v1.!!!",
-		"not json":       "v1.bm90IGpzb24",
+		"no version":     strings.TrimPrefix(good, "v2."),
+		"future version": "v3." + strings.TrimPrefix(good, "v2."),
+		"not base64":     "v2.!!!",
+		"not json":       "v2.bm90IGpzb24",
 		"incomplete":     incomplete,
-		"oversized":      "v1." + strings.Repeat("A", MaxDecode),
+		"sideways":       b64(`[{"co":"c","t":1,"l":[["s",1,2,"s"]]}]`),
+		"short line":     b64(`[{"co":"c","t":1,"l":[["s",1,2]]}]`),
+		"v1 incomplete":  "v1." + base64.RawURLEncoding.EncodeToString([]byte(`[{"co":"c","s":"s","w":"sideways"}]`)),
+		"oversized":      "v2." + strings.Repeat("A", MaxDecode),
 	} {
 		if _, err := Decode(v); err == nil {
 			t.Errorf("%s: accepted", name)
