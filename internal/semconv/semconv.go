@@ -166,6 +166,7 @@ const (
 	MetricStragglerFlag       = "fathom.straggler.flag"
 	MetricStragglerThreshold  = "fathom.straggler.threshold"
 	MetricStragglerMedian     = "fathom.straggler.median"
+	MetricStragglerTimeLost   = "fathom.straggler.time_lost"
 	MetricNCCLDuration        = "nccl.call.duration"
 	MetricNCCLCalls           = "nccl.calls"
 	MetricNCCLBytes           = "nccl.bytes"
@@ -338,6 +339,7 @@ var Metrics = []Doc{
 	{MetricStragglerFlag, "gauge", "1", "per rank and signal: 1 while the rank is flagged a straggler, else 0 (straggler processor)"},
 	{MetricStragglerThreshold, "gauge", "", "per cohort and signal: the line beyond which a rank counts as beyond, in the signal's unit per second (straggler processor)"},
 	{MetricStragglerMedian, "gauge", "", "per cohort and signal: the median across its ranks (straggler processor)"},
+	{MetricStragglerTimeLost, "sum", "s", "delta, per flagged rank and interval: GPU time its peers spent waiting for it, its lag behind the median of a time signal (seconds per second) x the interval x its peers; the larger where two signals flag it (straggler processor, gateway)"},
 	{MetricRankDeviceWait, "sum", "s", "time a process's threads spent in CUDA calls that wait for the device (stream, event, device and context syncs, blocking copies, cudaFree) and in NCCL calls that wait for peers (collectives, send/recv, group end); per interval, the straggler of a job waits least"},
 	{MetricRankHostLead, "sum", "s", "per collective, the time from the process's thread's last return from a device wait to its entry into the collective, summed; per interval, the straggler of a job leads most (its host is what the others wait for)"},
 	{MetricRankLaunches, "sum", "{launch}", "kernel and graph launches a process made (cudaLaunchKernel, cuLaunchKernel, cudaGraphLaunch and their variants); for ranks that do not wait for each other, the slow one launches least"},

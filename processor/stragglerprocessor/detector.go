@@ -28,6 +28,10 @@ type sample struct {
 	// rather than per second; detail is the point's fathom.signal.detail.
 	gauge  bool
 	detail string
+	// span is the interval's length in seconds; seconds says the signal is time
+	// spent per second (unit "s"), so that a lag in it is time the peers waited.
+	span    float64
+	seconds bool
 }
 
 // series turns a rank's points of one signal into per-interval samples.
@@ -93,6 +97,7 @@ type point struct {
 	signal     int
 	cumulative bool
 	gauge      bool
+	seconds    bool // a sum in seconds (unit "s")
 	value      float64
 	start, ts  int64 // unix nanos
 	detail     string
@@ -126,6 +131,19 @@ type rankGauge struct {
 	flagged   bool
 }
 
+// timeLost is the GPU time a flagged rank's peers spent waiting for it over one of its
+// intervals: its lag behind the median, in seconds per second, times the interval,
+// times the peers that were judged with it.
+type timeLost struct {
+	cohort     cohortKey
+	job, node  string
+	rank       int64
+	signal     int
+	gpuSeconds float64
+	peers      int
+	start, end time.Time
+}
+
 type cohortGauge struct {
 	cohort            cohortKey
 	signal            int
@@ -137,6 +155,7 @@ type evaluation struct {
 	events []event
 	ranks  []rankGauge
 	groups []cohortGauge
+	lost   []timeLost
 }
 
 // detector holds every cohort's ranks and judges them. It is not safe for concurrent
@@ -177,7 +196,7 @@ func (d *detector) observe(p point, now time.Time) {
 	}
 	r.node, r.job, r.lastSeen = p.node, p.job, now
 	s := &r.series[p.signal]
-	var value float64
+	var value, span float64
 	var ok bool
 	if p.gauge {
 		// A gauge is already a per-interval reading (a GPU's clock): judged as it is,
@@ -189,16 +208,18 @@ func (d *detector) observe(p point, now time.Time) {
 	} else if p.cumulative {
 		// A new process (a restarted rank) or a reset series starts a new baseline.
 		if s.haveLast && s.pid == p.pid && s.start == p.start && p.ts > s.lastTime && p.value >= s.lastValue {
-			value, ok = (p.value-s.lastValue)/(float64(p.ts-s.lastTime)/1e9), true
+			span = float64(p.ts-s.lastTime) / 1e9
+			value, ok = (p.value-s.lastValue)/span, true
 		}
 		s.lastValue, s.lastTime, s.start, s.pid, s.haveLast = p.value, p.ts, p.start, p.pid, true
 	} else if p.ts > p.start && p.start > 0 {
-		value, ok = p.value/(float64(p.ts-p.start)/1e9), true
+		span = float64(p.ts-p.start) / 1e9
+		value, ok = p.value/span, true
 	}
 	if !ok || math.IsNaN(value) || math.IsInf(value, 0) {
 		return
 	}
-	s.latest = sample{value: value, at: time.Unix(0, p.ts), received: now, gauge: p.gauge, detail: p.detail}
+	s.latest = sample{value: value, at: time.Unix(0, p.ts), received: now, gauge: p.gauge, detail: p.detail, span: span, seconds: p.seconds}
 	s.fresh = true
 }
 
@@ -273,6 +294,7 @@ func (d *detector) evaluateSignal(c *cohort, sig int, now time.Time, out *evalua
 		return
 	}
 	median := medianOf(values)
+	peers := len(values) - 1
 	for i, v := range values {
 		values[i] = math.Abs(v - median)
 	}
@@ -325,6 +347,11 @@ func (d *detector) evaluateSignal(c *cohort, sig int, now time.Time, out *evalua
 			ev.state, ev.since = "resolved", s.since
 			out.events = append(out.events, ev)
 			out.ranks[len(out.ranks)-1].flagged = false
+		}
+		if lag := worse * (s.latest.value - median); s.flagged && s.latest.seconds && lag > 0 && s.latest.span > 0 {
+			span := time.Duration(s.latest.span * 1e9)
+			out.lost = append(out.lost, timeLost{cohort: c.key, job: r.job, node: r.node, rank: rank, signal: sig,
+				gpuSeconds: lag * s.latest.span * float64(peers), peers: peers, start: s.latest.at.Add(-span), end: s.latest.at})
 		}
 	}
 }

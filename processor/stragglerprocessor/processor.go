@@ -236,7 +236,7 @@ func (s *straggler) processMetrics(ctx context.Context, md pmetric.Metrics) (pme
 				sent = append(sent, sentCohort{cohort: key.cohort, byJob: byJob})
 				points = append(points, point{
 					cohort: key, job: job, node: node, rank: rank, pid: pid, signal: s.signalIndex[m.Name()],
-					cumulative: cumulative, gauge: gauge, detail: detail,
+					cumulative: cumulative, gauge: gauge, detail: detail, seconds: !gauge && m.Unit() == "s",
 					value: v, start: int64(dp.StartTimestamp()), ts: int64(dp.Timestamp()),
 				})
 			}
@@ -313,7 +313,7 @@ func (s *straggler) evaluate(ctx context.Context) {
 	for reason, n := range drops {
 		s.dropped.Add(ctx, n, metric.WithAttributes(attribute.String("reason", reason)))
 	}
-	if metricsNext != nil && (len(ev.ranks) > 0 || len(ev.groups) > 0) {
+	if metricsNext != nil && (len(ev.ranks) > 0 || len(ev.groups) > 0 || len(ev.lost) > 0) {
 		if err := metricsNext.ConsumeMetrics(ctx, s.gauges(ev, now)); err != nil {
 			s.logger.Warn("straggler gauges not accepted downstream", zap.Error(err))
 		}
@@ -403,7 +403,62 @@ func (s *straggler) gauges(ev evaluation, now time.Time) pmetric.Metrics {
 			a.PutStr(semconv.HostName, r.node)
 		}
 	}
+	s.timeLost(md, ev.lost)
 	return md
+}
+
+// timeLost writes the GPU time each flagged rank's peers lost waiting for it, as a
+// delta sum per rank and interval, so that a backend (and get_cost) adds it up over any
+// window. A rank flagged on two time signals in one interval is counted once, by the
+// larger: both measure the same wait.
+func (s *straggler) timeLost(md pmetric.Metrics, lost []timeLost) {
+	type key struct {
+		cohort cohortKey
+		rank   int64
+		end    time.Time
+	}
+	worst := map[key]timeLost{}
+	var order []key
+	for _, l := range lost {
+		k := key{l.cohort, l.rank, l.end}
+		if prev, ok := worst[k]; !ok {
+			order = append(order, k)
+		} else if prev.gpuSeconds >= l.gpuSeconds {
+			continue
+		}
+		worst[k] = l
+	}
+	byCohort := map[cohortKey]pmetric.NumberDataPointSlice{}
+	for _, k := range order {
+		l := worst[k]
+		dps, ok := byCohort[l.cohort]
+		if !ok {
+			rm := md.ResourceMetrics().AppendEmpty()
+			cohortResource(rm.Resource().Attributes(), l.cohort, l.job)
+			sm := rm.ScopeMetrics().AppendEmpty()
+			sm.Scope().SetName(scopeName)
+			m := sm.Metrics().AppendEmpty()
+			m.SetName(semconv.MetricStragglerTimeLost)
+			m.SetUnit("s")
+			m.SetDescription("GPU time the rank's peers spent waiting for it while it was flagged")
+			sum := m.SetEmptySum()
+			sum.SetIsMonotonic(true)
+			sum.SetAggregationTemporality(pmetric.AggregationTemporalityDelta)
+			dps = sum.DataPoints()
+			byCohort[l.cohort] = dps
+		}
+		dp := dps.AppendEmpty()
+		dp.SetStartTimestamp(pcommon.NewTimestampFromTime(l.start))
+		dp.SetTimestamp(pcommon.NewTimestampFromTime(l.end))
+		dp.SetDoubleValue(l.gpuSeconds)
+		a := dp.Attributes()
+		a.PutStr(semconv.StragglerSignal, s.cfg.Signals[l.signal].Metric)
+		a.PutInt(semconv.Rank, l.rank)
+		a.PutStr(semconv.HostName, l.node)
+		// The ranks judged together, the straggler included: get_cost's affected
+		// ranks are the others.
+		a.PutInt(semconv.WorldSize, int64(l.peers+1))
+	}
 }
 
 // records are the fathom.straggler log records, one resource per rank (its node,

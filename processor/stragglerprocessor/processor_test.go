@@ -42,6 +42,7 @@ func nodeRequest(node string, ranks []int64, totals map[int64]float64, start, ts
 		other.Sum().DataPoints().AppendEmpty().SetIntValue(7)
 		m := ms.AppendEmpty()
 		m.SetName(semconv.MetricRankDeviceWait)
+		m.SetUnit("s")
 		sum := m.SetEmptySum()
 		sum.SetIsMonotonic(true)
 		sum.SetAggregationTemporality(pmetric.AggregationTemporalityCumulative)
@@ -119,6 +120,36 @@ func TestTheGatewayFlagsASlowRankThroughItsPipelines(t *testing.T) {
 	}
 	if len(flags) != 8 || flags[5] != 1 || flags[0]+flags[1]+flags[2]+flags[3]+flags[4]+flags[6]+flags[7] != 0 {
 		t.Errorf("last flags %v, want rank 5 alone", flags)
+	}
+	// While flagged (intervals 13 to 20), rank 5 cost its seven peers 0.301-0.1 s of
+	// waiting per second each: 1.407 GPU-seconds an interval, one delta point each.
+	var lost []string
+	for _, md := range all {
+		for i := range md.ResourceMetrics().Len() {
+			ms := md.ResourceMetrics().At(i).ScopeMetrics().At(0).Metrics()
+			for j := range ms.Len() {
+				m := ms.At(j)
+				if m.Name() != semconv.MetricStragglerTimeLost {
+					continue
+				}
+				if m.Unit() != "s" || m.Sum().AggregationTemporality() != pmetric.AggregationTemporalityDelta {
+					t.Errorf("%s: unit %q, %v", m.Name(), m.Unit(), m.Sum().AggregationTemporality())
+				}
+				for k := range m.Sum().DataPoints().Len() {
+					dp := m.Sum().DataPoints().At(k)
+					a := dp.Attributes().AsRaw()
+					lost = append(lost, fmt.Sprintf("rank %v of %v on %v by %v: %.6f over %v..%v", a[semconv.Rank], a[semconv.WorldSize], a[semconv.HostName], a[semconv.StragglerSignal],
+						dp.DoubleValue(), dp.StartTimestamp().AsTime().Sub(start), dp.Timestamp().AsTime().Sub(start)))
+				}
+			}
+		}
+	}
+	var want []string
+	for i := 13; i <= 20; i++ {
+		want = append(want, fmt.Sprintf("rank 5 of 8 on node-2 by %s: 1.407000 over %v..%v", semconv.MetricRankDeviceWait, time.Duration(i-1)*time.Second, time.Duration(i)*time.Second))
+	}
+	if strings.Join(lost, "\n") != strings.Join(want, "\n") {
+		t.Errorf("time lost:\n%s\nwant\n%s", strings.Join(lost, "\n"), strings.Join(want, "\n"))
 	}
 
 	var records []plog.LogRecord

@@ -228,6 +228,38 @@ func (l *loop) outlierRanks() []rankOutlier {
 	return out.Outliers
 }
 
+// stragglerCost is what get_cost says of one rank, priced from fathom.straggler.time_lost.
+type stragglerCost struct {
+	Node          string  `json:"node"`
+	Rank          *int    `json:"rank"`
+	LagSeconds    float64 `json:"lag_seconds"`
+	Steps         int64   `json:"steps"`
+	AffectedRanks int64   `json:"affected_ranks"`
+	GPUHours      float64 `json:"gpu_hours"`
+}
+
+// timeLost asks the gateway's get_cost tool (over HTTP) what the straggler processor
+// measured: the GPU time each flagged rank's peers waited for it.
+func (l *loop) timeLost() []stragglerCost {
+	body := `{"signal":"fathom.straggler.time_lost","since":"10m"}`
+	req, _ := http.NewRequest(http.MethodPost, "http://"+l.api+"/api/v1/tools/get_cost", strings.NewReader(body))
+	req.Header.Set("Authorization", "Bearer "+agentToken)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		l.t.Fatalf("get_cost: %v", err)
+	}
+	defer resp.Body.Close()
+	raw, _ := io.ReadAll(resp.Body)
+	var out struct {
+		Stragglers []stragglerCost `json:"stragglers"`
+	}
+	if err := json.Unmarshal(raw, &out); err != nil || resp.StatusCode != 200 {
+		l.t.Fatalf("get_cost answered %d: %v: %s", resp.StatusCode, err, raw)
+	}
+	return out.Stragglers
+}
+
 func allOver(transport string) func(int) string { return func(int) string { return transport } }
 
 // Rank 5's host is 20% slower per step from some point on: its own node flags it from
@@ -276,6 +308,18 @@ func TestTheSlowRankOfARealJobIsNamedByItsOwnNode(t *testing.T) {
 				}
 			}
 			t.Logf("find_outlier_nodes on the straggler score: %+v", got)
+			// get_cost on the processor's own measure names rank 5 alone, its seven
+			// peers the ranks it held up. Its 1 ms more per step of about 6 ms keeps
+			// each peer waiting a sixth of the time, less what the 2-core host blurs:
+			// between 2% and 50% of each flagged second.
+			cost := j.timeLost()
+			if len(cost) != 1 || cost[0].Node != "node-2" || cost[0].Rank == nil || *cost[0].Rank != slowRank || cost[0].AffectedRanks != jobRanks-1 ||
+				cost[0].Steps < 1 || cost[0].LagSeconds < 0.02 || cost[0].LagSeconds > 0.5 {
+				t.Errorf("get_cost on fathom.straggler.time_lost: %+v, want rank 5 on node-2 alone, holding its 7 peers 2-50%% of each flagged second", cost)
+			} else {
+				t.Logf("get_cost: rank 5 cost its peers %.1f GPU-seconds over %d flagged intervals (%.3f s each per peer)",
+					cost[0].GPUHours*3600, cost[0].Steps, cost[0].LagSeconds)
+			}
 		})
 	}
 }

@@ -8,6 +8,8 @@ import (
 	"sort"
 
 	"github.com/google/jsonschema-go/jsonschema"
+
+	"github.com/fathom-gpu/fathom/internal/semconv"
 )
 
 // madScale makes the MAD a consistent estimator of the standard deviation for normal
@@ -173,20 +175,26 @@ func findOutliers(ctx context.Context, env *Env, in OutlierInput) (OutlierOutput
 // outlierHardware reads each straggler's provider and GPU model from its own rows'
 // attributes (only get_cost needs them).
 func outlierHardware(ctx context.Context, env *Env, in OutlierInput, outliers []Outlier) (map[string][2]string, error) {
-	out := map[string][2]string{}
-	if len(outliers) == 0 {
-		return out, nil
-	}
-	since, until, _ := window(env, in.Since, in.Until)
 	nodes := make([]string, 0, len(outliers))
 	for _, o := range outliers {
 		nodes = append(nodes, o.Node)
 	}
+	return nodeHardware(ctx, env, in, []string{in.Signal}, nodes)
+}
+
+// nodeHardware reads each node's provider and GPU model from its rows of the named
+// signals in the window.
+func nodeHardware(ctx context.Context, env *Env, in OutlierInput, names, nodes []string) (map[string][2]string, error) {
+	out := map[string][2]string{}
+	if len(nodes) == 0 || len(names) == 0 {
+		return out, nil
+	}
+	since, until, _ := window(env, in.Since, in.Until)
 	rows, err := env.Store.DB().QueryContext(ctx, fmt.Sprintf(`SELECT node,
 			coalesce(any_value(json_extract_string(attributes, '$."%s"')), ''),
 			coalesce(any_value(json_extract_string(attributes, '$."%s"')), '')
-		FROM events WHERE name = ? AND ts >= ? AND ts < ? AND list_contains(?, node) GROUP BY node`, attrProvider, attrGPUModel),
-		in.Signal, since, until, nodes)
+		FROM events WHERE list_contains(?, name) AND ts >= ? AND ts < ? AND list_contains(?, node) GROUP BY node`, attrProvider, attrGPUModel),
+		names, since, until, nodes)
 	if err != nil {
 		return nil, fmt.Errorf("get_cost: %w", err)
 	}
@@ -221,11 +229,14 @@ func median(v []float64) float64 {
 }
 
 // CostInput is an outlier query plus nothing else: the cost of the stragglers it finds.
+// With signal fathom.straggler.time_lost it prices what the straggler processor
+// measured instead of comparing nodes itself.
 type CostInput = OutlierInput
 
 // StragglerCost is what one straggling node cost.
 type StragglerCost struct {
 	Node          string  `json:"node"`
+	Rank          *int64  `json:"rank,omitempty"`
 	Cluster       string  `json:"cluster,omitempty"`
 	Provider      string  `json:"provider"`
 	GPUModel      string  `json:"gpu_model"`
@@ -262,9 +273,12 @@ var secondsPer = map[string]float64{"s": 1, "ms": 1e-3, "us": 1e-6, "µs": 1e-6,
 
 func costTool(env *Env) (*Tool, error) {
 	return newTool("get_cost", "Cost of stragglers",
-		"Dollar cost of stragglers in a window: each outlier node's lag behind the median x its steps x the ranks that wait for it (world size) = GPU-hours, priced per provider and GPU model from the operator's rates file.",
+		"Dollar cost of stragglers in a window, priced per provider and GPU model from the operator's rates file. With signal fathom.straggler.time_lost: the GPU time each rank's peers waited while the straggler processor flagged it, as it measured it. With any other signal: each outlier node's lag behind the median x its steps x the ranks that wait for it (world size) = GPU-hours.",
 		ScopeTools,
 		func(ctx context.Context, in CostInput) (CostOutput, error) {
+			if in.Signal == semconv.MetricStragglerTimeLost {
+				return stragglerCost(ctx, env, in)
+			}
 			outliers, err := findOutliers(ctx, env, in)
 			if err != nil {
 				return CostOutput{}, err
@@ -293,33 +307,106 @@ func costTool(env *Env) (*Tool, error) {
 					}
 					affected = max(ranksSeen[o.Cluster], 1)
 				}
-				hw := hardware[o.Node]
-				rate, rateOK := env.Rates.lookup(hw[0], hw[1])
-				if !rateOK {
-					out.Notes = append(out.Notes, fmt.Sprintf("no rate for provider %q GPU %q (node %s); priced at 0", hw[0], hw[1], o.Node))
-				}
 				lagSeconds := o.Lag * perSecond
-				hours := lagSeconds * float64(o.Points) * float64(affected) / 3600
-				sc := StragglerCost{Node: o.Node, Cluster: o.Cluster, Provider: hw[0], GPUModel: hw[1], LagSeconds: lagSeconds,
-					Steps: o.Points, AffectedRanks: affected, GPUHours: hours, USDPerGPUHour: rate, USD: hours * rate}
-				out.Stragglers = append(out.Stragglers, sc)
-				out.TotalHours += hours
-				out.TotalUSD += sc.USD
-				g := byGroup[hw]
-				if g == nil {
-					g = &CostGroup{Provider: hw[0], GPUModel: hw[1]}
-					byGroup[hw] = g
-				}
-				g.Stragglers++
-				g.GPUHours += hours
-				g.USD += sc.USD
+				out.add(env.Rates, hardware[o.Node], StragglerCost{Node: o.Node, Rank: o.Rank, Cluster: o.Cluster, LagSeconds: lagSeconds,
+					Steps: o.Points, AffectedRanks: affected, GPUHours: lagSeconds * float64(o.Points) * float64(affected) / 3600}, byGroup)
 			}
-			for _, g := range byGroup {
-				out.ByGroup = append(out.ByGroup, *g)
-			}
-			sort.Slice(out.ByGroup, func(i, j int) bool { return out.ByGroup[i].USD > out.ByGroup[j].USD })
+			out.groups(byGroup)
 			return out, nil
 		}, outlierSchema)
+}
+
+// add prices one straggler's GPU-hours at its node's rate and counts it in its
+// provider and GPU model's group.
+func (out *CostOutput) add(rates *Rates, hw [2]string, sc StragglerCost, byGroup map[[2]string]*CostGroup) {
+	rate, ok := rates.lookup(hw[0], hw[1])
+	if !ok {
+		out.Notes = append(out.Notes, fmt.Sprintf("no rate for provider %q GPU %q (node %s); priced at 0", hw[0], hw[1], sc.Node))
+	}
+	sc.Provider, sc.GPUModel, sc.USDPerGPUHour, sc.USD = hw[0], hw[1], rate, sc.GPUHours*rate
+	out.Stragglers = append(out.Stragglers, sc)
+	out.TotalHours += sc.GPUHours
+	out.TotalUSD += sc.USD
+	g := byGroup[hw]
+	if g == nil {
+		g = &CostGroup{Provider: hw[0], GPUModel: hw[1]}
+		byGroup[hw] = g
+	}
+	g.Stragglers++
+	g.GPUHours += sc.GPUHours
+	g.USD += sc.USD
+}
+
+func (out *CostOutput) groups(byGroup map[[2]string]*CostGroup) {
+	for _, g := range byGroup {
+		out.ByGroup = append(out.ByGroup, *g)
+	}
+	sort.Slice(out.ByGroup, func(i, j int) bool { return out.ByGroup[i].USD > out.ByGroup[j].USD })
+}
+
+// stragglerCost prices the straggler processor's own measure: per rank, the GPU time
+// its peers waited while it was flagged (fathom.straggler.time_lost, summed per
+// minute in signal_rollup). Steps are the intervals it was flagged; lag_seconds is the
+// mean wait per peer and interval, so that lag x steps x affected ranks is the total as
+// for any other signal. Provider and GPU model come from the node's rows of the rank
+// signals that flagged it.
+func stragglerCost(ctx context.Context, env *Env, in CostInput) (CostOutput, error) {
+	out := CostOutput{Signal: in.Signal, Unit: "s", ByGroup: []CostGroup{}, Stragglers: []StragglerCost{}, Notes: []string{}}
+	since, until, err := window(env, in.Since, in.Until)
+	if err != nil {
+		return out, err
+	}
+	var f filter
+	f.add("name = ?", in.Signal)
+	f.add("minute >= date_trunc('minute', ?::TIMESTAMP) AND minute < ?", since, until)
+	f.addIf(in.Cluster != "", "cluster = ?", in.Cluster)
+	rows, err := env.Store.DB().QueryContext(ctx, fmt.Sprintf(`SELECT node, rank, coalesce(any_value(cluster), ''), sum(sum), sum(count)::BIGINT,
+			coalesce(max(world_size), 0)
+		FROM signal_rollup WHERE %s GROUP BY node, rank ORDER BY 4 DESC, node, rank LIMIT %d`, f.sql(), maxGroups), f.args...)
+	if err != nil {
+		return out, fmt.Errorf("get_cost: %w", err)
+	}
+	var found []StragglerCost
+	var nodes []string
+	for rows.Next() {
+		var sc StragglerCost
+		var rank sql.NullInt64
+		var gpuSeconds float64
+		var worldSize int64
+		if err := rows.Scan(&sc.Node, &rank, &sc.Cluster, &gpuSeconds, &sc.Steps, &worldSize); err != nil {
+			rows.Close()
+			return out, fmt.Errorf("get_cost: %w", err)
+		}
+		if rank.Valid {
+			r := rank.Int64
+			sc.Rank = &r
+		}
+		sc.AffectedRanks = max(worldSize-1, 1)
+		sc.GPUHours = gpuSeconds / 3600
+		if sc.Steps > 0 {
+			sc.LagSeconds = gpuSeconds / float64(sc.Steps) / float64(sc.AffectedRanks)
+		}
+		found = append(found, sc)
+		nodes = append(nodes, sc.Node)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return out, err
+	}
+	if len(found) == 0 {
+		out.Notes = append(out.Notes, "no fathom.straggler.time_lost in the window: no rank was flagged on a time signal, or no straggler processor (gateway mode) writes here")
+		return out, nil
+	}
+	hardware, err := nodeHardware(ctx, env, in, []string{semconv.MetricRankDeviceWait, semconv.MetricRankHostLead}, nodes)
+	if err != nil {
+		return out, err
+	}
+	byGroup := map[[2]string]*CostGroup{}
+	for _, sc := range found {
+		out.add(env.Rates, hardware[sc.Node], sc, byGroup)
+	}
+	out.groups(byGroup)
+	return out, nil
 }
 
 func distinctRanks(ctx context.Context, env *Env, in OutlierInput) (map[string]int64, error) {

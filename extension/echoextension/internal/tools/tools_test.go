@@ -7,11 +7,13 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/fathom-gpu/fathom/extension/echoextension/internal/store"
 	"github.com/fathom-gpu/fathom/internal/echoschema"
+	"github.com/fathom-gpu/fathom/internal/semconv"
 )
 
 var t0 = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
@@ -112,6 +114,59 @@ func TestGetCostPricesLagTimesRanksTimesRate(t *testing.T) {
 	if len(out.Stragglers) != 1 || !near(out.TotalHours, wantHours) || !near(out.TotalUSD, wantHours*4) ||
 		len(out.ByGroup) != 1 || out.ByGroup[0].Provider != "aws" || out.ByGroup[0].GPUModel != "H100" || out.Stragglers[0].AffectedRanks != 8 {
 		t.Fatalf("got %+v", out)
+	}
+}
+
+// With fathom.straggler.time_lost, get_cost prices what the straggler processor wrote:
+// per rank, the GPU time its peers waited while it was flagged, at the rate of the
+// hardware its node's rank signals name. Rank 5 was flagged for 8 intervals at 1.407
+// GPU-seconds each among 8 ranks; rank 2 for 2 at 0.5, on hardware with no rate.
+func TestGetCostPricesTheStragglerProcessorsTimeLost(t *testing.T) {
+	env := plantedStore(t)
+	var rows []echoschema.Row
+	lost := func(node string, rank int32, n int, v float64) {
+		for i := range n {
+			r := echoschema.NewRow()
+			r.Time = t0.Add(time.Duration(i) * time.Second)
+			r.Kind, r.Name, r.Unit, r.Value = echoschema.KindSum, semconv.MetricStragglerTimeLost, "s", v
+			r.Cluster, r.Node, r.Rank, r.WorldSize = "c1", node, rank, 8
+			r.Attributes = `{"fathom.straggler.signal":"fathom.rank.device_wait.time","fathom.cohort":"nccl:1"}`
+			rows = append(rows, r)
+		}
+		r := echoschema.NewRow()
+		r.Time = t0
+		r.Kind, r.Name, r.Unit, r.Value = echoschema.KindSum, semconv.MetricRankDeviceWait, "s", 1
+		r.Cluster, r.Node, r.Rank = "c1", node, rank
+		r.Attributes = map[string]string{"gpu-5": `{"cloud.provider":"aws","fathom.gpu.model":"H100"}`, "gpu-2": `{"cloud.provider":"gcp","fathom.gpu.model":"A100"}`}[node]
+		rows = append(rows, r)
+	}
+	lost("gpu-5", 5, 8, 1.407)
+	lost("gpu-2", 2, 2, 0.5)
+	if err := env.Store.Append(context.Background(), rows); err != nil {
+		t.Fatal(err)
+	}
+	r, _ := NewRegistry(env)
+	out := call[CostOutput](t, r, "get_cost", `{"signal":"fathom.straggler.time_lost"}`)
+	if len(out.Stragglers) != 2 || !near(out.TotalHours, (8*1.407+2*0.5)/3600) || !near(out.TotalUSD, 8*1.407/3600*4) {
+		t.Fatalf("got %+v", out)
+	}
+	s5, s2 := out.Stragglers[0], out.Stragglers[1]
+	if s5.Node != "gpu-5" || s5.Rank == nil || *s5.Rank != 5 || s5.Steps != 8 || s5.AffectedRanks != 7 || !near(s5.LagSeconds, 0.201) ||
+		s5.Provider != "aws" || s5.GPUModel != "H100" || s5.USDPerGPUHour != 4 || !near(s5.GPUHours, 8*1.407/3600) {
+		t.Errorf("rank 5: %+v", s5)
+	}
+	if s2.Node != "gpu-2" || *s2.Rank != 2 || s2.Steps != 2 || s2.Provider != "gcp" || s2.USD != 0 {
+		t.Errorf("rank 2: %+v", s2)
+	}
+	if len(out.Notes) != 1 || !strings.Contains(out.Notes[0], `no rate for provider "gcp" GPU "A100" (node gpu-2)`) {
+		t.Errorf("notes %q", out.Notes)
+	}
+	if len(out.ByGroup) != 2 || out.ByGroup[0].Provider != "aws" || out.ByGroup[0].Stragglers != 1 {
+		t.Errorf("groups %+v", out.ByGroup)
+	}
+	none := call[CostOutput](t, r, "get_cost", `{"signal":"fathom.straggler.time_lost","cluster":"other"}`)
+	if len(none.Stragglers) != 0 || none.TotalHours != 0 || len(none.Notes) != 1 {
+		t.Errorf("another cluster: %+v", none)
 	}
 }
 
