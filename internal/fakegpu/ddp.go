@@ -58,6 +58,9 @@ type DDPOptions struct {
 	Slow              *Slowness
 	RingBytes         int64 // per-step send/recv ring exchange
 	IB                bool  // a verbs async-event thread per rank
+	// NoNCCL makes the ranks replicas that never call NCCL (--no-nccl): each step is
+	// host work, kernels and a sync, and no rank waits for another.
+	NoNCCL bool
 	// NCCLMode is NCCLAsync (the default when empty) or NCCLBlocking.
 	NCCLMode string
 	// Gate makes StartDDP return once every rank waits at its gate, before any CUDA or
@@ -107,6 +110,9 @@ func (o DDPOptions) Args() []string {
 		args = append(args, "--host-compute-sleep")
 	}
 	num("ring-bytes", o.RingBytes)
+	if o.NoNCCL {
+		args = append(args, "--no-nccl")
+	}
 	if o.IB {
 		args = append(args, "--ib")
 	}

@@ -362,3 +362,40 @@ func eventFIFO(t *testing.T) (string, *os.File) {
 	t.Cleanup(func() { f.Close() })
 	return fifo, f
 }
+
+// Replicas without NCCL (--no-nccl) never call it, and no replica waits for another: one
+// slowed by 2 ms of host work per step takes that much longer per step, while its peers'
+// steps and their syncs stay as they were.
+func TestDDPReplicasWithoutNCCLWaitForNobody(t *testing.T) {
+	p := Build(t)
+	const steps, delay = 100, 2 * time.Millisecond
+	reports := RunDDP(t, p, DDPOptions{Ranks: 4, Steps: steps, NoNCCL: true, HostCompute: time.Millisecond, HostComputeSleeps: true,
+		Slow: &Slowness{Rank: 1, Delay: delay, Mode: "compute"}})
+	var healthy []time.Duration
+	stepOf := map[int]time.Duration{}
+	for _, r := range reports {
+		for _, api := range []string{"ncclCommInitRank", "ncclAllReduce", "ncclSend", "ncclGroupEnd", "ncclCommDestroy"} {
+			if r.Calls[api] != 0 {
+				t.Errorf("rank %d called %s %d times", r.Rank, api, r.Calls[api])
+			}
+		}
+		if r.Calls["cudaLaunchKernel"] != steps*10 || r.Calls["cudaStreamSynchronize"] != 2*steps || r.VerifyErrors != 0 {
+			t.Errorf("rank %d: calls %v, %d wrong results", r.Rank, r.Calls, r.VerifyErrors)
+		}
+		var per []time.Duration
+		for s := range steps {
+			per = append(per, time.Duration(r.StepEndNS[s]-r.StepStartNS[s]))
+		}
+		stepOf[r.Rank] = medianOf(per)
+		if r.Rank != 1 {
+			healthy = append(healthy, stepOf[r.Rank])
+			if sync := medianOf(r.StreamSyncTimes()); sync > time.Millisecond {
+				t.Errorf("rank %d waits %v per step in its syncs: a replica should wait only for its own kernels", r.Rank, sync)
+			}
+		}
+	}
+	if d := stepOf[1] - medianOf(healthy); d < delay*3/4 || d > delay*2 {
+		t.Errorf("the slow replica's step is %v longer than its peers' (%v), want about %v", d, medianOf(healthy), delay)
+	}
+	t.Logf("median step: slow replica %v, its peers %v", stepOf[1], medianOf(healthy))
+}

@@ -128,6 +128,17 @@ type loop struct {
 	gateway                                *collectortest.Process
 	nodes                                  []*collectortest.Process
 	nodeAddrs                              []string
+	// signals, when set, replaces the straggler processor's signal list on the gateway
+	// and the nodes (a YAML flow sequence).
+	signals string
+}
+
+// withSignals puts a signal list into a config's straggler processor.
+func withSignals(config, signals string) string {
+	if signals == "" {
+		return config
+	}
+	return strings.Replace(config, "  straggler:\n", "  straggler:\n    signals: "+signals+"\n", 1)
 }
 
 func writeFile(t testing.TB, dir, name, text string) string {
@@ -139,8 +150,11 @@ func writeFile(t testing.TB, dir, name, text string) string {
 }
 
 // newLoop starts the gateway, with no node yet.
-func newLoop(t testing.TB) *loop {
-	l := &loop{t: t, dir: t.TempDir()}
+func newLoop(t testing.TB) *loop { return newLoopWith(t, "") }
+
+// newLoopWith starts the gateway judging the given signals (the defaults when empty).
+func newLoopWith(t testing.TB, signals string) *loop {
+	l := &loop{t: t, dir: t.TempDir(), signals: signals}
 	l.db = filepath.Join(l.dir, "echo.duckdb")
 	l.api, l.gatewayGRPC, l.gatewayHTTP = collectortest.Addr(t), collectortest.Addr(t), collectortest.Addr(t)
 	l.gatewayEnv = []string{"ECHO_DB=" + l.db, "ECHO_ADDR=" + l.api, "AGENT_TOKEN=" + agentToken,
@@ -168,7 +182,7 @@ func startLoop(t *testing.T) *loop {
 }
 
 func (l *loop) startGateway() {
-	cfg := writeFile(l.t, l.dir, "gateway.yaml", pushbackGatewayConfig)
+	cfg := writeFile(l.t, l.dir, "gateway.yaml", withSignals(pushbackGatewayConfig, l.signals))
 	l.gateway = collectortest.Start(l.t, cfg, l.gatewayEnv...)
 	l.gateway.WaitHTTP(l.t, "http://"+l.api+"/api/v1/health", 30*time.Second)
 	l.gateway.WaitListening(l.t, l.gatewayGRPC, 30*time.Second)

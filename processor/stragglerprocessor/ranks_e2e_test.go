@@ -17,6 +17,7 @@ import (
 	"github.com/fathom-gpu/fathom/internal/collectortest"
 	"github.com/fathom-gpu/fathom/internal/fakegpu"
 	"github.com/fathom-gpu/fathom/internal/privtest"
+	"github.com/fathom-gpu/fathom/internal/semconv"
 )
 
 // The loop on a real job: eight rank processes of fakegpu-ddp (the asynchronous fake
@@ -113,6 +114,10 @@ type jobOptions struct {
 	// sysfs, when set, is a fake /sys/class/infiniband every node reads; rankEnv a
 	// variable the launcher sets per rank (fakegpu.DDPOptions.RankEnv).
 	sysfs, rankEnv string
+	// noNCCL makes the ranks replicas that never call NCCL; signals replaces the
+	// straggler processors' signal list (a YAML flow sequence).
+	noNCCL  bool
+	signals string
 }
 
 func (o *jobOptions) defaults() {
@@ -131,7 +136,7 @@ func startJob(t testing.TB, o jobOptions) *job {
 	privtest.Require(t)
 	o.defaults()
 	paths := fakegpu.Build(t)
-	j := &job{loop: newLoop(t)}
+	j := &job{loop: newLoopWith(t, o.signals)}
 	j.slowFile = filepath.Join(j.dir, "slow")
 	rankEnv := []string{"FATHOM_JOB=e2e-job"}
 	if o.board != "" {
@@ -139,7 +144,7 @@ func startJob(t testing.TB, o jobOptions) *job {
 	}
 	j.run = fakegpu.StartDDP(t, paths, fakegpu.DDPOptions{
 		Ranks: o.ranks, Steps: 100000, BucketBytes: 16 << 10, HostCompute: o.hostCompute, HostComputeSleeps: true,
-		NCCLMode: o.ncclMode, Gate: true, Env: rankEnv, RankEnv: o.rankEnv,
+		NCCLMode: o.ncclMode, NoNCCL: o.noNCCL, Gate: true, Env: rankEnv, RankEnv: o.rankEnv,
 		Slow: &fakegpu.Slowness{Rank: o.slowRank, Delay: o.slowBy, Mode: o.slowMode, WhileFile: j.slowFile},
 	})
 	for node := range o.ranks / o.perNode {
@@ -155,7 +160,7 @@ func startJob(t testing.TB, o jobOptions) *job {
 		// Put in by the test, like the exporter: the collector expands variables in
 		// values, and a list of pids is not one.
 		config := strings.NewReplacer("EXPORTER", map[string]string{"grpc": "otlp_grpc", "http": "otlp_http"}[transport],
-			"RANK_PIDS", strings.Join(pids, ", ")).Replace(ranksNodeConfig)
+			"RANK_PIDS", strings.Join(pids, ", ")).Replace(withSignals(ranksNodeConfig, o.signals))
 		health := collectortest.Addr(t)
 		sysfs := o.sysfs
 		if sysfs == "" {
@@ -321,6 +326,39 @@ func TestTheSlowRankOfARealJobIsNamedByItsOwnNode(t *testing.T) {
 					cost[0].GPUHours*3600, cost[0].Steps, cost[0].LagSeconds)
 			}
 		})
+	}
+}
+
+// Eight replicas that never call NCCL (inference replicas; a job that synchronises some
+// other way) have no communicator, so the gateway compares them by their job
+// (job:e2e-job), on the signals for such jobs. No replica waits for another, so device
+// wait names nobody; a replica whose host work per step grows from 5 to 7 ms launches
+// about a quarter fewer kernels a second, and its own node and the gateway name it on
+// its launch rate, and nobody else on anything.
+func TestAJobWithoutNCCLIsComparedByItsJob(t *testing.T) {
+	j := startJob(t, jobOptions{noNCCL: true, slowMode: "compute", slowBy: 2 * time.Millisecond, hostCompute: 5 * time.Millisecond,
+		transport: func(node int) string { return []string{"grpc", "http"}[node%2] },
+		signals:   "[{metric: fathom.rank.launches, worse: lower}, {metric: fathom.rank.run_queue.time, worse: higher, mad_floor: 0.01}]"})
+	time.Sleep(12 * time.Second) // healthy: the gateway warms up, lines reach every node
+	if recs := j.signalRecords(); len(recs) != 0 {
+		t.Fatalf("records from a healthy job: %+v", recs)
+	}
+	slowed := j.slowDown()
+	self := record{Node: "node-2", Rank: slowRank, State: "straggler", Source: "node"}
+	gateway := record{Node: "node-2", Rank: slowRank, State: "straggler", Source: "gateway"}
+	j.waitRecords("rank 5's node and the gateway to flag it", 30*time.Second, func(recs []record) bool {
+		return has(recs, self) && has(recs, gateway)
+	})
+	t.Logf("replica 5 flagged by its node and the gateway %v after its slowdown", time.Since(slowed).Round(100*time.Millisecond))
+	time.Sleep(3 * time.Second) // room for a wrong record to arrive
+	for _, r := range j.signalRecords() {
+		if r.Rank != slowRank || r.Node != "node-2" || r.State != "straggler" || r.Signal != semconv.MetricRankLaunches {
+			t.Errorf("record %+v: want only rank 5 on node-2 named on its launch rate", r)
+		}
+	}
+	rows := j.sqlRows(`SELECT DISTINCT cohort FROM events WHERE name = 'fathom.straggler'`)
+	if len(rows) != 1 || rows[0][0] != "job:e2e-job" {
+		t.Errorf("records' cohorts %v, want job:e2e-job alone", rows)
 	}
 }
 

@@ -49,7 +49,7 @@ static struct {
 	double kernel_us, host_compute_us;
 	long slow_rank, slow_ms, slow_from_step, slow_threads, host_compute_sleep;
 	const char *slow_mode, *slow_while_file;
-	long ring_bytes, ib, wait_timeout_ms;
+	long ring_bytes, ib, no_nccl, wait_timeout_ms;
 	const char *wait_file, *ready_file, *rank_env;
 	long help;
 } opt = {
@@ -84,6 +84,8 @@ static const struct flag flags[] = {
 	 "a test turns a slowdown on and off mid-run"},
 	{"ring-bytes", OPT_LONG, &opt.ring_bytes, "per step, send this many bytes to rank+1 and receive from rank-1"},
 	{"ib", OPT_FLAG, &opt.ib, "open the first verbs device and wait for its async events on a thread"},
+	{"no-nccl", OPT_FLAG, &opt.no_nccl,
+	 "replicas that never call NCCL (inference, or jobs that synchronise some other way): each step is host work, kernels and a sync"},
 	{"rank-env", OPT_STRING, &opt.rank_env,
 	 "launcher: NAME=VALUE set in each rank's environment, %r in VALUE replaced by its rank "
 	 "(a wrapper's per-rank NCCL_IB_HCA==mlx5_%r:1)"},
@@ -455,13 +457,16 @@ static int run_rank(void)
 		pthread_detach(ib_thread);
 	}
 
-	ncclComm_t comm;
-	int comm_size = 0, comm_rank = -1;
-	CALL(ncclCommInitRank, &comm, world, id, rank);
-	CALL(ncclCommCount, comm, &comm_size);
-	CALL(ncclCommUserRank, comm, &comm_rank);
-	if (comm_size != world || comm_rank != rank)
-		die(1, "rank %d: communicator says rank %d of %d", rank, comm_rank, comm_size);
+	ncclComm_t comm = NULL;
+	int nccl = !opt.no_nccl;
+	if (nccl) {
+		int comm_size = 0, comm_rank = -1;
+		CALL(ncclCommInitRank, &comm, world, id, rank);
+		CALL(ncclCommCount, comm, &comm_size);
+		CALL(ncclCommUserRank, comm, &comm_rank);
+		if (comm_size != world || comm_rank != rank)
+			die(1, "rank %d: communicator says rank %d of %d", rank, comm_rank, comm_size);
+	}
 
 	long steps = opt.steps;
 	uint64_t *times = calloc((size_t)steps * 5, sizeof(uint64_t));
@@ -507,14 +512,14 @@ static int run_rank(void)
 		}
 
 		ar_entry[s] = now_ns();
-		for (long b = 0; b < opt.buckets; b++) {
+		for (long b = 0; nccl && b < opt.buckets; b++) {
 			CALL(ncclAllReduce, grads + (size_t)b * count, reduced + (size_t)b * count, count, ncclFloat32,
 			     ncclSum, comm, stream);
 			allreduce_bytes += bucket;
 		}
 		ar_exit[s] = now_ns();
 
-		if (opt.ring_bytes && world > 1) {
+		if (nccl && opt.ring_bytes && world > 1) {
 			int next = (rank + 1) % world, prev = (rank + world - 1) % world;
 			CALL(ncclGroupStart);
 			CALL(ncclSend, ring_send, (size_t)opt.ring_bytes, ncclUint8, next, comm, stream);
@@ -531,12 +536,12 @@ static int run_rank(void)
 		 * has written nothing when its call returns. What was checked is cleared, so a
 		 * result that never lands shows in the next step. Spot-check: a stride through
 		 * each bucket plus its end. */
-		for (long b = 0; b < opt.buckets; b++)
+		for (long b = 0; nccl && b < opt.buckets; b++)
 			for (size_t i = 0; i < count; i += (i + 1021 < count || i + 1 == count) ? 1021 : count - 1 - i) {
 				verify_errors += reduced[(size_t)b * count + i] != want;
 				reduced[(size_t)b * count + i] = 0;
 			}
-		if (opt.ring_bytes && world > 1) {
+		if (nccl && opt.ring_bytes && world > 1) {
 			int prev = (rank + world - 1) % world;
 			verify_errors += (unsigned char)ring_recv[0] != (prev & 0xff) ||
 			                 (unsigned char)ring_recv[opt.ring_bytes - 1] != (prev & 0xff);
@@ -549,7 +554,8 @@ static int run_rank(void)
 	atomic_store(&stop_busy, 1);
 	for (int i = 0; i < busy_started; i++)
 		pthread_join(busy[i], NULL);
-	CALL(ncclCommDestroy, comm);
+	if (nccl)
+		CALL(ncclCommDestroy, comm);
 	CALL(cudaFree, grads);
 	CALL(cudaFree, reduced);
 	if (opt.ring_bytes) {
