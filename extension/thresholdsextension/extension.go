@@ -19,6 +19,7 @@ import (
 	"google.golang.org/grpc/peer"
 
 	"github.com/fathom-gpu/fathom/internal/pushback"
+	"github.com/fathom-gpu/fathom/internal/wallclock"
 )
 
 type thresholds struct {
@@ -40,6 +41,10 @@ type thresholds struct {
 	getServer *getServer
 	poller    *poller
 
+	// clock is the node's offset from the gateway, from the times traded in every
+	// export and its answer (see pushback.ClockEstimator).
+	clock pushback.ClockEstimator
+
 	written, leftOut, received, refused, polls, getAnswers metric.Int64Counter
 }
 
@@ -50,6 +55,7 @@ var (
 	_ extensionmiddleware.HTTPClient = (*thresholds)(nil)
 	_ extensionmiddleware.GRPCClient = (*thresholds)(nil)
 	_ pushback.Source                = (*thresholds)(nil)
+	_ pushback.Clock                 = (*thresholds)(nil)
 )
 
 func newThresholds(cfg *Config, set extension.Settings) (*thresholds, error) {
@@ -123,8 +129,11 @@ func (e *thresholds) Shutdown(ctx context.Context) error {
 func (e *thresholds) GetHTTPHandler(context.Context) (extensionmiddleware.WrapHTTPHandlerFunc, error) {
 	return func(_ context.Context, next http.Handler) (http.Handler, error) {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			received := time.Now()
 			ctx, resp := pushback.NewContext(r.Context())
-			next.ServeHTTP(&headerWriter{ResponseWriter: w, e: e, resp: resp, ctx: ctx, peer: r.RemoteAddr}, r.WithContext(ctx))
+			t1, stamped := pushback.ParseClockRequest(r.Header.Get(pushback.ClockHTTPHeader))
+			next.ServeHTTP(&headerWriter{ResponseWriter: w, e: e, resp: resp, ctx: ctx, peer: r.RemoteAddr,
+				clockT1: t1, clockStamped: stamped, received: received}, r.WithContext(ctx))
 		}), nil
 	}, nil
 }
@@ -136,6 +145,11 @@ type headerWriter struct {
 	ctx     context.Context
 	peer    string
 	written bool
+	// The node's clock stamp, and when the request came: answered with the time the
+	// answer is written (the clock exchange).
+	clockT1      int64
+	clockStamped bool
+	received     time.Time
 }
 
 func (w *headerWriter) WriteHeader(code int) {
@@ -143,6 +157,9 @@ func (w *headerWriter) WriteHeader(code int) {
 		w.written = true
 		if v := w.e.answer(w.ctx, w.resp, w.peer); v != "" {
 			w.Header().Set(pushback.HTTPHeader, v)
+		}
+		if w.clockStamped {
+			w.Header().Set(pushback.ClockHTTPHeader, pushback.FormatClockAnswer(w.clockT1, w.received, time.Now()))
 		}
 	}
 	w.ResponseWriter.WriteHeader(code)
@@ -162,14 +179,22 @@ func (w *headerWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 // thresholds go out as header metadata with the answer.
 func (e *thresholds) GetGRPCServerOptions(context.Context) ([]grpc.ServerOption, error) {
 	return []grpc.ServerOption{grpc.ChainUnaryInterceptor(func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		received := time.Now()
 		ctx, resp := pushback.NewContext(ctx)
 		out, err := handler(ctx, req)
 		var addr string
 		if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {
 			addr = p.Addr.String()
 		}
+		var pairs []string
 		if v := e.answer(ctx, resp, addr); v != "" {
-			if herr := grpc.SetHeader(ctx, metadata.Pairs(pushback.MetadataKey, v)); herr != nil {
+			pairs = append(pairs, pushback.MetadataKey, v)
+		}
+		if t1, ok := clockStamp(ctx); ok {
+			pairs = append(pairs, pushback.ClockMetadataKey, pushback.FormatClockAnswer(t1, received, time.Now()))
+		}
+		if len(pairs) > 0 {
+			if herr := grpc.SetHeader(ctx, metadata.Pairs(pairs...)); herr != nil {
 				e.logger.Debug("thresholds header not set", zap.Error(herr))
 			}
 		}
@@ -210,8 +235,13 @@ func (e *thresholds) answer(ctx context.Context, resp *pushback.Response, peer s
 func (e *thresholds) GetHTTPRoundTripper(context.Context) (extensionmiddleware.WrapHTTPRoundTripperFunc, error) {
 	return func(_ context.Context, next http.RoundTripper) (http.RoundTripper, error) {
 		return roundTripper(func(r *http.Request) (*http.Response, error) {
+			// A round tripper must not change the request it is given: the stamp goes
+			// on a copy (the body is shared, as Clone does).
+			r = r.Clone(r.Context())
+			r.Header.Set(pushback.ClockHTTPHeader, pushback.FormatClockRequest(wallclock.Now()))
 			resp, err := next.RoundTrip(r)
 			if err == nil {
+				e.readClock(resp.Header.Get(pushback.ClockHTTPHeader))
 				if v := resp.Header.Get(pushback.HTTPHeader); v != "" {
 					_ = e.take(r.Context(), v, true)
 				}
@@ -231,12 +261,39 @@ func (f roundTripper) RoundTrip(r *http.Request) (*http.Response, error) { retur
 func (e *thresholds) GetGRPCClientOptions(context.Context) ([]grpc.DialOption, error) {
 	return []grpc.DialOption{grpc.WithChainUnaryInterceptor(func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
 		var md metadata.MD
+		ctx = metadata.AppendToOutgoingContext(ctx, pushback.ClockMetadataKey, pushback.FormatClockRequest(wallclock.Now()))
 		err := invoker(ctx, method, req, reply, cc, append(opts, grpc.Header(&md))...)
+		if vs := md.Get(pushback.ClockMetadataKey); len(vs) > 0 {
+			e.readClock(vs[len(vs)-1])
+		}
 		if vs := md.Get(pushback.MetadataKey); len(vs) > 0 {
 			_ = e.take(ctx, vs[len(vs)-1], true)
 		}
 		return err
 	})}, nil
+}
+
+// clockStamp reads the node's clock stamp from a gRPC request's metadata.
+func clockStamp(ctx context.Context) (int64, bool) {
+	md, _ := metadata.FromIncomingContext(ctx)
+	if vs := md.Get(pushback.ClockMetadataKey); len(vs) > 0 {
+		return pushback.ParseClockRequest(vs[0])
+	}
+	return 0, false
+}
+
+// readClock takes the gateway's answer to the clock stamp this export carried; an
+// answer without one (an older gateway, a proxy that strips it) changes nothing.
+func (e *thresholds) readClock(v string) {
+	t4 := wallclock.Now()
+	if t1, t2, t3, ok := pushback.ParseClockAnswer(v); ok {
+		e.clock.Add(t1, t2, t3, t4.UnixNano(), time.Now())
+	}
+}
+
+// ClockOffset implements pushback.Clock: this node's clock minus the gateway's.
+func (e *thresholds) ClockOffset(now time.Time) (offset, uncertainty time.Duration, ok bool) {
+	return e.clock.Offset(now)
 }
 
 // take keeps what one answer carried (pushed: an answer to an export, else to a poll);

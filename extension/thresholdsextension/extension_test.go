@@ -18,6 +18,7 @@ import (
 	"github.com/fathom-gpu/fathom/extension/thresholdsextension/internal/metadata"
 	"github.com/fathom-gpu/fathom/internal/configtest"
 	"github.com/fathom-gpu/fathom/internal/pushback"
+	"github.com/fathom-gpu/fathom/internal/wallclock"
 )
 
 func newExt(t *testing.T, cfg *Config) *thresholds {
@@ -31,10 +32,31 @@ func newExt(t *testing.T, cfg *Config) *thresholds {
 
 var line = pushback.Threshold{Cluster: "c1", Cohort: "comm-1", Signal: "fathom.rank.device_wait.time", Median: 0.3, Line: 0.23, Worse: "lower", At: 1}
 
+// shiftNodeClock puts the node's clock (internal/wallclock, which the client side
+// stamps with) ahead of the gateway's, which reads time.Now, as if the node's host were
+// off.
+func shiftNodeClock(t *testing.T, d time.Duration) {
+	old := wallclock.Offset
+	wallclock.Offset = d
+	t.Cleanup(func() { wallclock.Offset = old })
+}
+
+// checkClock asserts the node measured its clock 50 ms ahead of the gateway's, within
+// the uncertainty it states (half the round trip, here on loopback).
+func checkClock(t *testing.T, node *thresholds) {
+	t.Helper()
+	off, unc, ok := node.ClockOffset(time.Now())
+	if !ok || unc > 10*time.Millisecond || (off-50*time.Millisecond).Abs() > unc {
+		t.Errorf("node clock offset %v ± %v (%v), want 50ms within its uncertainty", off, unc, ok)
+	}
+}
+
 // The pipeline behind the middleware (here a handler standing in for the otlp
 // receiver) adds thresholds to the request's context; the answer carries them, and the
-// node's middleware reads them into what it holds, until the TTL.
+// node's middleware reads them into what it holds, until the TTL. The same exchange
+// tells the node how far its clock is from the gateway's.
 func TestHTTPAnswerCarriesThresholdsToTheNode(t *testing.T) {
+	shiftNodeClock(t, 50*time.Millisecond)
 	gateway, node := newExt(t, createDefaultConfig()), newExt(t, createDefaultConfig())
 	wrap, _ := gateway.GetHTTPHandler(context.Background())
 	h, err := wrap(context.Background(), http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -64,10 +86,12 @@ func TestHTTPAnswerCarriesThresholdsToTheNode(t *testing.T) {
 	if _, ok := node.Threshold(line.Key(), time.Now().Add(node.cfg.TTL+time.Second)); ok {
 		t.Error("a threshold older than the TTL is still held")
 	}
+	checkClock(t, node)
 }
 
 // The same over gRPC, as header metadata, and on an answer that is an error too.
 func TestGRPCAnswerCarriesThresholdsToTheNode(t *testing.T) {
+	shiftNodeClock(t, 50*time.Millisecond)
 	gateway, node := newExt(t, createDefaultConfig()), newExt(t, createDefaultConfig())
 	serverOpts, _ := gateway.GetGRPCServerOptions(context.Background())
 	srv := grpc.NewServer(serverOpts...)
@@ -90,6 +114,7 @@ func TestGRPCAnswerCarriesThresholdsToTheNode(t *testing.T) {
 	if got, ok := node.Threshold(line.Key(), time.Now()); !ok || got != line {
 		t.Fatalf("node holds %+v (%v), want %+v", got, ok, line)
 	}
+	checkClock(t, node)
 }
 
 type logsServer struct {
