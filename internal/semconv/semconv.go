@@ -167,6 +167,9 @@ const (
 	MetricStragglerThreshold  = "fathom.straggler.threshold"
 	MetricStragglerMedian     = "fathom.straggler.median"
 	MetricStragglerTimeLost   = "fathom.straggler.time_lost"
+	MetricRankArrivalLag      = "fathom.rank.arrival_lag"
+	MetricNodeClockOffset     = "fathom.node.clock.offset"
+	MetricNodeClockUncertain  = "fathom.node.clock.uncertainty"
 	MetricNCCLDuration        = "nccl.call.duration"
 	MetricNCCLCalls           = "nccl.calls"
 	MetricNCCLBytes           = "nccl.bytes"
@@ -339,6 +342,9 @@ var Metrics = []Doc{
 	{MetricStragglerFlag, "gauge", "1", "per rank and signal: 1 while the rank is flagged a straggler, else 0 (straggler processor)"},
 	{MetricStragglerThreshold, "gauge", "", "per cohort and signal: the line beyond which a rank counts as beyond, in the signal's unit per second (straggler processor)"},
 	{MetricStragglerMedian, "gauge", "", "per cohort and signal: the median across its ranks (straggler processor)"},
+	{MetricRankArrivalLag, "gauge", "s", "per rank and evaluation: the mean, over the sampled collective instances matched since the last evaluation, of how long after the instance's median rank it entered, each entry taken back by its node's clock offset (straggler processor, gateway)"},
+	{MetricNodeClockOffset, "gauge", "s", "the node collector's clock minus the gateway's, from the times traded in its exports and their answers, the exchange with the shortest round trip of the last two minutes (straggler processor, node)"},
+	{MetricNodeClockUncertain, "gauge", "s", "half the round trip of the exchange fathom.node.clock.offset comes from: the most it can be off (straggler processor, node)"},
 	{MetricStragglerTimeLost, "sum", "s", "delta, per flagged rank and interval: GPU time its peers spent waiting for it, its lag behind the median of a time signal (seconds per second) x the interval x its peers; the larger where two signals flag it (straggler processor, gateway)"},
 	{MetricRankDeviceWait, "sum", "s", "time a process's threads spent in CUDA calls that wait for the device (stream, event, device and context syncs, blocking copies, cudaFree) and in NCCL calls that wait for peers (collectives, send/recv, group end); per interval, the straggler of a job waits least"},
 	{MetricRankHostLead, "sum", "s", "per collective, the time from the process's thread's last return from a device wait to its entry into the collective, summed; per interval, the straggler of a job leads most (its host is what the others wait for)"},

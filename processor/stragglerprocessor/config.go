@@ -63,6 +63,9 @@ type Config struct {
 	// interval is a good value.
 	EvaluationInterval time.Duration `mapstructure:"evaluation_interval"`
 	Limits             LimitsConfig  `mapstructure:"limits"`
+	// ArrivalLag bounds the matching of collective instances for the arrival-lag
+	// signal (gateway, when fathom.rank.arrival_lag is among the signals).
+	ArrivalLag ArrivalLagConfig `mapstructure:"arrival_lag"`
 	// Verdicts is the local remediation hook (off unless a socket or webhook is set).
 	Verdicts VerdictsConfig `mapstructure:"verdicts"`
 }
@@ -87,6 +90,17 @@ type PersistenceConfig struct {
 	Beyond int `mapstructure:"beyond"`
 	Of     int `mapstructure:"of"`
 }
+
+// ArrivalLagConfig: an instance waits MatchWindow for all its ranks' records (then it is
+// dropped as incomplete); at most MaxInstances wait at once.
+type ArrivalLagConfig struct {
+	MatchWindow  time.Duration `mapstructure:"match_window"`
+	MaxInstances int           `mapstructure:"max_instances"`
+}
+
+// gatewayOnly are the signals the gateway makes itself from what several nodes send; a
+// node has no samples of them and the gateway pushes no line back.
+var gatewayOnly = map[string]bool{semconv.MetricRankArrivalLag: true}
 
 // LimitsConfig bounds the state. Cohorts over the cap evict the one heard from least
 // recently; ranks over a cohort's cap are not tracked. Both are counted.
@@ -125,6 +139,12 @@ func createDefaultConfig() *Config {
 			// NIC's own; 10,000/s is a starting floor for an idle fabric, and a busy
 			// one sets its own MAD.
 			Metric: semconv.MetricRankRDMAXmitWait, Worse: WorseHigher, MADFloor: 10000,
+		}, {
+			// Seconds a rank enters the sampled collectives after the median rank,
+			// clocks corrected (gateway only). A 0.5 ms floor puts the line about
+			// 2.2 ms past the median: past what wake-up jitter and the clock
+			// exchange's error add on a busy host.
+			Metric: semconv.MetricRankArrivalLag, Worse: WorseHigher, MADFloor: 0.0005,
 		}},
 		K:                  3,
 		Quorum:             3,
@@ -136,8 +156,9 @@ func createDefaultConfig() *Config {
 		EvaluationInterval: time.Second,
 		// A 1,024-rank communicator fits one cohort with room; 1,024 cohorts is a
 		// gateway's share of a large cluster (a job's ranks must meet on one gateway).
-		Limits:   LimitsConfig{MaxCohorts: 1024, MaxRanksPerCohort: 16384},
-		Verdicts: VerdictsConfig{QueueSize: 256, MaxClients: 16, Webhook: WebhookConfig{Timeout: 2 * time.Second}},
+		Limits:     LimitsConfig{MaxCohorts: 1024, MaxRanksPerCohort: 16384},
+		ArrivalLag: ArrivalLagConfig{MatchWindow: 10 * time.Second, MaxInstances: 4096},
+		Verdicts:   VerdictsConfig{QueueSize: 256, MaxClients: 16, Webhook: WebhookConfig{Timeout: 2 * time.Second}},
 	}
 }
 
@@ -198,6 +219,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Limits.MaxCohorts < 1 || c.Limits.MaxRanksPerCohort < c.Quorum {
 		errs = append(errs, errors.New("straggler: `limits.max_cohorts` must be >= 1 and `limits.max_ranks_per_cohort` >= `quorum`"))
+	}
+	if c.ArrivalLag.MatchWindow <= 0 || c.ArrivalLag.MaxInstances < 1 {
+		errs = append(errs, errors.New("straggler: `arrival_lag` needs match_window > 0 and max_instances >= 1"))
 	}
 	if err := c.Verdicts.validate(); err != nil {
 		errs = append(errs, err)

@@ -395,6 +395,9 @@ func (d *detector) evaluateAgainst(src pushback.Source, now time.Time) evaluatio
 	var out evaluation
 	for _, c := range d.live(now) {
 		for sig, signal := range d.cfg.Signals {
+			if gatewayOnly[signal.Metric] {
+				continue
+			}
 			t, ok := src.Threshold(pushback.Key{Cluster: c.key.cluster, Cohort: c.key.cohort, Signal: signal.Metric}, now)
 			if !ok {
 				if c.pushed[sig] {
@@ -469,6 +472,23 @@ func medianOf(values []float64) float64 {
 		return values[n/2]
 	}
 	return (values[n/2-1] + values[n/2]) / 2
+}
+
+// nodes are the (cluster, node) pairs of the ranks held, sorted.
+func (d *detector) nodes() []clockKey {
+	seen := map[clockKey]bool{}
+	var out []clockKey
+	for _, c := range d.cohorts {
+		for _, r := range c.ranks {
+			k := clockKey{cluster: c.key.cluster, node: r.node}
+			if r.node != "" && !seen[k] {
+				seen[k] = true
+				out = append(out, k)
+			}
+		}
+	}
+	slices.SortFunc(out, func(a, b clockKey) int { return cmp.Or(cmp.Compare(a.cluster, b.cluster), cmp.Compare(a.node, b.node)) })
+	return out
 }
 
 // counts reports the state held, for the processor's own telemetry.

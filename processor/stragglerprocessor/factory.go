@@ -13,7 +13,6 @@ import (
 
 	"go.opentelemetry.io/collector/component"
 	"go.opentelemetry.io/collector/consumer"
-	"go.opentelemetry.io/collector/pdata/plog"
 	"go.opentelemetry.io/collector/processor"
 	"go.opentelemetry.io/collector/processor/processorhelper"
 
@@ -90,7 +89,7 @@ func createLogs(ctx context.Context, set processor.Settings, cfg component.Confi
 	s.logsNext = next
 	s.mu.Unlock()
 	// Logs pass through untouched; the records this processor writes join them.
-	return processorhelper.NewLogs(ctx, set, cfg, next, func(_ context.Context, ld plog.Logs) (plog.Logs, error) { return ld, nil },
+	return processorhelper.NewLogs(ctx, set, cfg, next, s.processLogs,
 		processorhelper.WithStart(s.start),
 		processorhelper.WithShutdown(func(ctx context.Context) error {
 			defer release(set.ID)

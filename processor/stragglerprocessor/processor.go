@@ -3,7 +3,9 @@ package stragglerprocessor
 import (
 	"context"
 	"fmt"
+	"math"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 	"unicode/utf8"
@@ -37,6 +39,10 @@ type straggler struct {
 	mu   sync.Mutex
 	det  *detector
 	jobs *jobCohorts
+	// arr matches collective instances for the arrival-lag signal (gateway, when it
+	// is among the signals); nil otherwise.
+	arr           *arrivals
+	arrivalSignal int
 	// reported is what of det.drops the telemetry counter already has.
 	reported map[string]int64
 
@@ -65,10 +71,14 @@ func newStraggler(cfg *Config, set processor.Settings) (*straggler, error) {
 	for i, sig := range cfg.Signals {
 		s.signalIndex[sig.Metric] = i
 	}
+	if i, ok := s.signalIndex[semconv.MetricRankArrivalLag]; ok && cfg.Mode == ModeGateway {
+		s.arr = newArrivals(cfg.ArrivalLag.MatchWindow, cfg.ArrivalLag.MaxInstances, cfg.Limits.MaxRanksPerCohort, s.det.drops)
+		s.arrivalSignal = i
+	}
 	meter := set.MeterProvider.Meter(scopeName)
 	var err error
 	if s.dropped, err = meter.Int64Counter("fathom_straggler_dropped",
-		metric.WithDescription("Signal points or tracked ranks the straggler processor let go, by reason: no_rank and no_cohort (a point without fathom.rank, or without fathom.cohort and fathom.job.name), rank_cap and cohort_cap (limits), forgotten (silent past forget_after)."),
+		metric.WithDescription("Signal points, records or tracked ranks the straggler processor let go, by reason: no_rank and no_cohort (a point without fathom.rank, or without fathom.cohort and fathom.job.name), rank_cap and cohort_cap (limits), forgotten (silent past forget_after); for arrival lag, instance_incomplete (a collective instance not every rank's record reached within arrival_lag.match_window), instance_cap, clock_cap, arrival_duplicate and arrival_nranks."),
 		metric.WithUnit("{item}")); err != nil {
 		return nil, err
 	}
@@ -175,6 +185,7 @@ func (s *straggler) processMetrics(ctx context.Context, md pmetric.Metrics) (pme
 	now := s.now()
 	var points []point
 	var sent []sentCohort // each point's cohort as its node named it
+	var clocks []clockPoint
 	var noRank, noCohort int64
 	rms := md.ResourceMetrics()
 	for i := range rms.Len() {
@@ -185,6 +196,10 @@ func (s *straggler) processMetrics(ctx context.Context, md pmetric.Metrics) (pme
 			ms := sms.At(j).Metrics()
 			for k := range ms.Len() {
 				m := ms.At(k)
+				if m.Name() == semconv.MetricNodeClockOffset && m.Type() == pmetric.MetricTypeGauge && s.arr != nil {
+					clocks = append(clocks, clockPoints(rm.Resource().Attributes(), m)...)
+					continue
+				}
 				if (m.Type() == pmetric.MetricTypeSum && m.Sum().IsMonotonic()) || m.Type() == pmetric.MetricTypeGauge {
 					if _, ok := s.signalIndex[m.Name()]; ok {
 						signals = append(signals, m)
@@ -196,23 +211,16 @@ func (s *straggler) processMetrics(ctx context.Context, md pmetric.Metrics) (pme
 			continue
 		}
 		res := rm.Resource().Attributes()
-		rank, ok := intAttr(res, semconv.Rank)
-		if !ok {
+		rp, why := rankOf(res)
+		switch why {
+		case "no_rank":
 			noRank += int64(len(signals))
 			continue
-		}
-		key := cohortKey{cluster: strAttr(res, semconv.ClusterName), cohort: strAttr(res, semconv.Cohort)}
-		job := strAttr(res, semconv.JobName)
-		byJob := key.cohort == "" && job != ""
-		if byJob {
-			key.cohort = "job:" + job
-		}
-		if key.cohort == "" {
+		case "no_cohort":
 			noCohort += int64(len(signals))
 			continue
 		}
-		pid, _ := intAttr(res, semconv.ProcessPID)
-		node := strAttr(res, semconv.HostName)
+		key, job, byJob, rank, pid, node := rp.cohort, rp.job, rp.byJob, rp.rank, rp.pid, rp.node
 		for _, m := range signals {
 			gauge := m.Type() == pmetric.MetricTypeGauge
 			var dps pmetric.NumberDataPointSlice
@@ -244,6 +252,9 @@ func (s *straggler) processMetrics(ctx context.Context, md pmetric.Metrics) (pme
 	}
 	resp := pushback.FromContext(ctx)
 	s.mu.Lock()
+	for _, c := range clocks {
+		s.arr.clockOffset(c.key, nodeClock{offset: c.offset, at: now})
+	}
 	for i, p := range points {
 		if !sent[i].byJob && p.job != "" {
 			s.jobs.learn(p.cohort.cluster, p.job, p.cohort.cohort, now)
@@ -278,6 +289,119 @@ func (s *straggler) processMetrics(ctx context.Context, md pmetric.Metrics) (pme
 	return md, nil
 }
 
+// rankProcess is what a rank process's resource says of it.
+type rankProcess struct {
+	cohort    cohortKey
+	job, node string
+	byJob     bool // the node knew the rank's job, not its communicator
+	rank, pid int64
+}
+
+// rankOf reads a rank process's resource: its rank, and its cohort (the communicator,
+// else the job); why is "no_rank" or "no_cohort" when it cannot be compared.
+func rankOf(res pcommon.Map) (rp rankProcess, why string) {
+	rank, ok := intAttr(res, semconv.Rank)
+	if !ok {
+		return rp, "no_rank"
+	}
+	rp.rank = rank
+	rp.cohort = cohortKey{cluster: strAttr(res, semconv.ClusterName), cohort: strAttr(res, semconv.Cohort)}
+	rp.job = strAttr(res, semconv.JobName)
+	rp.byJob = rp.cohort.cohort == "" && rp.job != ""
+	if rp.byJob {
+		rp.cohort.cohort = "job:" + rp.job
+	}
+	if rp.cohort.cohort == "" {
+		return rp, "no_cohort"
+	}
+	rp.pid, _ = intAttr(res, semconv.ProcessPID)
+	rp.node = strAttr(res, semconv.HostName)
+	return rp, ""
+}
+
+// clockPoint is what a node said of its clock (fathom.node.clock.offset).
+type clockPoint struct {
+	key    clockKey
+	offset time.Duration
+}
+
+func clockPoints(res pcommon.Map, m pmetric.Metric) []clockPoint {
+	key := clockKey{cluster: strAttr(res, semconv.ClusterName), node: strAttr(res, semconv.HostName)}
+	if key.node == "" {
+		return nil
+	}
+	var out []clockPoint
+	dps := m.Gauge().DataPoints()
+	for i := range dps.Len() {
+		v := dps.At(i).DoubleValue()
+		if dps.At(i).ValueType() == pmetric.NumberDataPointValueTypeInt {
+			v = float64(dps.At(i).IntValue())
+		}
+		if !math.IsNaN(v) && !math.IsInf(v, 0) && math.Abs(v) < 1e6 {
+			out = append(out, clockPoint{key: key, offset: time.Duration(v * 1e9)})
+		}
+	}
+	return out
+}
+
+// processLogs reads the sampled nccl.collective records for the arrival-lag signal
+// (gateway); every record passes on untouched.
+func (s *straggler) processLogs(_ context.Context, ld plog.Logs) (plog.Logs, error) {
+	if s.arr == nil {
+		return ld, nil
+	}
+	now := s.now()
+	type entry struct {
+		key    instanceKey
+		nranks int
+		rank   arrivalRank
+	}
+	var entries []entry
+	rls := ld.ResourceLogs()
+	for i := range rls.Len() {
+		rl := rls.At(i)
+		rp, why := rankOf(rl.Resource().Attributes())
+		if why != "" || rp.node == "" {
+			continue // not a rank process (the node's own records), or not comparable
+		}
+		sls := rl.ScopeLogs()
+		for j := range sls.Len() {
+			lrs := sls.At(j).LogRecords()
+			for k := range lrs.Len() {
+				lr := lrs.At(k)
+				if lr.EventName() != semconv.EventNCCLCollective {
+					continue
+				}
+				a := lr.Attributes()
+				comm := strAttr(a, semconv.NCCLCommID)
+				seq, okSeq := intAttr(a, semconv.NCCLSeq)
+				nranks, okN := intAttr(a, semconv.NCCLNRanks)
+				commRank, okR := intAttr(a, semconv.NCCLRank)
+				entryNS, okE := intAttr(a, semconv.NCCLEntryTime)
+				if !okE {
+					entryNS, okE = int64(lr.Timestamp()), lr.Timestamp() != 0
+				}
+				if comm == "" || !okSeq || !okN || !okR || !okE {
+					continue
+				}
+				entries = append(entries, entry{key: instanceKey{cluster: rp.cohort.cluster, comm: comm, seq: seq}, nranks: int(nranks),
+					rank: arrivalRank{commRank: commRank, rank: rp.rank, pid: rp.pid, cohort: rp.cohort, job: rp.job, node: rp.node, entry: entryNS}})
+			}
+		}
+	}
+	if len(entries) > 0 {
+		s.mu.Lock()
+		for _, e := range entries {
+			if c := s.jobs.resolve(e.rank.cohort.cluster, e.rank.job); strings.HasPrefix(e.rank.cohort.cohort, "job:") && c != "" {
+				e.rank.cohort.cohort = c
+			}
+			s.arr.add(e.key, e.nranks, e.rank, now)
+		}
+		s.mu.Unlock()
+	}
+	return ld, nil
+}
+
 // sentCohort is a point's cohort as its node named it: byJob when the node knew only
 // the rank's job, not its communicator.
 type sentCohort struct {
@@ -291,6 +415,7 @@ func (s *straggler) evaluate(ctx context.Context) {
 	now := s.now()
 	s.mu.Lock()
 	var ev evaluation
+	var lagGauges []rankValue
 	if s.cfg.Mode == ModeNode {
 		if s.source == nil { // not started
 			s.mu.Unlock()
@@ -298,6 +423,14 @@ func (s *straggler) evaluate(ctx context.Context) {
 		}
 		ev = s.det.evaluateAgainst(s.source, now)
 	} else {
+		if s.arr != nil {
+			for _, l := range s.arr.drain(now) {
+				v := l.sum / float64(l.n)
+				s.det.observe(point{cohort: l.cohort, job: l.job, node: l.node, rank: l.rank, pid: l.pid, signal: s.arrivalSignal,
+					gauge: true, value: v, ts: now.UnixNano()}, now)
+				lagGauges = append(lagGauges, rankValue{cohort: l.cohort, job: l.job, node: l.node, rank: l.rank, value: v})
+			}
+		}
 		ev = s.det.evaluate(now)
 	}
 	s.jobs.forget(now.Add(-s.cfg.ForgetAfter))
@@ -313,9 +446,18 @@ func (s *straggler) evaluate(ctx context.Context) {
 	for reason, n := range drops {
 		s.dropped.Add(ctx, n, metric.WithAttributes(attribute.String("reason", reason)))
 	}
-	if metricsNext != nil && (len(ev.ranks) > 0 || len(ev.groups) > 0 || len(ev.lost) > 0) {
-		if err := metricsNext.ConsumeMetrics(ctx, s.gauges(ev, now)); err != nil {
+	if metricsNext != nil && (len(ev.ranks) > 0 || len(ev.groups) > 0 || len(ev.lost) > 0 || len(lagGauges) > 0) {
+		md := s.gauges(ev, now)
+		s.arrivalLags(md, lagGauges, now)
+		if err := metricsNext.ConsumeMetrics(ctx, md); err != nil {
 			s.logger.Warn("straggler gauges not accepted downstream", zap.Error(err))
+		}
+	}
+	if metricsNext != nil && s.cfg.Mode == ModeNode {
+		if md, ok := s.clockGauges(now); ok {
+			if err := metricsNext.ConsumeMetrics(ctx, md); err != nil {
+				s.logger.Warn("clock offset not accepted downstream", zap.Error(err))
+			}
 		}
 	}
 	if len(ev.events) == 0 {
@@ -459,6 +601,88 @@ func (s *straggler) timeLost(md pmetric.Metrics, lost []timeLost) {
 		// ranks are the others.
 		a.PutInt(semconv.WorldSize, int64(l.peers+1))
 	}
+}
+
+// rankValue is one rank's value of a signal the gateway makes (arrival lag).
+type rankValue struct {
+	cohort    cohortKey
+	job, node string
+	rank      int64
+	value     float64
+}
+
+// arrivalLags writes each rank's arrival lag of this evaluation, one resource per
+// cohort with the rank and its node on the point, like the other gauges.
+func (s *straggler) arrivalLags(md pmetric.Metrics, lags []rankValue, now time.Time) {
+	byCohort := map[cohortKey]pmetric.NumberDataPointSlice{}
+	for _, l := range lags {
+		dps, ok := byCohort[l.cohort]
+		if !ok {
+			rm := md.ResourceMetrics().AppendEmpty()
+			cohortResource(rm.Resource().Attributes(), l.cohort, l.job)
+			sm := rm.ScopeMetrics().AppendEmpty()
+			sm.Scope().SetName(scopeName)
+			m := sm.Metrics().AppendEmpty()
+			m.SetName(semconv.MetricRankArrivalLag)
+			m.SetUnit("s")
+			m.SetDescription("How long after the median rank this rank entered the sampled collectives, clocks corrected (mean since the last evaluation)")
+			dps = m.SetEmptyGauge().DataPoints()
+			byCohort[l.cohort] = dps
+		}
+		dp := dps.AppendEmpty()
+		dp.SetTimestamp(pcommon.NewTimestampFromTime(now))
+		dp.SetDoubleValue(l.value)
+		dp.Attributes().PutInt(semconv.Rank, l.rank)
+		dp.Attributes().PutStr(semconv.HostName, l.node)
+	}
+}
+
+// clockGauges is the node's clock offset from the gateway, as its thresholds
+// extension measured it, on a resource per (cluster, node) of its ranks: the gateway
+// takes each node's entry times back by it.
+func (s *straggler) clockGauges(now time.Time) (pmetric.Metrics, bool) {
+	clock, ok := s.source.(pushback.Clock)
+	if !ok {
+		return pmetric.Metrics{}, false
+	}
+	offset, uncertainty, ok := clock.ClockOffset(time.Now())
+	if !ok {
+		return pmetric.Metrics{}, false
+	}
+	s.mu.Lock()
+	nodes := s.det.nodes()
+	s.mu.Unlock()
+	if len(nodes) == 0 {
+		return pmetric.Metrics{}, false
+	}
+	md := pmetric.NewMetrics()
+	ts := pcommon.NewTimestampFromTime(now)
+	for _, k := range nodes {
+		rm := md.ResourceMetrics().AppendEmpty()
+		res := rm.Resource().Attributes()
+		if k.cluster != "" {
+			res.PutStr(semconv.ClusterName, k.cluster)
+		}
+		res.PutStr(semconv.HostName, k.node)
+		sm := rm.ScopeMetrics().AppendEmpty()
+		sm.Scope().SetName(scopeName)
+		for _, g := range []struct {
+			name, desc string
+			v          time.Duration
+		}{
+			{semconv.MetricNodeClockOffset, "This node's clock minus the gateway's", offset},
+			{semconv.MetricNodeClockUncertain, "Half the round trip of the exchange the offset comes from", uncertainty},
+		} {
+			m := sm.Metrics().AppendEmpty()
+			m.SetName(g.name)
+			m.SetUnit("s")
+			m.SetDescription(g.desc)
+			dp := m.SetEmptyGauge().DataPoints().AppendEmpty()
+			dp.SetTimestamp(ts)
+			dp.SetDoubleValue(g.v.Seconds())
+		}
+	}
+	return md, true
 }
 
 // records are the fathom.straggler log records, one resource per rank (its node,

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -45,7 +46,9 @@ receivers:
       all: false
       pids: [RANK_PIDS]
     logs:
-      policy: none
+      policy: notable        # the sampled nccl.collective records, for arrival lag
+      nccl:
+        sample_every: 8
     nvml:
       library_path: ${env:NVML_LIBRARY}
     rdma:
@@ -212,9 +215,9 @@ type rankOutlier struct {
 }
 
 // outlierRanks asks the gateway's find_outlier_nodes tool (over HTTP) which ranks lie
-// beyond their cohort on the straggler score, worst first.
-func (l *loop) outlierRanks() []rankOutlier {
-	body := `{"signal":"fathom.straggler.score","by":"rank","since":"10m"}`
+// beyond their cohort on a signal (larger is worse), worst first.
+func (l *loop) outlierRanks(signal string) []rankOutlier {
+	body := `{"signal":"` + signal + `","by":"rank","since":"10m"}`
 	req, _ := http.NewRequest(http.MethodPost, "http://"+l.api+"/api/v1/tools/find_outlier_nodes", strings.NewReader(body))
 	req.Header.Set("Authorization", "Bearer "+agentToken)
 	req.Header.Set("Content-Type", "application/json")
@@ -303,7 +306,7 @@ func TestTheSlowRankOfARealJobIsNamedByItsOwnNode(t *testing.T) {
 			// included, across only eight ranks: a healthy rank can sit just past
 			// 3 MADs of its seven peers. What an agent reads is the ranking, so rank 5
 			// must come first and lie at least twice as far out as any other rank named.
-			got := j.outlierRanks()
+			got := j.outlierRanks(semconv.MetricStragglerScore)
 			if len(got) == 0 || got[0].Rank != slowRank {
 				t.Fatalf("find_outlier_nodes on the straggler score: %+v, want rank 5 first", got)
 			}
@@ -313,6 +316,15 @@ func TestTheSlowRankOfARealJobIsNamedByItsOwnNode(t *testing.T) {
 				}
 			}
 			t.Logf("find_outlier_nodes on the straggler score: %+v", got)
+			// Matched across the nodes, rank 5 enters the all-reduces later than the
+			// median rank: by its extra 1 ms per step while slow, averaged over a run
+			// whose first 12 s were healthy. It is the first rank find_outlier_nodes
+			// names on arrival lag.
+			late := j.outlierRanks(semconv.MetricRankArrivalLag)
+			if len(late) == 0 || late[0].Rank != slowRank {
+				t.Errorf("find_outlier_nodes on arrival lag: %+v, want rank 5 first", late)
+			}
+			t.Logf("find_outlier_nodes on arrival lag: %+v", late)
 			// get_cost on the processor's own measure names rank 5 alone, its seven
 			// peers the ranks it held up. Its 1 ms more per step of about 6 ms keeps
 			// each peer waiting a sixth of the time, less what the 2-core host blurs:
@@ -377,6 +389,32 @@ func TestAHealthyRealJobFlagsNobodyAndAKilledRankIsSilent(t *testing.T) {
 	time.Sleep(20 * time.Second)
 	if recs := j.records(); len(recs) != 0 {
 		t.Fatalf("records from a healthy job: %+v", recs)
+	}
+	// Each node measured its clock against the gateway's: node-3 50 ms ahead, the
+	// others in step, each within the uncertainty it states (half a loopback round
+	// trip, plus a millisecond for a busy 2-core host). With node-3's offset taken
+	// out, its ranks enter the collectives with the others.
+	for _, row := range j.sqlRows(`SELECT node, arg_max(value, ts) FILTER (WHERE name = 'fathom.node.clock.offset'),
+			arg_max(value, ts) FILTER (WHERE name = 'fathom.node.clock.uncertainty')
+		FROM events WHERE name LIKE 'fathom.node.clock.%' GROUP BY node ORDER BY node`) {
+		node, offset, unc := row[0].(string), row[1].(float64), row[2].(float64)
+		want := 0.0
+		if node == "node-3" {
+			want = 0.050
+		}
+		if math.Abs(offset-want) > unc+0.001 {
+			t.Errorf("%s: clock offset %.6f s ± %.6f, want %.3f", node, offset, unc, want)
+		}
+		t.Logf("%s: clock offset %.6f s ± %.6f", node, offset, unc)
+	}
+	lags := j.sqlRows(`SELECT rank, avg(value) FROM events WHERE name = 'fathom.rank.arrival_lag' GROUP BY rank ORDER BY rank`)
+	if len(lags) != jobRanks {
+		t.Fatalf("arrival lags of %d ranks, want %d: %v", len(lags), jobRanks, lags)
+	}
+	for _, row := range lags {
+		if lag := row[1].(float64); math.Abs(lag) > 0.001 {
+			t.Errorf("rank %v enters %.6f s after the median on average, want within 1 ms", row[0], lag)
+		}
 	}
 	if err := syscall.Kill(j.run.Ranks[3].Pid, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
