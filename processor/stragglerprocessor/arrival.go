@@ -21,7 +21,7 @@ type instanceKey struct {
 
 // arrivalRank is one rank's entry into an instance.
 type arrivalRank struct {
-	commRank  int64 // rank in the communicator, to tell duplicates
+	commRank  int64 // rank in the communicator (0 to nranks-1), to tell duplicates
 	rank, pid int64 // the process's own rank and pid (its resource)
 	cohort    cohortKey
 	job, node string
@@ -31,6 +31,7 @@ type arrivalRank struct {
 type instance struct {
 	nranks   int
 	ranks    []arrivalRank
+	seen     []bool // by rank in the communicator
 	received time.Time
 }
 
@@ -87,7 +88,7 @@ func (a *arrivals) clockOffset(k clockKey, c nodeClock) {
 // add takes one rank's entry into an instance of nranks ranks, and matches the
 // instance once every rank has entered it.
 func (a *arrivals) add(k instanceKey, nranks int, r arrivalRank, now time.Time) {
-	if nranks < 2 || nranks > a.maxRanks {
+	if nranks < 2 || nranks > a.maxRanks || r.commRank < 0 || r.commRank >= int64(nranks) {
 		a.drops["arrival_nranks"]++
 		return
 	}
@@ -97,7 +98,7 @@ func (a *arrivals) add(k instanceKey, nranks int, r arrivalRank, now time.Time) 
 		if len(a.pending) >= a.maxInstances {
 			a.dropOldest("instance_cap")
 		}
-		in = &instance{nranks: nranks, received: now}
+		in = &instance{nranks: nranks, seen: make([]bool, nranks), received: now}
 		a.pending[k] = in
 		a.order = append(a.order, k)
 		if len(a.order) > 2*a.maxInstances {
@@ -106,12 +107,13 @@ func (a *arrivals) add(k instanceKey, nranks int, r arrivalRank, now time.Time) 
 			a.order = slices.DeleteFunc(a.order, func(k instanceKey) bool { _, ok := a.pending[k]; return !ok })
 		}
 	}
-	for _, have := range in.ranks {
-		if have.commRank == r.commRank {
-			a.drops["arrival_duplicate"]++
-			return
-		}
+	if r.commRank >= int64(in.nranks) || in.seen[r.commRank] {
+		// A second record of the same rank, or a rank past the size this instance's
+		// first record gave.
+		a.drops["arrival_duplicate"]++
+		return
 	}
+	in.seen[r.commRank] = true
 	in.ranks = append(in.ranks, r)
 	if len(in.ranks) == in.nranks {
 		a.match(in)

@@ -231,3 +231,57 @@ func TestArrivalMatchingIsBounded(t *testing.T) {
 		t.Errorf("a whole instance: %+v", got)
 	}
 }
+
+// BenchmarkArrivalRecords is the gateway's cost of arrival lag: one op is one sampled
+// instance of a 1,024-rank communicator, its records arriving from 128 nodes of 8 ranks
+// (each node's export in the gpuebpf receiver's shape, already decoded), matched, and
+// drained into samples as an evaluation does.
+func BenchmarkArrivalRecords(b *testing.B) {
+	const nodes, perNode = 128, 8
+	cfg := createDefaultConfig()
+	cfg.Limits.MaxRanksPerCohort = 2048
+	s, err := newStraggler(cfg, processortest.NewNopSettings(metadata.Type))
+	if err != nil {
+		b.Fatal(err)
+	}
+	now := time.Unix(1_800_000_000, 0)
+	s.now = func() time.Time { return now }
+	exports := make([]plog.Logs, nodes)
+	for n := range nodes {
+		ranks := make([]int64, perNode)
+		for i := range ranks {
+			ranks[i] = int64(n*perNode + i)
+		}
+		exports[n] = collectiveRecords(fmt.Sprintf("node-%03d", n), ranks, []int64{16}, func(rank, _ int64) time.Time {
+			return now.Add(time.Duration(rank) * time.Microsecond)
+		})
+	}
+	for _, ld := range exports {
+		rls := ld.ResourceLogs()
+		for i := range rls.Len() {
+			lr := rls.At(i).ScopeLogs().At(0).LogRecords().At(0)
+			lr.Attributes().PutInt(semconv.NCCLNRanks, nodes*perNode)
+		}
+	}
+	ctx := context.Background()
+	b.ReportAllocs()
+	b.ResetTimer()
+	for op := range b.N {
+		seq := int64(op+1) * 16
+		for _, ld := range exports {
+			rls := ld.ResourceLogs()
+			for i := range rls.Len() {
+				rls.At(i).ScopeLogs().At(0).LogRecords().At(0).Attributes().PutInt(semconv.NCCLSeq, seq)
+			}
+			if _, err := s.processLogs(ctx, ld); err != nil {
+				b.Fatal(err)
+			}
+		}
+		s.mu.Lock()
+		if got := s.arr.drain(now); len(got) != nodes*perNode {
+			b.Fatalf("%d ranks matched, want %d", len(got), nodes*perNode)
+		}
+		s.mu.Unlock()
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*nodes*perNode), "ns/record")
+}

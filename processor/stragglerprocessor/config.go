@@ -63,6 +63,11 @@ type Config struct {
 	// interval is a good value.
 	EvaluationInterval time.Duration `mapstructure:"evaluation_interval"`
 	Limits             LimitsConfig  `mapstructure:"limits"`
+	// PassThrough (default true) passes what the processor reads on down the
+	// pipeline. False forwards only what it writes (its gauges and records): a gateway
+	// that runs the loop for a whole cluster and leaves storing the nodes' telemetry to
+	// other gateways (docs/straggler.md, Scale).
+	PassThrough bool `mapstructure:"pass_through"`
 	// ArrivalLag bounds the matching of collective instances for the arrival-lag
 	// signal (gateway, when fathom.rank.arrival_lag is among the signals).
 	ArrivalLag ArrivalLagConfig `mapstructure:"arrival_lag"`
@@ -111,7 +116,8 @@ type LimitsConfig struct {
 
 func createDefaultConfig() *Config {
 	return &Config{
-		Mode: ModeGateway,
+		Mode:        ModeGateway,
+		PassThrough: true,
 		Signals: []SignalConfig{{
 			// Seconds waited per second; a 1% floor keeps ranks that all wait almost
 			// nothing (a job bound by its own compute) from flagging on noise.

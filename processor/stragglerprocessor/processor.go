@@ -16,6 +16,7 @@ import (
 	"go.opentelemetry.io/collector/pdata/plog"
 	"go.opentelemetry.io/collector/pdata/pmetric"
 	"go.opentelemetry.io/collector/processor"
+	"go.opentelemetry.io/collector/processor/processorhelper"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 	"go.uber.org/zap"
@@ -286,6 +287,9 @@ func (s *straggler) processMetrics(ctx context.Context, md pmetric.Metrics) (pme
 	if noCohort > 0 {
 		s.dropped.Add(ctx, noCohort, metric.WithAttributes(attribute.String("reason", "no_cohort")))
 	}
+	if !s.cfg.PassThrough {
+		return md, processorhelper.ErrSkipProcessingData
+	}
 	return md, nil
 }
 
@@ -348,7 +352,7 @@ func clockPoints(res pcommon.Map, m pmetric.Metric) []clockPoint {
 // (gateway); every record passes on untouched.
 func (s *straggler) processLogs(_ context.Context, ld plog.Logs) (plog.Logs, error) {
 	if s.arr == nil {
-		return ld, nil
+		return s.passLogs(ld)
 	}
 	now := s.now()
 	type entry struct {
@@ -398,6 +402,14 @@ func (s *straggler) processLogs(_ context.Context, ld plog.Logs) (plog.Logs, err
 			s.arr.add(e.key, e.nranks, e.rank, now)
 		}
 		s.mu.Unlock()
+	}
+	return s.passLogs(ld)
+}
+
+// passLogs passes the records read on, or drops them when pass_through is off.
+func (s *straggler) passLogs(ld plog.Logs) (plog.Logs, error) {
+	if !s.cfg.PassThrough {
+		return ld, processorhelper.ErrSkipProcessingData
 	}
 	return ld, nil
 }

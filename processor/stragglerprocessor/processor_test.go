@@ -284,3 +284,65 @@ func TestTheProcessorEvaluatesOnItsOwn(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// With pass_through off (a gateway that runs the loop and leaves storing to others),
+// the nodes' requests and records stop here and only what the processor writes goes on:
+// its gauges, and the record that names rank 5.
+func TestPassThroughOffForwardsOnlyWhatTheProcessorWrites(t *testing.T) {
+	set := processortest.NewNopSettings(metadata.Type)
+	cfg := createDefaultConfig()
+	cfg.PassThrough = false
+	cfg.EvaluationInterval = time.Hour
+	metricsOut, logsOut := new(consumertest.MetricsSink), new(consumertest.LogsSink)
+	ctx := context.Background()
+	mp, err := NewFactory().CreateMetrics(ctx, set, cfg, metricsOut)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lp, err := NewFactory().CreateLogs(ctx, set, cfg, logsOut)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []interface {
+		Start(context.Context, component.Host) error
+		Shutdown(context.Context) error
+	}{mp, lp} {
+		if err := c.Start(ctx, componenttest.NewNopHost()); err != nil {
+			t.Fatal(err)
+		}
+		defer c.Shutdown(ctx)
+	}
+	instances.Lock()
+	s := instances.byID[set.ID].straggler
+	instances.Unlock()
+	var clock time.Time
+	s.now = func() time.Time { return clock }
+	start := time.Unix(1_800_000_000, 0)
+	node := plog.NewLogs()
+	node.ResourceLogs().AppendEmpty().ScopeLogs().AppendEmpty().LogRecords().AppendEmpty().Body().SetStr("a node's record")
+	if err := lp.ConsumeLogs(ctx, node); err != nil {
+		t.Fatal(err)
+	}
+	slowRankScenario(t, mp, s, start, func(c time.Time) { clock = c })
+	gauges := 0
+	for _, md := range metricsOut.AllMetrics() {
+		for i := range md.ResourceMetrics().Len() {
+			if _, ok := md.ResourceMetrics().At(i).Resource().Attributes().Get(semconv.ProcessPID); ok {
+				t.Fatal("a node's request went on past the processor")
+			}
+			gauges++
+		}
+	}
+	var bodies []string
+	for _, ld := range logsOut.AllLogs() {
+		for i := range ld.ResourceLogs().Len() {
+			lrs := ld.ResourceLogs().At(i).ScopeLogs().At(0).LogRecords()
+			for j := range lrs.Len() {
+				bodies = append(bodies, lrs.At(j).Body().Str())
+			}
+		}
+	}
+	if gauges == 0 || len(bodies) != 1 || !strings.HasPrefix(bodies[0], "rank 5 on node-2 is a straggler") {
+		t.Errorf("%d gauge resources; records %q: want the gauges and rank 5's record alone", gauges, bodies)
+	}
+}

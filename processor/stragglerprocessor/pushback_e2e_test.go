@@ -128,17 +128,18 @@ type loop struct {
 	gateway                                *collectortest.Process
 	nodes                                  []*collectortest.Process
 	nodeAddrs                              []string
-	// signals, when set, replaces the straggler processor's signal list on the gateway
-	// and the nodes (a YAML flow sequence).
-	signals string
+	// settings are lines of the straggler processor's config ("signals: [...]") put
+	// into the gateway's and the nodes' configs.
+	settings []string
 }
 
-// withSignals puts a signal list into a config's straggler processor.
-func withSignals(config, signals string) string {
-	if signals == "" {
-		return config
+// withSettings puts settings into a config's straggler processor.
+func withSettings(config string, settings []string) string {
+	var b strings.Builder
+	for _, line := range settings {
+		b.WriteString("    " + line + "\n")
 	}
-	return strings.Replace(config, "  straggler:\n", "  straggler:\n    signals: "+signals+"\n", 1)
+	return strings.Replace(config, "  straggler:\n", "  straggler:\n"+b.String(), 1)
 }
 
 func writeFile(t testing.TB, dir, name, text string) string {
@@ -150,11 +151,11 @@ func writeFile(t testing.TB, dir, name, text string) string {
 }
 
 // newLoop starts the gateway, with no node yet.
-func newLoop(t testing.TB) *loop { return newLoopWith(t, "") }
+func newLoop(t testing.TB) *loop { return newLoopWith(t, nil) }
 
-// newLoopWith starts the gateway judging the given signals (the defaults when empty).
-func newLoopWith(t testing.TB, signals string) *loop {
-	l := &loop{t: t, dir: t.TempDir(), signals: signals}
+// newLoopWith starts the gateway with settings for its straggler processor.
+func newLoopWith(t testing.TB, settings []string) *loop {
+	l := &loop{t: t, dir: t.TempDir(), settings: settings}
 	l.db = filepath.Join(l.dir, "echo.duckdb")
 	l.api, l.gatewayGRPC, l.gatewayHTTP = collectortest.Addr(t), collectortest.Addr(t), collectortest.Addr(t)
 	l.gatewayEnv = []string{"ECHO_DB=" + l.db, "ECHO_ADDR=" + l.api, "AGENT_TOKEN=" + agentToken,
@@ -182,7 +183,7 @@ func startLoop(t *testing.T) *loop {
 }
 
 func (l *loop) startGateway() {
-	cfg := writeFile(l.t, l.dir, "gateway.yaml", withSignals(pushbackGatewayConfig, l.signals))
+	cfg := writeFile(l.t, l.dir, "gateway.yaml", withSettings(pushbackGatewayConfig, l.settings))
 	l.gateway = collectortest.Start(l.t, cfg, l.gatewayEnv...)
 	l.gateway.WaitHTTP(l.t, "http://"+l.api+"/api/v1/health", 30*time.Second)
 	l.gateway.WaitListening(l.t, l.gatewayGRPC, 30*time.Second)

@@ -117,10 +117,10 @@ type jobOptions struct {
 	// sysfs, when set, is a fake /sys/class/infiniband every node reads; rankEnv a
 	// variable the launcher sets per rank (fakegpu.DDPOptions.RankEnv).
 	sysfs, rankEnv string
-	// noNCCL makes the ranks replicas that never call NCCL; signals replaces the
-	// straggler processors' signal list (a YAML flow sequence).
-	noNCCL  bool
-	signals string
+	// noNCCL makes the ranks replicas that never call NCCL; settings are lines put
+	// into every straggler processor's config ("signals: [...]").
+	noNCCL   bool
+	settings []string
 }
 
 func (o *jobOptions) defaults() {
@@ -139,7 +139,7 @@ func startJob(t testing.TB, o jobOptions) *job {
 	privtest.Require(t)
 	o.defaults()
 	paths := fakegpu.Build(t)
-	j := &job{loop: newLoopWith(t, o.signals)}
+	j := &job{loop: newLoopWith(t, o.settings)}
 	j.slowFile = filepath.Join(j.dir, "slow")
 	rankEnv := []string{"FATHOM_JOB=e2e-job"}
 	if o.board != "" {
@@ -163,7 +163,7 @@ func startJob(t testing.TB, o jobOptions) *job {
 		// Put in by the test, like the exporter: the collector expands variables in
 		// values, and a list of pids is not one.
 		config := strings.NewReplacer("EXPORTER", map[string]string{"grpc": "otlp_grpc", "http": "otlp_http"}[transport],
-			"RANK_PIDS", strings.Join(pids, ", ")).Replace(withSignals(ranksNodeConfig, o.signals))
+			"RANK_PIDS", strings.Join(pids, ", ")).Replace(withSettings(ranksNodeConfig, o.settings))
 		health := collectortest.Addr(t)
 		sysfs := o.sysfs
 		if sysfs == "" {
@@ -350,7 +350,7 @@ func TestTheSlowRankOfARealJobIsNamedByItsOwnNode(t *testing.T) {
 func TestAJobWithoutNCCLIsComparedByItsJob(t *testing.T) {
 	j := startJob(t, jobOptions{noNCCL: true, slowMode: "compute", slowBy: 2 * time.Millisecond, hostCompute: 5 * time.Millisecond,
 		transport: func(node int) string { return []string{"grpc", "http"}[node%2] },
-		signals:   "[{metric: fathom.rank.launches, worse: lower}, {metric: fathom.rank.run_queue.time, worse: higher, mad_floor: 0.01}]"})
+		settings:  []string{"signals: [{metric: fathom.rank.launches, worse: lower}, {metric: fathom.rank.run_queue.time, worse: higher, mad_floor: 0.01}]"}})
 	time.Sleep(12 * time.Second) // healthy: the gateway warms up, lines reach every node
 	if recs := j.signalRecords(); len(recs) != 0 {
 		t.Fatalf("records from a healthy job: %+v", recs)
