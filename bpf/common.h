@@ -26,6 +26,7 @@ enum event_kind {
 	EVENT_RDMA_ASYNC = 10,    /* one verbs asynchronous event (port error, QP fatal ...) */
 	EVENT_CUDA_THREAD = 11,   /* a thread's first traced CUDA call: it drives a GPU */
 	EVENT_LIBRARY_MAPPED = 12, /* a process mapped a probed library's code (libmap.bpf.c) */
+	EVENT_RDMA_QP = 13,       /* a process created a verbs queue pair: the NIC it sends over */
 };
 
 /* Why an event or a kernel-side sample was lost. Counted per CPU, read by userspace. */
@@ -82,7 +83,9 @@ enum cuda_api {
 	API_CU_CTX_SYNCHRONIZE = 30,
 	API_CU_STREAM_SYNCHRONIZE = 31,
 	API_CU_GRAPH_LAUNCH = 32,
-	API_COUNT = 33,
+	/* runtime again: the device the calling thread selects */
+	API_CUDA_SET_DEVICE = 33,
+	API_COUNT = 34,
 };
 
 /* cudaMemcpyKind values; the driver's directional copies are mapped onto them. */
@@ -171,6 +174,10 @@ struct tcp_retransmit_event {
 	__u16 family;  /* AF_INET or AF_INET6 */
 	__u8 state;
 	__u8 _pad[1];
+	/* The socket's inode number, as /proc/PID/fd shows it (socket:[N]): which process
+	 * owns the socket. Retransmits mostly fire from a timer, where the current task is
+	 * whoever was running. 0 for a socket no file holds (closed, kernel-owned). */
+	__u64 sock_ino;
 };
 
 /* Rank, world size and job live in the environment; a short-lived process may be gone
@@ -354,6 +361,13 @@ struct nccl_call_event {
 };
 
 #define RDMA_DEVICE_NAME_MAX 64
+
+struct rdma_qp_event {
+	struct event_header hdr;  /* ts_ns: when ibv_create_qp returned */
+	__u32 qp_num;
+	__u32 qp_type;            /* enum ibv_qp_type: 2 RC, 3 UC, 4 UD ... */
+	char device[RDMA_DEVICE_NAME_MAX]; /* qp->context->device->name, e.g. mlx5_3 */
+};
 
 struct rdma_async_event {
 	struct event_header hdr;  /* ts_ns: when ibv_get_async_event returned the event */

@@ -70,6 +70,17 @@ struct {
 	__type(value, __u64);
 } notable_ns SEC(".maps");
 
+/* The device each process last selected with a successful cudaSetDevice (by any of
+ * its threads), as the ordinal it passed: userspace maps it through the process's
+ * CUDA_VISIBLE_DEVICES to a GPU, for processes NVML does not list. Userspace deletes a
+ * process's entry when it releases its statistics slot; LRU past that. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 16384);
+	__type(key, __u32);   /* tgid */
+	__type(value, __s32); /* device ordinal */
+} selected_devices SEC(".maps");
+
 /* proc_slot finds the statistics slot of process tgid, claiming a free one if it has
  * none; once per thread. */
 static __always_inline __u32 proc_slot(__u32 tgid)
@@ -281,7 +292,8 @@ int BPF_KPROBE(enter_alloc)
 
 /* One handle, then optionally a stream: cudaFree(ptr), cudaFreeAsync(ptr, stream),
  * cuMemFree_v2(dptr), cudaEventSynchronize(event), cudaGraphLaunch(exec, stream),
- * cuGraphLaunch(exec, stream), cudaGraphInstantiate(pExec, graph, flags). */
+ * cuGraphLaunch(exec, stream), cudaGraphInstantiate(pExec, graph, flags),
+ * cudaSetDevice(device) (the ordinal as the handle). */
 SEC("uprobe")
 int BPF_KPROBE(enter_handle_stream)
 {
@@ -412,6 +424,11 @@ int BPF_KRETPROBE(leave_call)
 	__s32 ret = (__s32)PT_REGS_RC(ctx);
 	if (device_wait_apis & (1ull << (api & 63)))
 		tc->last_wait_return = now;
+	if (api == API_CUDA_SET_DEVICE && ret == 0) {
+		__u32 tgid = bpf_get_current_pid_tgid() >> 32;
+		__s32 device = (__s32)e->handle;
+		bpf_map_update_elem(&selected_devices, &tgid, &device, BPF_ANY);
+	}
 	bool counted = count_call(tc, api, e, ns, ret);
 	__u64 *threshold = bpf_map_lookup_elem(&notable_ns, &api);
 	if (!counted || ret || (threshold && ns >= *threshold)) {

@@ -326,6 +326,7 @@ int BPF_PROG(on_tcp_retransmit_skb, const struct sock *sk)
 	fill_header(&ev->hdr, EVENT_TCP_RETRANSMIT, bpf_ktime_get_ns());
 	ev->family = family;
 	ev->state = BPF_CORE_READ(sk, __sk_common.skc_state);
+	ev->sock_ino = BPF_CORE_READ(sk, sk_socket, file, f_inode, i_ino);
 	ev->sport = BPF_CORE_READ(sk, __sk_common.skc_num);
 	ev->dport = bpf_ntohs(BPF_CORE_READ(sk, __sk_common.skc_dport));
 	if (family == 10) {

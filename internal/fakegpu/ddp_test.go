@@ -58,7 +58,7 @@ func TestDDPEightRanksExactCounts(t *testing.T) {
 			"cudaStreamSynchronize": steps * 2,
 			"ncclCommInitRank":      1, "ncclCommCount": 1, "ncclCommUserRank": 1, "ncclCommDestroy": 1,
 			"ncclAllReduce": steps, "ncclGroupStart": steps, "ncclGroupEnd": steps, "ncclSend": steps, "ncclRecv": steps,
-			"ibv_get_device_list": 0, "ibv_open_device": 0, "ibv_free_device_list": 0,
+			"ibv_get_device_list": 0, "ibv_open_device": 0, "ibv_free_device_list": 0, "ibv_alloc_pd": 0, "ibv_create_qp": 0,
 		}
 		for api, n := range want {
 			if r.Calls[api] != n {
@@ -271,7 +271,7 @@ func TestDDPVerbsAsyncEvent(t *testing.T) {
 	if r.IBEvents != 1 || r.IBLastEvent != 10 {
 		t.Errorf("rank saw %d verbs events, last %d; want 1 event of type 10", r.IBEvents, r.IBLastEvent)
 	}
-	for _, api := range []string{"ibv_get_device_list", "ibv_open_device", "ibv_free_device_list"} {
+	for _, api := range []string{"ibv_get_device_list", "ibv_open_device", "ibv_free_device_list", "ibv_alloc_pd", "ibv_create_qp"} {
 		if r.Calls[api] != 1 {
 			t.Errorf("calls[%s] = %d, want 1", api, r.Calls[api])
 		}

@@ -149,6 +149,7 @@ var NCCLAPIs = []string{
 var IBVerbsAPIs = []string{
 	"ibv_get_device_list", "ibv_free_device_list", "ibv_get_device_name",
 	"ibv_open_device", "ibv_close_device", "ibv_get_async_event", "ibv_ack_async_event",
+	"ibv_alloc_pd", "ibv_dealloc_pd", "ibv_create_qp", "ibv_destroy_qp",
 }
 
 // NVMLAPIs are the NVML entry points libnvidia-ml.so.1 exports: what internal/gpustate

@@ -65,6 +65,11 @@ type Options struct {
 	IODir     string
 	IOInline  bool
 
+	// TCPSend is an IPv4 HOST:PORT the workload connects to after the gate and sends
+	// TCPBytes (default 4096) to each step.
+	TCPSend  string
+	TCPBytes int64
+
 	Hold    time.Duration // sleep after the gate, before the first CUDA call
 	Stall   time.Duration // after the loop, block in one call for this long
 	StallIn string        // stream-sync (default), device-sync, event-sync, memcpy
@@ -158,6 +163,10 @@ func (o Options) Args() []string {
 		args = append(args, "--io-dir", o.IODir)
 	}
 	flag("io-inline", o.IOInline)
+	if o.TCPSend != "" {
+		args = append(args, "--tcp-send", o.TCPSend)
+	}
+	num("tcp-bytes", o.TCPBytes)
 	num("hold-ms", o.Hold.Milliseconds())
 	num("stall-ms", o.Stall.Milliseconds())
 	if o.StallIn != "" {

@@ -208,3 +208,33 @@ func TestXIDReachesTheWatcher(t *testing.T) {
 	default:
 	}
 }
+
+// BenchmarkReadEightGPUs is one collection interval's reading of a node of eight GPUs
+// through the real go-nvml and the fake libnvidia-ml.so.1: Fathom's own cost per
+// reading (the cgo calls, about 20 per GPU, and turning their answers into GPUs). The
+// fake answers each call from a small file; a real driver answers from the kernel, and
+// its own time per call is the driver's (docs/devices.md).
+func BenchmarkReadEightGPUs(b *testing.B) {
+	dir := b.TempDir()
+	for i := range 8 {
+		state := "sm_clock=1980\nmem_clock=2619\npower_mw=512000\ntemperature=61\nutil_gpu=97\n"
+		if err := os.WriteFile(filepath.Join(dir, "gpu"+strconv.Itoa(i)), []byte(state), 0o644); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.Setenv("FAKEGPU_BOARD", dir)
+	l, err := Open(fakegpu.Build(b).NVML)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer l.Close()
+	b.ReportAllocs()
+	b.ResetTimer()
+	for b.Loop() {
+		gpus, err := l.Read()
+		if err != nil || len(gpus) != 8 {
+			b.Fatalf("read %d GPUs: %v", len(gpus), err)
+		}
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/8, "ns/GPU")
+}

@@ -67,6 +67,7 @@ var APIs = []API{
 	{uint32(cudaCudaApiAPI_CU_CTX_SYNCHRONIZE), "cuCtxSynchronize", LibCUDA, noArgs},
 	{uint32(cudaCudaApiAPI_CU_STREAM_SYNCHRONIZE), "cuStreamSynchronize", LibCUDA, streamHandle},
 	{uint32(cudaCudaApiAPI_CU_GRAPH_LAUNCH), "cuGraphLaunch", LibCUDA, handleStream},
+	{uint32(cudaCudaApiAPI_CUDA_SET_DEVICE), "cudaSetDevice", LibCUDART, handleStream},
 }
 
 // APICount bounds API IDs: every ID is in [1, APICount).

@@ -58,7 +58,8 @@ const (
 	cudaCudaApiAPI_CU_CTX_SYNCHRONIZE        cudaCudaApi = 30
 	cudaCudaApiAPI_CU_STREAM_SYNCHRONIZE     cudaCudaApi = 31
 	cudaCudaApiAPI_CU_GRAPH_LAUNCH           cudaCudaApi = 32
-	cudaCudaApiAPI_COUNT                     cudaCudaApi = 33
+	cudaCudaApiAPI_CUDA_SET_DEVICE           cudaCudaApi = 33
+	cudaCudaApiAPI_COUNT                     cudaCudaApi = 34
 )
 
 type cudaCudaCallEvent struct {
@@ -112,6 +113,7 @@ const (
 	cudaEventKindEVENT_RDMA_ASYNC     cudaEventKind = 10
 	cudaEventKindEVENT_CUDA_THREAD    cudaEventKind = 11
 	cudaEventKindEVENT_LIBRARY_MAPPED cudaEventKind = 12
+	cudaEventKindEVENT_RDMA_QP        cudaEventKind = 13
 )
 
 type cudaMemcpyKind uint32
@@ -164,6 +166,7 @@ const (
 	cudaMapEvents                     = "events"
 	cudaMapNotableNs                  = "notable_ns"
 	cudaMapProcSlots                  = "proc_slots"
+	cudaMapSelectedDevices            = "selected_devices"
 	cudaMapThreadCalls                = "thread_calls"
 	cudaMapTracedCgroups              = "traced_cgroups"
 	cudaMapTracedPids                 = "traced_pids"
@@ -254,14 +257,15 @@ type cudaProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type cudaMapSpecs struct {
-	CallStatsTable *ebpf.MapSpec `ebpf:"call_stats_table"`
-	Drops          *ebpf.MapSpec `ebpf:"drops"`
-	Events         *ebpf.MapSpec `ebpf:"events"`
-	NotableNs      *ebpf.MapSpec `ebpf:"notable_ns"`
-	ProcSlots      *ebpf.MapSpec `ebpf:"proc_slots"`
-	ThreadCalls    *ebpf.MapSpec `ebpf:"thread_calls"`
-	TracedCgroups  *ebpf.MapSpec `ebpf:"traced_cgroups"`
-	TracedPids     *ebpf.MapSpec `ebpf:"traced_pids"`
+	CallStatsTable  *ebpf.MapSpec `ebpf:"call_stats_table"`
+	Drops           *ebpf.MapSpec `ebpf:"drops"`
+	Events          *ebpf.MapSpec `ebpf:"events"`
+	NotableNs       *ebpf.MapSpec `ebpf:"notable_ns"`
+	ProcSlots       *ebpf.MapSpec `ebpf:"proc_slots"`
+	SelectedDevices *ebpf.MapSpec `ebpf:"selected_devices"`
+	ThreadCalls     *ebpf.MapSpec `ebpf:"thread_calls"`
+	TracedCgroups   *ebpf.MapSpec `ebpf:"traced_cgroups"`
+	TracedPids      *ebpf.MapSpec `ebpf:"traced_pids"`
 }
 
 // cudaVariableSpecs contains global variables before they are loaded into the kernel.
@@ -301,14 +305,15 @@ func (o *cudaObjects) Close() error {
 //
 // It can be passed to loadCudaObjects or ebpf.CollectionSpec.LoadAndAssign.
 type cudaMaps struct {
-	CallStatsTable *ebpf.Map `ebpf:"call_stats_table"`
-	Drops          *ebpf.Map `ebpf:"drops"`
-	Events         *ebpf.Map `ebpf:"events"`
-	NotableNs      *ebpf.Map `ebpf:"notable_ns"`
-	ProcSlots      *ebpf.Map `ebpf:"proc_slots"`
-	ThreadCalls    *ebpf.Map `ebpf:"thread_calls"`
-	TracedCgroups  *ebpf.Map `ebpf:"traced_cgroups"`
-	TracedPids     *ebpf.Map `ebpf:"traced_pids"`
+	CallStatsTable  *ebpf.Map `ebpf:"call_stats_table"`
+	Drops           *ebpf.Map `ebpf:"drops"`
+	Events          *ebpf.Map `ebpf:"events"`
+	NotableNs       *ebpf.Map `ebpf:"notable_ns"`
+	ProcSlots       *ebpf.Map `ebpf:"proc_slots"`
+	SelectedDevices *ebpf.Map `ebpf:"selected_devices"`
+	ThreadCalls     *ebpf.Map `ebpf:"thread_calls"`
+	TracedCgroups   *ebpf.Map `ebpf:"traced_cgroups"`
+	TracedPids      *ebpf.Map `ebpf:"traced_pids"`
 }
 
 func (m *cudaMaps) Close() error {
@@ -318,6 +323,7 @@ func (m *cudaMaps) Close() error {
 		m.Events,
 		m.NotableNs,
 		m.ProcSlots,
+		m.SelectedDevices,
 		m.ThreadCalls,
 		m.TracedCgroups,
 		m.TracedPids,

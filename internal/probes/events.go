@@ -22,6 +22,8 @@ type (
 	RDMAAsyncEvent = rdmaRdmaAsyncEvent
 	// LibraryMapped is a process that has just mapped a probed library's code.
 	LibraryMapped = libmapLibraryMappedEvent
+	// RDMAQueuePair is a verbs queue pair a process created: the NIC it sends over.
+	RDMAQueuePair = rdmaRdmaQpEvent
 )
 
 // EventKind is enum event_kind.
@@ -40,6 +42,7 @@ const (
 	KindRDMAAsync     = EventKind(cudaEventKindEVENT_RDMA_ASYNC)
 	KindCUDAThread    = EventKind(cudaEventKindEVENT_CUDA_THREAD)
 	KindLibraryMapped = EventKind(cudaEventKindEVENT_LIBRARY_MAPPED)
+	KindRDMAQP        = EventKind(cudaEventKindEVENT_RDMA_QP)
 )
 
 // Handler receives decoded events. Pointers are valid only during the call: the
@@ -65,6 +68,12 @@ type Handler interface {
 // records reaching a handler without it are skipped.
 type LibraryMapHandler interface {
 	LibraryMapped(*LibraryMapped)
+}
+
+// QueuePairHandler is implemented by handlers that bind processes to the NICs they
+// send over; records reaching a handler without it are skipped.
+type QueuePairHandler interface {
+	RDMAQueuePair(*RDMAQueuePair)
 }
 
 var kindOffset = unsafe.Offsetof(EventHeader{}.Kind)
@@ -122,6 +131,13 @@ func Decode(raw []byte, h Handler) error {
 			h.RDMAAsync(ev)
 			return nil
 		}
+	case KindRDMAQP:
+		if ev, ok := cast[RDMAQueuePair](raw); ok {
+			if qh, wants := h.(QueuePairHandler); wants {
+				qh.RDMAQueuePair(ev)
+			}
+			return nil
+		}
 	case KindLibraryMapped:
 		if ev, ok := cast[LibraryMapped](raw); ok {
 			if lh, wants := h.(LibraryMapHandler); wants {
@@ -176,16 +192,7 @@ func cString(c []int8) string {
 func (ev *NCCLCall) HasPeer() bool { return ev.Peer >= 0 }
 
 // DeviceName is the verbs device the event came from (mlx5_0 ...).
-func (ev *RDMAAsyncEvent) DeviceName() string {
-	b := make([]byte, 0, len(ev.Device))
-	for _, ch := range ev.Device {
-		if ch == 0 {
-			break
-		}
-		b = append(b, byte(ch))
-	}
-	return string(b)
-}
+func (ev *RDMAAsyncEvent) DeviceName() string { return cString(ev.Device[:]) }
 
 // MappedLibrary is the library family the kernel matched by file name, and false for a
 // value this build does not know.
@@ -202,6 +209,9 @@ func (ev *LibraryMapped) MappedLibrary() (Library, bool) {
 	}
 	return "", false
 }
+
+// DeviceName is the NIC the queue pair was created on (context->device->name).
+func (ev *RDMAQueuePair) DeviceName() string { return cString(ev.Device[:]) }
 
 // FileName is the base name of the mapped file, as the kernel read it.
 func (ev *LibraryMapped) FileName() string { return cString(ev.Name[:]) }

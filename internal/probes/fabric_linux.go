@@ -79,6 +79,7 @@ func (p *Probes) attachPoints(lib Library) []attachPoint {
 		}
 	case LibIBVerbs:
 		add(ibvAsyncEventSymbol, 0, p.rdma.EnterIbvGetAsyncEvent, p.rdma.LeaveIbvGetAsyncEvent)
+		add(ibvCreateQPSymbol, 0, p.rdma.EnterIbvCreateQp, p.rdma.LeaveIbvCreateQp)
 	default:
 		for _, a := range APIs {
 			if a.Library == lib {

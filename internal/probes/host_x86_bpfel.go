@@ -103,13 +103,14 @@ type hostTcpRetransmitEvent struct {
 		Kind     uint8
 		Pad      [7]uint8
 	}
-	Saddr  [16]uint8
-	Daddr  [16]uint8
-	Sport  uint16
-	Dport  uint16
-	Family uint16
-	State  uint8
-	Pad    [1]uint8
+	Saddr   [16]uint8
+	Daddr   [16]uint8
+	Sport   uint16
+	Dport   uint16
+	Family  uint16
+	State   uint8
+	Pad     [1]uint8
+	SockIno uint64
 }
 
 type hostThreadCalls struct {

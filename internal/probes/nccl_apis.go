@@ -127,8 +127,12 @@ func NCCLRedOp(v uint8) string {
 	return "custom"
 }
 
-// ibvAsyncEventSymbol is the one verbs function probed.
-const ibvAsyncEventSymbol = "ibv_get_async_event"
+// The verbs functions probed: the wait for asynchronous events, and queue pair creation
+// (which NIC a process sends over).
+const (
+	ibvAsyncEventSymbol = "ibv_get_async_event"
+	ibvCreateQPSymbol   = "ibv_create_qp"
+)
 
 var ibvEventNames = [...]string{
 	"CQ_ERR", "QP_FATAL", "QP_REQ_ERR", "QP_ACCESS_ERR", "COMM_EST", "SQ_DRAINED", "PATH_MIG",

@@ -27,6 +27,7 @@ type ncclRecorder struct {
 	pids  map[uint32]bool
 	calls map[uint32][]probes.NCCLCall // by pid
 	rdma  []probes.RDMAAsyncEvent
+	qps   []probes.RDMAQueuePair
 }
 
 func newNCCLRecorder() *ncclRecorder {
@@ -52,6 +53,14 @@ func (r *ncclRecorder) RDMAAsync(ev *probes.RDMAAsyncEvent) {
 	defer r.mu.Unlock()
 	if r.pids == nil || r.pids[ev.Hdr.Pid] {
 		r.rdma = append(r.rdma, *ev)
+	}
+}
+
+func (r *ncclRecorder) RDMAQueuePair(ev *probes.RDMAQueuePair) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.pids == nil || r.pids[ev.Hdr.Pid] {
+		r.qps = append(r.qps, *ev)
 	}
 }
 
@@ -391,7 +400,7 @@ func TestNCCLEveryLayoutDecoded(t *testing.T) {
 
 // A port error injected into the fake libibverbs reaches the process's verbs event
 // thread as one async event; the probes see exactly that one, with its type, port and
-// device.
+// device. The queue pair the rank creates on its NIC is seen once, with the NIC.
 func TestRDMAAsyncPortErrorSeenOnce(t *testing.T) {
 	privtest.Require(t)
 	paths := fakegpu.Build(t)
@@ -401,7 +410,7 @@ func TestRDMAAsyncPortErrorSeenOnce(t *testing.T) {
 	}
 	defer p.Close()
 	att, _, err := p.AttachLibrary(paths.IBVerbs, probes.LibIBVerbs)
-	if err != nil || len(att.APIs) != 1 || len(att.Missing) != 0 {
+	if err != nil || len(att.APIs) != 2 || len(att.Missing) != 0 {
 		t.Fatalf("attach libibverbs: %+v %v", att, err)
 	}
 	fifo := filepath.Join(t.TempDir(), "ibv-events")
@@ -447,5 +456,9 @@ func TestRDMAAsyncPortErrorSeenOnce(t *testing.T) {
 	ev := rec.rdma[0]
 	if probes.IBVEventName(ev.EventType) != "PORT_ERR" || !probes.IBVFabricError(ev.EventType) || ev.Port != 1 || ev.DeviceName() != "mlx5_0" {
 		t.Errorf("event %s port %d device %q", probes.IBVEventName(ev.EventType), ev.Port, ev.DeviceName())
+	}
+	// The fake numbers queue pairs from 0x100; IBV_QPT_RC is 2.
+	if len(rec.qps) != 1 || rec.qps[0].DeviceName() != "mlx5_0" || rec.qps[0].QpNum != 0x100 || rec.qps[0].QpType != 2 {
+		t.Errorf("queue pairs seen: %+v, want one RC pair 0x100 on mlx5_0", rec.qps)
 	}
 }

@@ -35,6 +35,22 @@ type rdmaRdmaAsyncEvent struct {
 	Device    [64]int8
 }
 
+type rdmaRdmaQpEvent struct {
+	_   structs.HostLayout
+	Hdr struct {
+		_        structs.HostLayout
+		TsNs     uint64
+		Pid      uint32
+		Tid      uint32
+		CgroupId uint64
+		Kind     uint8
+		Pad      [7]uint8
+	}
+	QpNum  uint32
+	QpType uint32
+	Device [64]int8
+}
+
 type rdmaThreadCalls struct {
 	_              structs.HostLayout
 	ProcSlot       uint32
@@ -65,9 +81,12 @@ const (
 	rdmaMapThreadCalls            = "thread_calls"
 	rdmaMapTracedCgroups          = "traced_cgroups"
 	rdmaMapTracedPids             = "traced_pids"
+	rdmaProgEnterIbvCreateQp      = "enter_ibv_create_qp"
 	rdmaProgEnterIbvGetAsyncEvent = "enter_ibv_get_async_event"
+	rdmaProgLeaveIbvCreateQp      = "leave_ibv_create_qp"
 	rdmaProgLeaveIbvGetAsyncEvent = "leave_ibv_get_async_event"
 	rdmaVarUnusedRdmaAsyncEvent   = "unused_rdma_async_event"
+	rdmaVarUnusedRdmaQpEvent      = "unused_rdma_qp_event"
 )
 
 // loadRdma returns the embedded CollectionSpec for rdma.
@@ -112,7 +131,9 @@ type rdmaSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type rdmaProgramSpecs struct {
+	EnterIbvCreateQp      *ebpf.ProgramSpec `ebpf:"enter_ibv_create_qp"`
 	EnterIbvGetAsyncEvent *ebpf.ProgramSpec `ebpf:"enter_ibv_get_async_event"`
+	LeaveIbvCreateQp      *ebpf.ProgramSpec `ebpf:"leave_ibv_create_qp"`
 	LeaveIbvGetAsyncEvent *ebpf.ProgramSpec `ebpf:"leave_ibv_get_async_event"`
 }
 
@@ -133,6 +154,7 @@ type rdmaMapSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type rdmaVariableSpecs struct {
 	UnusedRdmaAsyncEvent *ebpf.VariableSpec `ebpf:"unused_rdma_async_event"`
+	UnusedRdmaQpEvent    *ebpf.VariableSpec `ebpf:"unused_rdma_qp_event"`
 }
 
 // rdmaObjects contains all objects after they have been loaded into the kernel.
@@ -179,19 +201,24 @@ func (m *rdmaMaps) Close() error {
 // It can be passed to loadRdmaObjects or ebpf.CollectionSpec.LoadAndAssign.
 type rdmaVariables struct {
 	UnusedRdmaAsyncEvent *ebpf.Variable `ebpf:"unused_rdma_async_event"`
+	UnusedRdmaQpEvent    *ebpf.Variable `ebpf:"unused_rdma_qp_event"`
 }
 
 // rdmaPrograms contains all programs after they have been loaded into the kernel.
 //
 // It can be passed to loadRdmaObjects or ebpf.CollectionSpec.LoadAndAssign.
 type rdmaPrograms struct {
+	EnterIbvCreateQp      *ebpf.Program `ebpf:"enter_ibv_create_qp"`
 	EnterIbvGetAsyncEvent *ebpf.Program `ebpf:"enter_ibv_get_async_event"`
+	LeaveIbvCreateQp      *ebpf.Program `ebpf:"leave_ibv_create_qp"`
 	LeaveIbvGetAsyncEvent *ebpf.Program `ebpf:"leave_ibv_get_async_event"`
 }
 
 func (p *rdmaPrograms) Close() error {
 	return _RdmaClose(
+		p.EnterIbvCreateQp,
 		p.EnterIbvGetAsyncEvent,
+		p.LeaveIbvCreateQp,
 		p.LeaveIbvGetAsyncEvent,
 	)
 }

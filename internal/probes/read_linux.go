@@ -195,6 +195,9 @@ func (p *Probes) ReleaseCallStats(s *ProcessCallStats) error {
 		delete(base.calls, s.slot)
 		base.mu.Unlock()
 	}
+	if err := p.cuda.SelectedDevices.Delete(s.PID); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+		return fmt.Errorf("forget selected device: %w", err)
+	}
 	var zero [APICount]CallStats
 	if _, err := p.callStats.WriteAt(asBytes(zero[:]), slotOffset(s.slot)); err != nil {
 		return fmt.Errorf("zero call statistics: %w", err)
@@ -203,6 +206,20 @@ func (p *Probes) ReleaseCallStats(s *ProcessCallStats) error {
 	var free uint64
 	_, err := p.procSlots.WriteAt(asBytes([]uint64{free}), int64(s.slot)*8)
 	return err
+}
+
+// SelectedDevices returns, per process, the device ordinal it last selected with a
+// successful cudaSetDevice (the CUDA device as the process numbers them, before its
+// CUDA_VISIBLE_DEVICES maps it to a GPU).
+func (p *Probes) SelectedDevices() (map[uint32]int32, error) {
+	out := map[uint32]int32{}
+	var pid uint32
+	var device int32
+	it := p.cuda.SelectedDevices.Iterate()
+	for it.Next(&pid, &device) {
+		out[pid] = device
+	}
+	return out, it.Err()
 }
 
 // slotOffset is where a process slot's statistics start in the mapped call_stats_table

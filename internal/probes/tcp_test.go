@@ -54,8 +54,8 @@ func inNetns(ns string, f func() error) error {
 
 // A TCP connection between two network namespaces joined by a veth pair; the peer's
 // end of the link goes down while data is in flight, so the sender's retransmit timer
-// fires, and each retransmit must be reported with the connection's family, addresses
-// and ports.
+// fires, and each retransmit must be reported with the connection's family, addresses,
+// ports and socket inode (which names the process that holds it).
 func TestTCPRetransmitsAreReportedForIPv4AndIPv6(t *testing.T) {
 	privtest.Require(t)
 	p, err := probes.Load(probes.Options{TraceAllCUDA: true})
@@ -112,6 +112,20 @@ func TestTCPRetransmitsAreReportedForIPv4AndIPv6(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer conn.Close()
+			// The socket's inode, as /proc/PID/fd shows it: what names its owner.
+			var ino uint64
+			raw, err := conn.(*net.TCPConn).SyscallConn()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := raw.Control(func(fd uintptr) {
+				var st unix.Stat_t
+				if unix.Fstat(int(fd), &st) == nil {
+					ino = st.Ino
+				}
+			}); err != nil || ino == 0 {
+				t.Fatalf("socket inode %d: %v", ino, err)
+			}
 			ip("-n", server, "link", "set", "fathom-s", "down")
 			if _, err := conn.Write(make([]byte, 4096)); err != nil {
 				t.Fatal(err)
@@ -130,6 +144,9 @@ func TestTCPRetransmitsAreReportedForIPv4AndIPv6(t *testing.T) {
 				}
 				if ev.Family == c.family && int(ev.Sport) == sport && int(ev.Dport) == dport && daddr.Equal(want) {
 					n++
+					if ev.SockIno != ino {
+						t.Errorf("retransmit of socket inode %d, want %d", ev.SockIno, ino)
+					}
 				}
 			}
 			if n < 1 {

@@ -26,6 +26,8 @@ type Process struct {
 	WorldSize   int
 	// IBHCAs is NCCL_IB_HCA: the RDMA ports the rank's traffic may use.
 	IBHCAs HCAs
+	// VisibleDevices is CUDA_VISIBLE_DEVICES: the GPUs its device ordinals name.
+	VisibleDevices VisibleDevices
 }
 
 // Launchers spell rank and size differently; the first variable present wins.
@@ -99,6 +101,8 @@ func (p *Process) fillFromEnviron(env []byte) {
 	p.LocalRank = firstInt(vars, localRankVars)
 	p.WorldSize = firstInt(vars, worldSizeVars)
 	p.IBHCAs = ParseHCAs(vars["NCCL_IB_HCA"])
+	visible, set := vars["CUDA_VISIBLE_DEVICES"]
+	p.VisibleDevices = ParseVisibleDevices(visible, set)
 	for _, k := range jobVars {
 		if v, ok := vars[k]; ok && v != "" {
 			p.Job = v

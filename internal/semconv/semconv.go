@@ -168,6 +168,7 @@ const (
 	MetricStragglerMedian     = "fathom.straggler.median"
 	MetricStragglerTimeLost   = "fathom.straggler.time_lost"
 	MetricRankArrivalLag      = "fathom.rank.arrival_lag"
+	MetricRankTCPRetransmits  = "fathom.rank.tcp.retransmits"
 	MetricNodeClockOffset     = "fathom.node.clock.offset"
 	MetricNodeClockUncertain  = "fathom.node.clock.uncertainty"
 	MetricNCCLDuration        = "nccl.call.duration"
@@ -342,6 +343,7 @@ var Metrics = []Doc{
 	{MetricStragglerFlag, "gauge", "1", "per rank and signal: 1 while the rank is flagged a straggler, else 0 (straggler processor)"},
 	{MetricStragglerThreshold, "gauge", "", "per cohort and signal: the line beyond which a rank counts as beyond, in the signal's unit per second (straggler processor)"},
 	{MetricStragglerMedian, "gauge", "", "per cohort and signal: the median across its ranks (straggler processor)"},
+	{MetricRankTCPRetransmits, "sum", "{segment}", "per process: TCP segments retransmitted from sockets it holds (matched by the socket's inode in /proc/PID/fd: a retransmit fires from a timer, in whatever task was running); every traced process gets a point, zero included"},
 	{MetricRankArrivalLag, "gauge", "s", "per rank and evaluation: the mean, over the sampled collective instances matched since the last evaluation, of how long after the instance's median rank it entered, each entry taken back by its node's clock offset (straggler processor, gateway)"},
 	{MetricNodeClockOffset, "gauge", "s", "the node collector's clock minus the gateway's, from the times traded in its exports and their answers, the exchange with the shortest round trip of the last two minutes (straggler processor, node)"},
 	{MetricNodeClockUncertain, "gauge", "s", "half the round trip of the exchange fathom.node.clock.offset comes from: the most it can be off (straggler processor, node)"},

@@ -146,6 +146,11 @@ func createDefaultConfig() *Config {
 			// one sets its own MAD.
 			Metric: semconv.MetricRankRDMAXmitWait, Worse: WorseHigher, MADFloor: 10000,
 		}, {
+			// TCP segments retransmitted per second from the rank's own sockets
+			// (NCCL's socket transport, RoCE's TCP side): none on a healthy network,
+			// so the floor puts the line near 0.44/s.
+			Metric: semconv.MetricRankTCPRetransmits, Worse: WorseHigher, MADFloor: 0.1,
+		}, {
 			// Seconds a rank enters the sampled collectives after the median rank,
 			// clocks corrected (gateway only). A 0.5 ms floor puts the line about
 			// 2.2 ms past the median: past what wake-up jitter and the clock

@@ -19,13 +19,14 @@ func TestLoadConfig(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(def.Signals) != 7 || def.Signals[0] != (SignalConfig{Metric: semconv.MetricRankDeviceWait, Worse: WorseLower, MADFloor: 0.01}) ||
+	if len(def.Signals) != 8 || def.Signals[0] != (SignalConfig{Metric: semconv.MetricRankDeviceWait, Worse: WorseLower, MADFloor: 0.01}) ||
 		def.Signals[1] != (SignalConfig{Metric: semconv.MetricRankHostLead, Worse: WorseHigher, MADFloor: 0.01}) ||
 		def.Signals[2] != (SignalConfig{Metric: semconv.MetricRankGPUClockDeficit, Worse: WorseHigher, MADFloor: 0.02}) ||
 		def.Signals[3] != (SignalConfig{Metric: semconv.MetricRankGPUErrors, Worse: WorseHigher, MADFloor: 0.1}) ||
 		def.Signals[4] != (SignalConfig{Metric: semconv.MetricRankRDMAErrors, Worse: WorseHigher, MADFloor: 0.1}) ||
 		def.Signals[5] != (SignalConfig{Metric: semconv.MetricRankRDMAXmitWait, Worse: WorseHigher, MADFloor: 10000}) ||
-		def.Signals[6] != (SignalConfig{Metric: semconv.MetricRankArrivalLag, Worse: WorseHigher, MADFloor: 0.0005}) ||
+		def.Signals[6] != (SignalConfig{Metric: semconv.MetricRankTCPRetransmits, Worse: WorseHigher, MADFloor: 0.1}) ||
+		def.Signals[7] != (SignalConfig{Metric: semconv.MetricRankArrivalLag, Worse: WorseHigher, MADFloor: 0.0005}) ||
 		def.ArrivalLag != (ArrivalLagConfig{MatchWindow: 10 * time.Second, MaxInstances: 4096}) ||
 		def.K != 3 || def.Quorum != 3 || def.Persistence != (PersistenceConfig{Beyond: 3, Of: 4}) || def.EvaluationInterval != time.Second {
 		t.Fatalf("default config: %+v", def)

@@ -3,6 +3,7 @@ package gpuebpfreceiver
 import (
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"go.opentelemetry.io/collector/pdata/pcommon"
 
@@ -56,6 +57,12 @@ type processSeries struct {
 	// fabric follows the counters of the RDMA ports the rank may use; nil until the
 	// first reading that binds it to one.
 	fabric *rankFabric
+	// qpDevices are the verbs devices the process created queue pairs on: the NICs it
+	// sends over (at most maxRankDevices).
+	qpDevices map[string]bool
+	// tcpRetransmits counts the TCP segments retransmitted from sockets the process
+	// holds (since the last delta export, or since it was first seen).
+	tcpRetransmits uint64
 	// gpuErrors follows the error counters of the GPU the process runs on.
 	gpuErrors *rankGPUErrors
 	exited    bool
@@ -85,6 +92,7 @@ type aggregator struct {
 	// cgroupRoot is the cgroup v2 mount, found from Discovery.CgroupRoot.
 	cgroupRoot string
 	processes  map[uint32]*processSeries
+	sockets    socketOwners
 	logs       *logSink
 	synthetic  bool
 
@@ -101,13 +109,14 @@ type aggregator struct {
 
 // eventCounters counts decoded events by kind without a lock: they are bumped once per
 // event on the hot path.
-type eventCounters [probes.KindCUDAThread + 1]atomic.Uint64
+type eventCounters [probes.KindRDMAQP + 1]atomic.Uint64
 
 var eventCounterNames = map[probes.EventKind]string{
 	probes.KindCUDACall: "cuda.api.call", probes.KindSched: "host.sched", probes.KindFork: "process.fork",
 	probes.KindExec: "process.exec", probes.KindExit: "process.exit", probes.KindBlockIO: "host.block.io",
 	probes.KindTCPRetransmit: "host.tcp.retransmit", probes.KindIdentity: "process.identity",
 	probes.KindNCCLCall: "nccl.call", probes.KindRDMAAsync: "rdma.async_event", probes.KindCUDAThread: "cuda.thread",
+	probes.KindRDMAQP: "rdma.queue_pair",
 }
 
 func (e *eventCounters) add(kind probes.EventKind) { e[kind].Add(1) }
@@ -351,5 +360,60 @@ func (a *aggregator) TCPRetransmit(ev *probes.TCPRetransmit) {
 	a.events.add(probes.KindTCPRetransmit)
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	a.logs.retransmit(ev)
+	p := a.socketOwner(ev.SockIno)
+	if p != nil {
+		p.tcpRetransmits++
+	}
+	a.logs.retransmit(ev, p)
+}
+
+// socketOwners maps socket inodes to the traced processes that hold them: a retransmit
+// fires from a timer, in whatever task was running, so its socket's inode is what names
+// the process. Rebuilt from the traced processes' /proc/PID/fd on a miss, at most once
+// per socketScanEvery, and bounded by maxSocketOwners.
+type socketOwners struct {
+	byIno   map[uint64]uint32
+	scanned time.Time
+}
+
+const (
+	maxSocketOwners = 65536
+	socketScanEvery = time.Second
+)
+
+// socketOwner returns the traced process holding the socket, or nil (no socket, a
+// process not traced, or not found before the next scan is due).
+func (a *aggregator) socketOwner(ino uint64) *processSeries {
+	if ino == 0 || a.synthetic {
+		return nil
+	}
+	if pid, ok := a.sockets.byIno[ino]; ok {
+		if p := a.processes[pid]; p != nil && !p.exited {
+			return p
+		}
+	}
+	now := time.Now()
+	if now.Sub(a.sockets.scanned) < socketScanEvery {
+		return nil
+	}
+	a.sockets.scanned = now
+	if a.sockets.byIno == nil {
+		a.sockets.byIno = map[uint64]uint32{}
+	}
+	clear(a.sockets.byIno)
+	for pid, p := range a.processes {
+		if p.exited {
+			continue
+		}
+		for _, sock := range procinfo.SocketInodes(a.procRoot, pid) {
+			if len(a.sockets.byIno) >= maxSocketOwners {
+				break
+			}
+			a.sockets.byIno[sock] = pid
+		}
+	}
+	if pid, ok := a.sockets.byIno[ino]; ok {
+		return a.processes[pid]
+	}
+	return nil
 }

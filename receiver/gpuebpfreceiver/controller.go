@@ -37,6 +37,9 @@ type eventSource interface {
 	forgetPages(pid uint32) error
 	// setNotableThreshold makes calls of api lasting at least ns become records.
 	setNotableThreshold(api uint32, ns uint64) error
+	// selectedDevices reads the device ordinal each process last selected with
+	// cudaSetDevice (none without a kernel).
+	selectedDevices() map[uint32]int32
 }
 
 // controller is the one BPF controller of a receiver ID: the metrics and the logs
@@ -234,6 +237,9 @@ func (c *controller) flushMetrics(ctx context.Context) {
 	c.pollRDMA()
 	gpus := c.readGPUs()
 	host := hostTotals{kernel: kernel, haveKernel: haveKernel, events: c.agg.events.snapshot(), drops: c.agg.drops.snapshot(), probes: c.source.probeCount(), rdmaPorts: c.rdmaPorts, gpus: gpus}
+	if len(gpus) > 0 {
+		host.selectedDevices = c.source.selectedDevices()
+	}
 	for k, v := range kernelDrops {
 		host.drops[k] += v
 	}

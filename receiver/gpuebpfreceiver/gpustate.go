@@ -90,14 +90,33 @@ func (c *controller) ranksOnGPU(index int) string {
 	return strings.Join(names, ", ")
 }
 
-// gpuOfProcess maps each traced process's pid to the GPU NVML lists it on (the first
-// one, for a process on several).
-func gpuOfProcess(gpus []gpustate.GPU) map[uint32]*gpustate.GPU {
+// gpuOfProcess maps each traced process's pid to its GPU: the one NVML lists it on (the
+// first, for a process on several), else the one its cudaSetDevice ordinal names through
+// its CUDA_VISIBLE_DEVICES. NVML's list is what the driver knows and covers every way a
+// process picks a GPU; the ordinal covers processes NVML does not show (a container
+// whose pids the driver reports in another namespace, a driver that hides processes).
+func gpuOfProcess(gpus []gpustate.GPU, processes map[uint32]*processSeries, selected map[uint32]int32) map[uint32]*gpustate.GPU {
 	out := map[uint32]*gpustate.GPU{}
 	for i := range gpus {
 		for _, p := range gpus[i].Processes {
 			if _, ok := out[p.PID]; !ok {
 				out[p.PID] = &gpus[i]
+			}
+		}
+	}
+	for pid, ordinal := range selected {
+		p := processes[pid]
+		if _, listed := out[pid]; listed || p == nil {
+			continue
+		}
+		index, uuid, ok := p.info.VisibleDevices.GPU(int(ordinal))
+		if !ok {
+			continue
+		}
+		for i := range gpus {
+			if (uuid == "" && gpus[i].Index == index) || (uuid != "" && strings.HasPrefix(gpus[i].UUID, uuid)) {
+				out[pid] = &gpus[i]
+				break
 			}
 		}
 	}

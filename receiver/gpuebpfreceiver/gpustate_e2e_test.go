@@ -205,3 +205,54 @@ remap_pending=1
 		t.Errorf("rank 5's %s = %d (%q), want 42 (%q)", semconv.MetricRankGPUErrors, got, gotDetail, wantDetail)
 	}
 }
+
+// Where NVML lists no process (a driver that reports another pid namespace's pids, or
+// none), each rank is bound by the device it selects with cudaSetDevice, mapped through
+// its CUDA_VISIBLE_DEVICES: with 3,1 visible, rank 0 (device 0) runs on GPU 3 and rank 1
+// (device 1) on GPU 1, which is held down; each carries its own GPU's clock deficit.
+func TestARankNVMLDoesNotListIsBoundByTheDeviceItSelects(t *testing.T) {
+	privtest.Require(t)
+	paths := fakegpu.Build(t)
+	board := t.TempDir()
+	for i, state := range []string{"", "sm_clock=1410\nclock_event_reasons=hw_thermal\n", "", ""} {
+		if err := os.WriteFile(filepath.Join(board, "gpu"+strconv.Itoa(i)), []byte(state), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// At their gates (libraries mapped, no call made) before the collector starts.
+	run := fakegpu.StartDDP(t, paths, fakegpu.DDPOptions{Ranks: 2, Steps: 100000, BucketBytes: 4096, Gate: true,
+		Env: []string{"FAKEGPU_BOARD=" + board, "FAKEGPU_BOARD_HIDDEN=1", "FAKEGPU_DEVICES=2", "CUDA_VISIBLE_DEVICES=3,1"}})
+	sink, _ := startNodeCollector(t, nodeConfig("collection_interval: 300ms\nlogs:\n  policy: none\nnvml:\n  library_path: "+paths.NVML, false),
+		"FAKEGPU_BOARD="+board)
+	if err := run.Release(); err != nil {
+		t.Fatal(err)
+	}
+	deficit := func(gpu int) string {
+		return seriesKey(semconv.MetricRankGPUClockDeficit, attrs(semconv.HWID, "GPU-fa7a0000-0000-4000-8000-00000000000"+strconv.Itoa(gpu), semconv.GPUIndex, strconv.Itoa(gpu)))
+	}
+	for r, c := range []struct {
+		gpu  int
+		want float64
+	}{{3, 0}, {1, 1 - 1410.0/1980}} {
+		pid := run.Ranks[r].Pid
+		var got gaugePoint
+		deadline := time.Now().Add(20 * time.Second)
+		for ok := false; !ok; got, ok = gauges(sink, pid)[deficit(c.gpu)] {
+			if time.Now().After(deadline) {
+				t.Fatalf("rank %d never carried %s; its gauges: %v", r, deficit(c.gpu), gauges(sink, pid))
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		if math.Abs(got.value-c.want) > 1e-12 {
+			t.Errorf("rank %d on GPU %d: SM clock deficit %v, want %v", r, c.gpu, got.value, c.want)
+		}
+		for key := range gauges(sink, pid) {
+			if strings.HasPrefix(key, semconv.MetricRankGPUClockDeficit) && key != deficit(c.gpu) {
+				t.Errorf("rank %d carries %s too", r, key)
+			}
+		}
+	}
+	if entries, _ := filepath.Glob(filepath.Join(board, "gpu*.procs", "*")); len(entries) != 0 {
+		t.Errorf("the fake NVML lists processes %v: the test needs it to list none", entries)
+	}
+}

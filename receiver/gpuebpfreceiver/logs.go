@@ -254,11 +254,13 @@ func (s *logSink) blockIO(p *processSeries, ev *probes.BlockIO, seconds float64)
 	lr.Body().SetStr(fmt.Sprintf("block %s of %d bytes took %s %s", dir, ev.Bytes, fmtDuration(seconds), who(p, ev.Hdr.Tid)))
 }
 
-func (s *logSink) retransmit(ev *probes.TCPRetransmit) {
+// retransmit logs one retransmitted segment, under the process that holds its socket
+// when one is known (p), else under the node.
+func (s *logSink) retransmit(ev *probes.TCPRetransmit, p *processSeries) {
 	if !s.admit(true) {
 		return
 	}
-	lr, ok := s.record(nil, ev.Hdr.TsNs)
+	lr, ok := s.record(p, ev.Hdr.TsNs)
 	if !ok {
 		return
 	}

@@ -187,6 +187,8 @@ type hostTotals struct {
 	probes     int
 	rdmaPorts  []rdmasysfs.Port
 	gpus       []gpustate.GPU
+	// selectedDevices is each process's cudaSetDevice ordinal (read only with GPUs).
+	selectedDevices map[uint32]int32
 }
 
 // emit builds one interval's metrics. Called with the aggregator's lock held.
@@ -202,7 +204,7 @@ func (a *aggregator) emit(now time.Time, lastEmit pcommon.Timestamp, host hostTo
 		}
 		return &metricSet{metrics: sm.Metrics(), start: start, ts: ts, delta: delta, byName: map[string]pmetric.Metric{}}
 	}
-	gpuOf := gpuOfProcess(host.gpus)
+	gpuOf := gpuOfProcess(host.gpus, a.processes, host.selectedDevices)
 	for pid, p := range a.processes {
 		rm := md.ResourceMetrics().AppendEmpty()
 		fillProcessResource(rm.Resource(), p, hostResource)
@@ -274,6 +276,7 @@ func (a *aggregator) emitProcess(set *metricSet, p *processSeries, pageAllocs ma
 	}
 	emitLaunches(set, p)
 	emitRunQueue(set, p)
+	set.sum(semconv.MetricRankTCPRetransmits, "{segment}", "TCP segments retransmitted from sockets the process holds", p.tcpRetransmits)
 	if p.hasSched {
 		for tid, t := range p.threads {
 			emitThread(set, t, "cuda", int64(tid))
@@ -434,6 +437,7 @@ func (p *processSeries) resetSeries() {
 		*s = ncclSeries{}
 	}
 	p.hostLead = 0
+	p.tcpRetransmits = 0
 }
 
 func isAlloc(id uint32) bool {

@@ -111,6 +111,26 @@ func (a *aggregator) RDMAAsync(ev *probes.RDMAAsyncEvent) {
 	a.logs.rdmaAsync(ev)
 }
 
+// RDMAQueuePair binds a traced process to the NIC it created a queue pair on.
+func (a *aggregator) RDMAQueuePair(ev *probes.RDMAQueuePair) {
+	a.events.add(probes.KindRDMAQP)
+	device := ev.DeviceName()
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	p := a.process(ev.Hdr.Pid)
+	if p == nil || device == "" {
+		return
+	}
+	if p.qpDevices == nil {
+		p.qpDevices = map[string]bool{}
+	}
+	if !p.qpDevices[device] && len(p.qpDevices) >= maxRankDevices {
+		a.drops.add("cardinality", 1)
+		return
+	}
+	p.qpDevices[device] = true
+}
+
 func putNCCLSeries(attrs pcommon.Map, k ncclKey) pcommon.Map {
 	attrs.PutStr(semconv.NCCLOp, ncclOps[k.api])
 	if k.comm != 0 {

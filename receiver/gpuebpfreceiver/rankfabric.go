@@ -10,8 +10,8 @@ import (
 )
 
 // rankFabric is what a rank's RDMA ports counted since the rank was first seen: the
-// ports NCCL may use for it (its NCCL_IB_HCA), summed, so that a rank whose link
-// errors or waits for credits carries it on its own series.
+// ports it sends over, summed, so that a rank whose link errors or waits for credits
+// carries it on its own series.
 type rankFabric struct {
 	// base is each counter of each port at the rank's first reading.
 	base map[string]uint64
@@ -19,16 +19,28 @@ type rankFabric struct {
 	exportedWait, exportedErrors uint64
 }
 
-// maxRankPorts bounds the ports one rank is bound to.
-const maxRankPorts = 64
+// maxRankPorts bounds the ports one rank is bound to, maxRankDevices the NICs it is
+// seen creating queue pairs on.
+const (
+	maxRankPorts   = 64
+	maxRankDevices = 16
+)
 
 // emitRankFabric writes the rank's fathom.rank.rdma.xmit_wait and .errors from the
-// node's last port reading, with a detail naming the ports. A rank without NCCL_IB_HCA
-// is bound to no port: NCCL then picks among them all, and which one a rank uses is
-// not known from the host.
+// node's last port reading, with a detail naming the ports. The ports are those of the
+// NICs the rank created queue pairs on (the ones its connections use), within its
+// NCCL_IB_HCA if it has one; before any queue pair, those its NCCL_IB_HCA allows. A
+// rank with neither is bound to no port: NCCL would pick among them all.
 func emitRankFabric(set *metricSet, p *processSeries, ports []rdmasysfs.Port) {
-	if !p.info.IBHCAs.Set || len(ports) == 0 {
+	byQP := len(p.qpDevices) > 0
+	if (!byQP && !p.info.IBHCAs.Set) || len(ports) == 0 {
 		return
+	}
+	uses := func(port rdmasysfs.Port) bool {
+		if byQP && !p.qpDevices[port.Device] {
+			return false
+		}
+		return !p.info.IBHCAs.Set || p.info.IBHCAs.Uses(port.Device, port.Port)
 	}
 	if p.fabric == nil {
 		p.fabric = &rankFabric{base: map[string]uint64{}}
@@ -37,7 +49,7 @@ func emitRankFabric(set *metricSet, p *processSeries, ports []rdmasysfs.Port) {
 	var wait, errs uint64
 	var names []string
 	for _, port := range ports {
-		if !p.info.IBHCAs.Uses(port.Device, port.Port) || len(names) == maxRankPorts {
+		if !uses(port) || len(names) == maxRankPorts {
 			continue
 		}
 		names = append(names, port.Device+" port "+strconv.Itoa(port.Port)+" ("+port.Transport+")")
@@ -63,6 +75,9 @@ func emitRankFabric(set *metricSet, p *processSeries, ports []rdmasysfs.Port) {
 	}
 	sort.Strings(names)
 	detail := "NCCL_IB_HCA: " + strings.Join(names, ", ")
+	if byQP {
+		detail = "queue pairs on: " + strings.Join(names, ", ")
+	}
 	outWait, outErrs := wait, errs
 	if set.delta {
 		outWait, outErrs = wait-min(wait, f.exportedWait), errs-min(errs, f.exportedErrors)

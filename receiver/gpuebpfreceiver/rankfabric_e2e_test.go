@@ -63,3 +63,49 @@ func TestARankCarriesTheCountersOfItsRDMAPorts(t *testing.T) {
 		}
 	}
 }
+
+// Without NCCL_IB_HCA, a rank is bound to the NIC it creates queue pairs on, as NCCL's IB
+// transport does on the NICs its connections use: fakegpu-ddp's rank r opens mlx5_r of
+// four and creates a queue pair there. When mlx5_1's link takes errors, rank 1 carries
+// them, with a detail naming its NIC, and ranks 0 and 2 carry none.
+func TestARankIsBoundToTheNICItCreatesQueuePairsOn(t *testing.T) {
+	privtest.Require(t)
+	paths := fakegpu.Build(t)
+	sysfs := t.TempDir()
+	for _, dev := range []string{"mlx5_0", "mlx5_1", "mlx5_2", "mlx5_3"} {
+		writeCounters(t, sysfs, dev, "InfiniBand", map[string]uint64{"port_xmit_wait": 10, "symbol_error": 1})
+	}
+	// At their gates (libraries mapped, no call made) before the collector starts, so its
+	// first scan of /proc finds libibverbs and the queue pairs come after.
+	run := fakegpu.StartDDP(t, paths, fakegpu.DDPOptions{Ranks: 3, Steps: 100000, BucketBytes: 4096, IB: true, Gate: true,
+		Env: []string{"FAKEIBV_DEVICES=4"}})
+	sink, _ := startNodeCollector(t, nodeConfig("collection_interval: 300ms\nlogs:\n  policy: none\nrdma:\n  sysfs_root: ${env:SYSFS}\n  poll_interval: 200ms", false),
+		"SYSFS="+sysfs)
+	if err := run.Release(); err != nil {
+		t.Fatal(err)
+	}
+	key := func(metric, dev string) string {
+		return seriesKey(metric, attrs(semconv.SignalDetail, "queue pairs on: "+dev+" port 1 (infiniband)"))
+	}
+
+	for r, rank := range run.Ranks {
+		dev := []string{"mlx5_0", "mlx5_1", "mlx5_2"}[r]
+		waitFor(t, sink, rank.Pid, "its binding to "+dev, func(v processView) bool { _, ok := v.series[key(semconv.MetricRankRDMAErrors, dev)]; return ok })
+	}
+	writeCounters(t, sysfs, "mlx5_1", "InfiniBand", map[string]uint64{"port_xmit_wait": 10 + 700, "symbol_error": 1 + 4})
+	waitFor(t, sink, run.Ranks[1].Pid, "mlx5_1's new counts (700 credit-wait ticks, 4 errors) on rank 1", func(v processView) bool {
+		return v.series[key(semconv.MetricRankRDMAXmitWait, "mlx5_1")].value == 700 && v.series[key(semconv.MetricRankRDMAErrors, "mlx5_1")].value == 4
+	})
+	for _, r := range []int{0, 2} {
+		dev := []string{"mlx5_0", "", "mlx5_2"}[r]
+		v := view(sink, run.Ranks[r].Pid)
+		if v.value(t, key(semconv.MetricRankRDMAXmitWait, dev)) != 0 || v.value(t, key(semconv.MetricRankRDMAErrors, dev)) != 0 {
+			t.Errorf("rank %d on %s carries mlx5_1's counts", r, dev)
+		}
+		for k := range v.series {
+			if strings.HasPrefix(k, "fathom.rank.rdma.") && !strings.Contains(k, dev) {
+				t.Errorf("rank %d carries %s", r, k)
+			}
+		}
+	}
+}

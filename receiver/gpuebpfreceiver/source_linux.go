@@ -213,6 +213,14 @@ type libraryMapping struct {
 	mappedAt uint64 // CLOCK_MONOTONIC ns of the mmap's return
 }
 
+// RDMAQueuePair passes a queue pair on to the aggregator, which binds ranks to the NICs
+// they send over (an optional handler method is not promoted through the embedding).
+func (w execWatcher) RDMAQueuePair(ev *probes.RDMAQueuePair) {
+	if qh, ok := w.Handler.(probes.QueuePairHandler); ok {
+		qh.RDMAQueuePair(ev)
+	}
+}
+
 // LibraryMapped queues the mapping for the attach loop; the reader must not wait for
 // an attach, which reads the library's symbols and makes a uprobe per function.
 func (w execWatcher) LibraryMapped(ev *probes.LibraryMapped) {
@@ -355,6 +363,14 @@ func (s *ebpfSource) releaseCallStats(st *probes.ProcessCallStats) error {
 }
 
 func (s *ebpfSource) forgetPages(pid uint32) error { return s.probes.ForgetPageAllocs(pid) }
+
+func (s *ebpfSource) selectedDevices() map[uint32]int32 {
+	devices, err := s.probes.SelectedDevices()
+	if err != nil {
+		s.logger.Debug("cannot read the devices processes selected", zap.Error(err))
+	}
+	return devices
+}
 
 func (s *ebpfSource) setNotableThreshold(api uint32, ns uint64) error {
 	return s.probes.SetNotableThreshold(api, ns)

@@ -110,4 +110,6 @@ func (s *syntheticSource) releaseCallStats(*probes.ProcessCallStats) error { ret
 
 func (s *syntheticSource) forgetPages(uint32) error { return nil }
 
+func (s *syntheticSource) selectedDevices() map[uint32]int32 { return nil }
+
 func (s *syntheticSource) setNotableThreshold(uint32, uint64) error { return nil }

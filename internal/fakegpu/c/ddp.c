@@ -83,7 +83,8 @@ static const struct flag flags[] = {
 	 "the slow rank is slow only in steps that start while PATH exists (from --slow-from-step on): "
 	 "a test turns a slowdown on and off mid-run"},
 	{"ring-bytes", OPT_LONG, &opt.ring_bytes, "per step, send this many bytes to rank+1 and receive from rank-1"},
-	{"ib", OPT_FLAG, &opt.ib, "open the first verbs device and wait for its async events on a thread"},
+	{"ib", OPT_FLAG, &opt.ib,
+	 "open verbs device local_rank mod devices, create a queue pair on it, and wait for its async events on a thread"},
 	{"no-nccl", OPT_FLAG, &opt.no_nccl,
 	 "replicas that never call NCCL (inference, or jobs that synchronise some other way): each step is host work, kernels and a sync"},
 	{"rank-env", OPT_STRING, &opt.rank_env,
@@ -252,7 +253,7 @@ static int spawn_ranks(int argc, char **argv)
 	X(cudaFree) X(cudaMemcpy) X(cudaLaunchKernel) X(cudaStreamSynchronize) X(ncclCommInitRank)        \
 	X(ncclCommCount) X(ncclCommUserRank) X(ncclCommDestroy) X(ncclAllReduce) X(ncclGroupStart)        \
 	X(ncclGroupEnd) X(ncclSend) X(ncclRecv) X(ibv_get_device_list) X(ibv_open_device)                 \
-	X(ibv_free_device_list)
+	X(ibv_free_device_list) X(ibv_alloc_pd) X(ibv_create_qp)
 #define AS_ENUM(name) API_##name,
 #define AS_NAME(name) #name,
 enum api { APIS(AS_ENUM) API_COUNT };
@@ -442,11 +443,25 @@ static int run_rank(void)
 		record(API_ibv_get_device_list, t0);
 		if (!list || ndev < 1)
 			die(1, "rank %d: no verbs device", rank);
+		/* Like NCCL, each rank sends over the NIC next to its GPU: device
+		 * local_rank modulo the devices, with a queue pair on it. */
 		t0 = now_ns();
-		struct ibv_context *ib_ctx = ibv_open_device(list[0]);
+		struct ibv_context *ib_ctx = ibv_open_device(list[local_rank % ndev]);
 		record(API_ibv_open_device, t0);
 		if (!ib_ctx)
 			die(1, "rank %d: ibv_open_device: %s", rank, strerror(errno));
+		t0 = now_ns();
+		struct ibv_pd *pd = ibv_alloc_pd(ib_ctx);
+		record(API_ibv_alloc_pd, t0);
+		if (!pd)
+			die(1, "rank %d: ibv_alloc_pd: %s", rank, strerror(errno));
+		struct ibv_qp_init_attr qp_attr = {.cap = {.max_send_wr = 64, .max_recv_wr = 64, .max_send_sge = 1, .max_recv_sge = 1},
+		                                   .qp_type = IBV_QPT_RC};
+		t0 = now_ns();
+		struct ibv_qp *qp = ibv_create_qp(pd, &qp_attr);
+		record(API_ibv_create_qp, t0);
+		if (!qp)
+			die(1, "rank %d: ibv_create_qp: %s", rank, strerror(errno));
 		t0 = now_ns();
 		ibv_free_device_list(list);
 		record(API_ibv_free_device_list, t0);

@@ -122,8 +122,14 @@ static int physical_gpu(int device)
 	return device;
 }
 
+/* FAKEGPU_BOARD_HIDDEN=1 keeps the process off the fake NVML's process lists, as a
+ * driver shows no processes to a container that does not share its pid namespace: the
+ * process still runs on (and is paced by) the GPU it selected. */
 static void write_entry(void)
 {
+	const char *hidden = getenv("FAKEGPU_BOARD_HIDDEN");
+	if (hidden && !strcmp(hidden, "1"))
+		return;
 	char path[8192];
 	snprintf(path, sizeof path, "%s/gpu%d.procs", board_dir, board_gpu);
 	mkdir(path, 0755);

@@ -74,6 +74,45 @@ struct ibv_context {
 	void *abi_compat;
 };
 
+/* rdma-core's protection domain and queue pair, as far as the probes read them: both
+ * start with the context, whose device names the NIC. */
+struct ibv_pd {
+	struct ibv_context *context;
+	uint32_t handle;
+};
+
+struct ibv_qp_cap {
+	uint32_t max_send_wr, max_recv_wr, max_send_sge, max_recv_sge, max_inline_data;
+};
+
+enum ibv_qp_type { IBV_QPT_RC = 2, IBV_QPT_UC, IBV_QPT_UD };
+
+struct ibv_qp_init_attr {
+	void *qp_context;
+	struct ibv_cq *send_cq;
+	struct ibv_cq *recv_cq;
+	struct ibv_srq *srq;
+	struct ibv_qp_cap cap;
+	enum ibv_qp_type qp_type;
+	int sq_sig_all;
+};
+
+struct ibv_qp {
+	struct ibv_context *context;
+	void *qp_context;
+	struct ibv_pd *pd;
+	struct ibv_cq *send_cq;
+	struct ibv_cq *recv_cq;
+	struct ibv_srq *srq;
+	uint32_t handle;
+	uint32_t qp_num;
+	int state;
+	enum ibv_qp_type qp_type;
+	pthread_mutex_t mutex;
+	pthread_cond_t cond;
+	uint32_t events_completed;
+};
+
 FAKEGPU_API struct ibv_device **ibv_get_device_list(int *num_devices);
 FAKEGPU_API void ibv_free_device_list(struct ibv_device **list);
 FAKEGPU_API const char *ibv_get_device_name(struct ibv_device *device);
@@ -81,10 +120,16 @@ FAKEGPU_API struct ibv_context *ibv_open_device(struct ibv_device *device);
 FAKEGPU_API int ibv_close_device(struct ibv_context *context);
 FAKEGPU_API int ibv_get_async_event(struct ibv_context *context, struct ibv_async_event *event);
 FAKEGPU_API void ibv_ack_async_event(struct ibv_async_event *event);
+FAKEGPU_API struct ibv_pd *ibv_alloc_pd(struct ibv_context *context);
+FAKEGPU_API int ibv_dealloc_pd(struct ibv_pd *pd);
+FAKEGPU_API struct ibv_qp *ibv_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *attr);
+FAKEGPU_API int ibv_destroy_qp(struct ibv_qp *qp);
 
 _Static_assert(sizeof(struct ibv_async_event) == 16, "ibv_async_event");
 _Static_assert(offsetof(struct ibv_async_event, event_type) == 8, "ibv_async_event.event_type");
 _Static_assert(offsetof(struct ibv_device, name) == 24, "ibv_device.name");
+_Static_assert(offsetof(struct ibv_pd, context) == 0, "ibv_pd.context");
+_Static_assert(offsetof(struct ibv_qp, qp_num) == 52, "ibv_qp.qp_num");
 _Static_assert(offsetof(struct ibv_context, cmd_fd) == 264, "ibv_context.cmd_fd");
 _Static_assert(offsetof(struct ibv_context, async_fd) == 268, "ibv_context.async_fd");
 

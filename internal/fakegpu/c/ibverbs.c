@@ -2,7 +2,10 @@
  * libibverbs.so.1: enough of the verbs API for an RDMA-using process (NCCL's IB transport)
  * to find a device and wait for its asynchronous events, which tests inject by hand.
  *
- * FAKEIBV_DEVICES (default 1) devices are listed as mlx5_0, mlx5_1, ... When
+ * FAKEIBV_DEVICES (default 1) devices are listed as mlx5_0, mlx5_1, ... A process can
+ * allocate a protection domain and create queue pairs on a device, as NCCL's IB
+ * transport does on the NICs it uses: that is where a probe learns which NIC a rank
+ * sends over. The queue pairs carry nothing. When
  * FAKEIBV_EVENT_FIFO names a path, ibv_open_device creates that FIFO if needed and
  * ibv_get_async_event blocks reading lines from it: "EVENT_TYPE [PORT]", the numeric
  * enum ibv_event_type value, e.g. `echo 10 1 > fifo` for IBV_EVENT_PORT_ERR on port 1.
@@ -194,4 +197,66 @@ FAKEGPU_API void ibv_ack_async_event(struct ibv_async_event *event)
 {
 	enter();
 	(void)event;
+}
+
+FAKEGPU_API struct ibv_pd *ibv_alloc_pd(struct ibv_context *context)
+{
+	enter();
+	if (!context) {
+		errno = EINVAL;
+		return NULL;
+	}
+	struct ibv_pd *pd = calloc(1, sizeof(*pd));
+	if (!pd) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	pd->context = context;
+	return pd;
+}
+
+FAKEGPU_API int ibv_dealloc_pd(struct ibv_pd *pd)
+{
+	enter();
+	if (!pd)
+		return EINVAL;
+	free(pd);
+	return 0;
+}
+
+FAKEGPU_API struct ibv_qp *ibv_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *attr)
+{
+	static uint32_t next_qp_num = 0x100;
+	enter();
+	if (!pd || !attr) {
+		errno = EINVAL;
+		return NULL;
+	}
+	struct ibv_qp *qp = calloc(1, sizeof(*qp));
+	if (!qp) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	qp->context = pd->context;
+	qp->qp_context = attr->qp_context;
+	qp->pd = pd;
+	qp->send_cq = attr->send_cq;
+	qp->recv_cq = attr->recv_cq;
+	qp->srq = attr->srq;
+	qp->qp_num = __atomic_fetch_add(&next_qp_num, 1, __ATOMIC_RELAXED);
+	qp->qp_type = attr->qp_type;
+	pthread_mutex_init(&qp->mutex, NULL);
+	pthread_cond_init(&qp->cond, NULL);
+	return qp;
+}
+
+FAKEGPU_API int ibv_destroy_qp(struct ibv_qp *qp)
+{
+	enter();
+	if (!qp)
+		return EINVAL;
+	pthread_mutex_destroy(&qp->mutex);
+	pthread_cond_destroy(&qp->cond);
+	free(qp);
+	return 0;
 }

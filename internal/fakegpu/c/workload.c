@@ -8,6 +8,7 @@
  * runs in step floor(j * steps / N), so the first item of anything runs in step 0.
  */
 #define _GNU_SOURCE
+#include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -18,6 +19,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -49,6 +52,8 @@ struct options {
 	const char *wait_file, *ready_file;
 	long stall_ms;
 	const char *stall_in;
+	const char *tcp_send;
+	long tcp_bytes;
 	long help;
 };
 
@@ -58,7 +63,7 @@ static struct options opt = {
 	.alloc_bytes = 1 << 20, .graph_kernels = 8,
 	.kernel_us = -1, .launch_us = -1, .gbps = -1,
 	.pin_cpu = -1, .fork_work_us = 2000, .io_every_ms = 100,
-	.wait_timeout_ms = 120000, .stall_in = "stream-sync",
+	.wait_timeout_ms = 120000, .stall_in = "stream-sync", .tcp_bytes = 4096,
 };
 
 #define L(field) OPT_LONG, &opt.field
@@ -127,6 +132,8 @@ static const struct flag flags[] = {
 	{"ready-file", S(ready_file), "written ({\"pid\":..,\"tid\":..}) when the gate is reached"},
 	{"stall-ms", L(stall_ms), "after the loop, launch one kernel this long and block on it"},
 	{"stall-in", S(stall_in), "where the stall blocks: stream-sync, device-sync, event-sync, memcpy"},
+	{"tcp-send", S(tcp_send), "IPv4 HOST:PORT: after the gate, connect and send --tcp-bytes each step (as NCCL's socket transport sends a rank's share)"},
+	{"tcp-bytes", L(tcp_bytes), "bytes sent per step with --tcp-send"},
 	{"help", F(help), "print this help"},
 };
 
@@ -805,6 +812,24 @@ static void set_env_knob(const char *name, double value)
 	setenv(name, buf, 1);
 }
 
+/* tcp_connect connects to an IPv4 "HOST:PORT", or dies. */
+static int tcp_connect(const char *addr)
+{
+	char host[64];
+	const char *colon = strrchr(addr, ':');
+	if (!colon || (size_t)(colon - addr) >= sizeof(host))
+		die(2, "--tcp-send %s: want HOST:PORT", addr);
+	memcpy(host, addr, (size_t)(colon - addr));
+	host[colon - addr] = 0;
+	struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)atoi(colon + 1))};
+	if (inet_pton(AF_INET, host, &sa.sin_addr) != 1)
+		die(2, "--tcp-send %s: not an IPv4 address", addr);
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (fd < 0 || connect(fd, (struct sockaddr *)&sa, sizeof(sa)) != 0)
+		die(1, "--tcp-send %s: %s", addr, strerror(errno));
+	return fd;
+}
+
 static void *dispatcher_main(void *arg)
 {
 	(void)arg;
@@ -826,10 +851,23 @@ static void *dispatcher_main(void *arg)
 
 	struct buffers b = {0};
 	setup(&b);
+	int tcp = opt.tcp_send ? tcp_connect(opt.tcp_send) : -1;
+	char *tcp_buf = tcp >= 0 ? calloc(1, (size_t)opt.tcp_bytes) : NULL;
 	long sync_seq = 0, driver_sync_seq = 0;
 	uint64_t next_io = now_ns() + (uint64_t)opt.io_every_ms * 1000000ull;
-	for (long step = 0; step < opt.steps; step++)
+	for (long step = 0; step < opt.steps; step++) {
 		run_step(&b, step, &sync_seq, &driver_sync_seq, &next_io);
+		for (long sent = 0; tcp_buf && sent < opt.tcp_bytes;) {
+			ssize_t n = send(tcp, tcp_buf + sent, (size_t)(opt.tcp_bytes - sent), MSG_NOSIGNAL);
+			if (n <= 0)
+				die(1, "tcp send: %s", strerror(errno));
+			sent += n;
+		}
+	}
+	if (tcp >= 0) {
+		close(tcp);
+		free(tcp_buf);
+	}
 	if (opt.stall_ms)
 		stall(&b);
 	teardown(&b);
