@@ -285,3 +285,39 @@ func BenchmarkArrivalRecords(b *testing.B) {
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*nodes*perNode), "ns/record")
 }
+
+// A rank whose arrival lags stop (its node's records paused) while its device wait keeps
+// coming is not called silent: silence is judged on what the nodes send, and a gateway
+// signal that pauses for one rank only leaves it out of that signal's comparison.
+func TestAPauseInOneRanksArrivalLagIsNotSilence(t *testing.T) {
+	cfg := createDefaultConfig()
+	cfg.SilentAfter = 5 * time.Second
+	det := newDetector(cfg)
+	wait, lag := 0, 0
+	for i, sig := range cfg.Signals {
+		switch sig.Metric {
+		case semconv.MetricRankDeviceWait:
+			wait = i
+		case semconv.MetricRankArrivalLag:
+			lag = i
+		}
+	}
+	start := time.Unix(1_800_000_000, 0)
+	key := cohortKey{"c1", "nccl:1"}
+	var events []event
+	for i := 1; i <= 30; i++ {
+		end := start.Add(time.Duration(i) * time.Second)
+		for rank := range int64(6) {
+			det.observe(point{cohort: key, node: "n", rank: rank, pid: 100 + rank, signal: wait, cumulative: true,
+				value: 0.3 * float64(i), start: start.UnixNano(), ts: end.UnixNano()}, end)
+			if rank != 2 || i <= 10 {
+				det.observe(point{cohort: key, node: "n", rank: rank, pid: 100 + rank, signal: lag, gauge: true,
+					value: 0.0001 * float64(rank%2), ts: end.UnixNano()}, end)
+			}
+		}
+		events = append(events, det.evaluate(end).events...)
+	}
+	if len(events) != 0 {
+		t.Errorf("events: %+v, want none", events)
+	}
+}

@@ -318,6 +318,12 @@ func (d *detector) evaluateSignal(c *cohort, sig int, now time.Time, out *evalua
 		ev := event{cohort: c.key, job: r.job, node: r.node, rank: rank, signal: sig, value: s.latest.value,
 			median: median, threshold: threshold, at: now, gauge: s.latest.gauge, detail: s.latest.detail}
 		if now.Sub(s.latest.received) > cfg.SilentAfter {
+			if gatewayOnly[signal.Metric] {
+				// The gateway's own signals come from records, which can pause for
+				// one rank (a node's record budget) while its metrics flow: silence
+				// is judged on what the nodes send themselves.
+				continue
+			}
 			// Silent while its cohort keeps reporting: the unreachable node is often
 			// the one in trouble.
 			if !r.silent && warm {
