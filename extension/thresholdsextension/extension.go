@@ -238,10 +238,11 @@ func (e *thresholds) GetHTTPRoundTripper(context.Context) (extensionmiddleware.W
 			// A round tripper must not change the request it is given: the stamp goes
 			// on a copy (the body is shared, as Clone does).
 			r = r.Clone(r.Context())
-			r.Header.Set(pushback.ClockHTTPHeader, pushback.FormatClockRequest(wallclock.Now()))
+			sent := wallclock.Now()
+			r.Header.Set(pushback.ClockHTTPHeader, pushback.FormatClockRequest(sent))
 			resp, err := next.RoundTrip(r)
 			if err == nil {
-				e.readClock(resp.Header.Get(pushback.ClockHTTPHeader))
+				e.readClock(resp.Header.Get(pushback.ClockHTTPHeader), sent)
 				if v := resp.Header.Get(pushback.HTTPHeader); v != "" {
 					_ = e.take(r.Context(), v, true)
 				}
@@ -261,10 +262,11 @@ func (f roundTripper) RoundTrip(r *http.Request) (*http.Response, error) { retur
 func (e *thresholds) GetGRPCClientOptions(context.Context) ([]grpc.DialOption, error) {
 	return []grpc.DialOption{grpc.WithChainUnaryInterceptor(func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
 		var md metadata.MD
-		ctx = metadata.AppendToOutgoingContext(ctx, pushback.ClockMetadataKey, pushback.FormatClockRequest(wallclock.Now()))
+		sent := wallclock.Now()
+		ctx = metadata.AppendToOutgoingContext(ctx, pushback.ClockMetadataKey, pushback.FormatClockRequest(sent))
 		err := invoker(ctx, method, req, reply, cc, append(opts, grpc.Header(&md))...)
 		if vs := md.Get(pushback.ClockMetadataKey); len(vs) > 0 {
-			e.readClock(vs[len(vs)-1])
+			e.readClock(vs[len(vs)-1], sent)
 		}
 		if vs := md.Get(pushback.MetadataKey); len(vs) > 0 {
 			_ = e.take(ctx, vs[len(vs)-1], true)
@@ -282,11 +284,12 @@ func clockStamp(ctx context.Context) (int64, bool) {
 	return 0, false
 }
 
-// readClock takes the gateway's answer to the clock stamp this export carried; an
-// answer without one (an older gateway, a proxy that strips it) changes nothing.
-func (e *thresholds) readClock(v string) {
+// readClock takes the gateway's answer to the clock stamp this export carried (sent);
+// an answer without one (an older gateway, a proxy that strips it) or to another stamp
+// changes nothing.
+func (e *thresholds) readClock(v string, sent time.Time) {
 	t4 := wallclock.Now()
-	if t1, t2, t3, ok := pushback.ParseClockAnswer(v); ok {
+	if t1, t2, t3, ok := pushback.ParseClockAnswer(v); ok && t1 == sent.UnixNano() {
 		e.clock.Add(t1, t2, t3, t4.UnixNano(), time.Now())
 	}
 }
