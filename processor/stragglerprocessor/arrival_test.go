@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"go.opentelemetry.io/collector/consumer/consumertest"
 	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.opentelemetry.io/collector/pdata/plog"
 	"go.opentelemetry.io/collector/pdata/pmetric"
@@ -70,29 +69,15 @@ func clockRequest(node string, offset time.Duration) pmetric.Metrics {
 // gauges by rank.
 func arrivalScenario(t *testing.T, sayClock bool) (string, map[int64]float64, *straggler) {
 	t.Helper()
-	cfg := createDefaultConfig()
-	cfg.EvaluationInterval = time.Hour // evaluated by hand, on the test's clock
-	set := processortest.NewNopSettings(metadata.Type)
-	metricsOut, logsOut := new(consumertest.MetricsSink), new(consumertest.LogsSink)
+	p := startPipelines(t, processortest.NewNopSettings(metadata.Type), createDefaultConfig())
+	mp, lp, s, metricsOut, logsOut := p.metrics, p.logs, p.s, p.metricsOut, p.logsOut
 	ctx := context.Background()
-	mp, err := NewFactory().CreateMetrics(ctx, set, cfg, metricsOut)
-	if err != nil {
-		t.Fatal(err)
-	}
-	lp, err := NewFactory().CreateLogs(ctx, set, cfg, logsOut)
-	if err != nil {
-		t.Fatal(err)
-	}
 	t.Cleanup(func() { _ = mp.Shutdown(ctx); _ = lp.Shutdown(ctx) })
-	instances.Lock()
-	s := instances.byID[set.ID].straggler
-	instances.Unlock()
-	var clock time.Time
-	s.now = func() time.Time { return clock }
 	start := time.Unix(1_800_000_000, 0)
 	var seq int64
 	for i := 1; i <= 20; i++ {
-		clock = start.Add(time.Duration(i) * time.Second)
+		p.clock = start.Add(time.Duration(i) * time.Second)
+		clock := p.clock
 		var seqs []int64
 		for range 50 {
 			seq += 16

@@ -582,26 +582,11 @@ func (s *straggler) timeLost(md pmetric.Metrics, lost []timeLost) {
 		}
 		worst[k] = l
 	}
-	byCohort := map[cohortKey]pmetric.NumberDataPointSlice{}
+	points := perCohort{md: md, name: semconv.MetricStragglerTimeLost,
+		desc: "GPU time the rank's peers spent waiting for it while it was flagged", deltaSum: true}
 	for _, k := range order {
 		l := worst[k]
-		dps, ok := byCohort[l.cohort]
-		if !ok {
-			rm := md.ResourceMetrics().AppendEmpty()
-			cohortResource(rm.Resource().Attributes(), l.cohort, l.job)
-			sm := rm.ScopeMetrics().AppendEmpty()
-			sm.Scope().SetName(scopeName)
-			m := sm.Metrics().AppendEmpty()
-			m.SetName(semconv.MetricStragglerTimeLost)
-			m.SetUnit("s")
-			m.SetDescription("GPU time the rank's peers spent waiting for it while it was flagged")
-			sum := m.SetEmptySum()
-			sum.SetIsMonotonic(true)
-			sum.SetAggregationTemporality(pmetric.AggregationTemporalityDelta)
-			dps = sum.DataPoints()
-			byCohort[l.cohort] = dps
-		}
-		dp := dps.AppendEmpty()
+		dp := points.add(l.cohort, l.job)
 		dp.SetStartTimestamp(pcommon.NewTimestampFromTime(l.start))
 		dp.SetTimestamp(pcommon.NewTimestampFromTime(l.end))
 		dp.SetDoubleValue(l.gpuSeconds)
@@ -615,6 +600,43 @@ func (s *straggler) timeLost(md pmetric.Metrics, lost []timeLost) {
 	}
 }
 
+// perCohort writes one metric in seconds (a gauge, or a delta sum) as one resource per
+// cohort, a point per rank.
+type perCohort struct {
+	md         pmetric.Metrics
+	name, desc string
+	deltaSum   bool
+	byCohort   map[cohortKey]pmetric.NumberDataPointSlice
+}
+
+// add returns a new point of the cohort's metric.
+func (c *perCohort) add(key cohortKey, job string) pmetric.NumberDataPoint {
+	if c.byCohort == nil {
+		c.byCohort = map[cohortKey]pmetric.NumberDataPointSlice{}
+	}
+	dps, ok := c.byCohort[key]
+	if !ok {
+		rm := c.md.ResourceMetrics().AppendEmpty()
+		cohortResource(rm.Resource().Attributes(), key, job)
+		sm := rm.ScopeMetrics().AppendEmpty()
+		sm.Scope().SetName(scopeName)
+		m := sm.Metrics().AppendEmpty()
+		m.SetName(c.name)
+		m.SetUnit("s")
+		m.SetDescription(c.desc)
+		if c.deltaSum {
+			sum := m.SetEmptySum()
+			sum.SetIsMonotonic(true)
+			sum.SetAggregationTemporality(pmetric.AggregationTemporalityDelta)
+			dps = sum.DataPoints()
+		} else {
+			dps = m.SetEmptyGauge().DataPoints()
+		}
+		c.byCohort[key] = dps
+	}
+	return dps.AppendEmpty()
+}
+
 // rankValue is one rank's value of a signal the gateway makes (arrival lag).
 type rankValue struct {
 	cohort    cohortKey
@@ -626,22 +648,10 @@ type rankValue struct {
 // arrivalLags writes each rank's arrival lag of this evaluation, one resource per
 // cohort with the rank and its node on the point, like the other gauges.
 func (s *straggler) arrivalLags(md pmetric.Metrics, lags []rankValue, now time.Time) {
-	byCohort := map[cohortKey]pmetric.NumberDataPointSlice{}
+	points := perCohort{md: md, name: semconv.MetricRankArrivalLag,
+		desc: "How long after the median rank this rank entered the sampled collectives, clocks corrected (mean since the last evaluation)"}
 	for _, l := range lags {
-		dps, ok := byCohort[l.cohort]
-		if !ok {
-			rm := md.ResourceMetrics().AppendEmpty()
-			cohortResource(rm.Resource().Attributes(), l.cohort, l.job)
-			sm := rm.ScopeMetrics().AppendEmpty()
-			sm.Scope().SetName(scopeName)
-			m := sm.Metrics().AppendEmpty()
-			m.SetName(semconv.MetricRankArrivalLag)
-			m.SetUnit("s")
-			m.SetDescription("How long after the median rank this rank entered the sampled collectives, clocks corrected (mean since the last evaluation)")
-			dps = m.SetEmptyGauge().DataPoints()
-			byCohort[l.cohort] = dps
-		}
-		dp := dps.AppendEmpty()
+		dp := points.add(l.cohort, l.job)
 		dp.SetTimestamp(pcommon.NewTimestampFromTime(now))
 		dp.SetDoubleValue(l.value)
 		dp.Attributes().PutInt(semconv.Rank, l.rank)

@@ -63,33 +63,11 @@ func TestTheGatewayFlagsASlowRankThroughItsPipelines(t *testing.T) {
 	reader := sdkmetric.NewManualReader()
 	set := processortest.NewNopSettings(metadata.Type)
 	set.MeterProvider = sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
-	cfg := createDefaultConfig()
-	cfg.EvaluationInterval = time.Hour // evaluated by hand below, on the test's clock
-	metricsOut, logsOut := new(consumertest.MetricsSink), new(consumertest.LogsSink)
+	p := startPipelines(t, set, createDefaultConfig())
+	mp, lp, s, metricsOut, logsOut := p.metrics, p.logs, p.s, p.metricsOut, p.logsOut
 	ctx := context.Background()
-	mp, err := NewFactory().CreateMetrics(ctx, set, cfg, metricsOut)
-	if err != nil {
-		t.Fatal(err)
-	}
-	lp, err := NewFactory().CreateLogs(ctx, set, cfg, logsOut)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, c := range []interface {
-		Start(context.Context, component.Host) error
-	}{mp, lp} {
-		if err := c.Start(ctx, componenttest.NewNopHost()); err != nil {
-			t.Fatal(err)
-		}
-	}
-	instances.Lock()
-	s := instances.byID[set.ID].straggler
-	instances.Unlock()
-	var clock time.Time
-	s.now = func() time.Time { return clock }
-
 	start := time.Unix(1_800_000_000, 0)
-	sent := slowRankScenario(t, mp, s, start, func(c time.Time) { clock = c })
+	sent := slowRankScenario(t, mp, s, start, func(c time.Time) { p.clock = c })
 	// The nodes' requests, each passed on as it came, then gauge batches.
 	all := metricsOut.AllMetrics()
 	passed := 0
@@ -285,45 +263,61 @@ func TestTheProcessorEvaluatesOnItsOwn(t *testing.T) {
 	}
 }
 
-// With pass_through off (a gateway that runs the loop and leaves storing to others),
-// the nodes' requests and records stop here and only what the processor writes goes on:
-// its gauges, and the record that names rank 5.
-func TestPassThroughOffForwardsOnlyWhatTheProcessorWrites(t *testing.T) {
-	set := processortest.NewNopSettings(metadata.Type)
-	cfg := createDefaultConfig()
-	cfg.PassThrough = false
-	cfg.EvaluationInterval = time.Hour
-	metricsOut, logsOut := new(consumertest.MetricsSink), new(consumertest.LogsSink)
+// pipelines is one straggler processor in a metrics and a logs pipeline, as a collector
+// runs it, evaluated by hand on the test's clock.
+type pipelines struct {
+	metrics    processor.Metrics
+	logs       processor.Logs
+	s          *straggler
+	metricsOut *consumertest.MetricsSink
+	logsOut    *consumertest.LogsSink
+	clock      time.Time
+}
+
+func startPipelines(t *testing.T, set processor.Settings, cfg *Config) *pipelines {
+	t.Helper()
+	cfg.EvaluationInterval = time.Hour // evaluated by hand, on the test's clock
+	p := &pipelines{metricsOut: new(consumertest.MetricsSink), logsOut: new(consumertest.LogsSink)}
 	ctx := context.Background()
-	mp, err := NewFactory().CreateMetrics(ctx, set, cfg, metricsOut)
-	if err != nil {
+	var err error
+	if p.metrics, err = NewFactory().CreateMetrics(ctx, set, cfg, p.metricsOut); err != nil {
 		t.Fatal(err)
 	}
-	lp, err := NewFactory().CreateLogs(ctx, set, cfg, logsOut)
-	if err != nil {
+	if p.logs, err = NewFactory().CreateLogs(ctx, set, cfg, p.logsOut); err != nil {
 		t.Fatal(err)
 	}
 	for _, c := range []interface {
 		Start(context.Context, component.Host) error
-		Shutdown(context.Context) error
-	}{mp, lp} {
+	}{p.metrics, p.logs} {
 		if err := c.Start(ctx, componenttest.NewNopHost()); err != nil {
 			t.Fatal(err)
 		}
-		defer c.Shutdown(ctx)
 	}
 	instances.Lock()
-	s := instances.byID[set.ID].straggler
+	p.s = instances.byID[set.ID].straggler
 	instances.Unlock()
-	var clock time.Time
-	s.now = func() time.Time { return clock }
+	p.s.now = func() time.Time { return p.clock }
+	return p
+}
+
+// With pass_through off (a gateway that runs the loop and leaves storing to others),
+// the nodes' requests and records stop here and only what the processor writes goes on:
+// its gauges, and the record that names rank 5.
+func TestPassThroughOffForwardsOnlyWhatTheProcessorWrites(t *testing.T) {
+	cfg := createDefaultConfig()
+	cfg.PassThrough = false
+	p := startPipelines(t, processortest.NewNopSettings(metadata.Type), cfg)
+	mp, lp, s, metricsOut, logsOut := p.metrics, p.logs, p.s, p.metricsOut, p.logsOut
+	ctx := context.Background()
+	defer mp.Shutdown(ctx)
+	defer lp.Shutdown(ctx)
 	start := time.Unix(1_800_000_000, 0)
 	node := plog.NewLogs()
 	node.ResourceLogs().AppendEmpty().ScopeLogs().AppendEmpty().LogRecords().AppendEmpty().Body().SetStr("a node's record")
 	if err := lp.ConsumeLogs(ctx, node); err != nil {
 		t.Fatal(err)
 	}
-	slowRankScenario(t, mp, s, start, func(c time.Time) { clock = c })
+	slowRankScenario(t, mp, s, start, func(c time.Time) { p.clock = c })
 	gauges := 0
 	for _, md := range metricsOut.AllMetrics() {
 		for i := range md.ResourceMetrics().Len() {

@@ -195,6 +195,19 @@ func (j *job) slowDown() time.Time {
 	return time.Now()
 }
 
+// slowRankFlagged slows rank 5 down, waits until its own node and the gateway have
+// flagged it, and leaves 3 s for a wrong record to arrive.
+func (j *job) slowRankFlagged() {
+	slowed := j.slowDown()
+	self := record{Node: "node-2", Rank: slowRank, State: "straggler", Source: "node"}
+	gateway := record{Node: "node-2", Rank: slowRank, State: "straggler", Source: "gateway"}
+	j.waitRecords("rank 5's node and the gateway to flag it", 30*time.Second, func(recs []record) bool {
+		return has(recs, self) && has(recs, gateway)
+	})
+	j.t.Logf("rank 5 flagged by its node and the gateway %v after its slowdown", time.Since(slowed).Round(100*time.Millisecond))
+	time.Sleep(3 * time.Second)
+}
+
 // stragglers are the records that name a straggler (not silent, no_thresholds or
 // resolved ones).
 func stragglers(recs []record) []record {
@@ -214,25 +227,30 @@ type rankOutlier struct {
 	Lag  float64 `json:"lag"`
 }
 
-// outlierRanks asks the gateway's find_outlier_nodes tool (over HTTP) which ranks lie
-// beyond their cohort on a signal (larger is worse), worst first.
-func (l *loop) outlierRanks(signal string) []rankOutlier {
-	body := `{"signal":"` + signal + `","by":"rank","since":"10m"}`
-	req, _ := http.NewRequest(http.MethodPost, "http://"+l.api+"/api/v1/tools/find_outlier_nodes", strings.NewReader(body))
+// tool calls one of the gateway's Echo tools over HTTP, as an agent would, and decodes
+// its answer into out.
+func (l *loop) tool(name, body string, out any) {
+	req, _ := http.NewRequest(http.MethodPost, "http://"+l.api+"/api/v1/tools/"+name, strings.NewReader(body))
 	req.Header.Set("Authorization", "Bearer "+agentToken)
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		l.t.Fatalf("find_outlier_nodes: %v", err)
+		l.t.Fatalf("%s: %v", name, err)
 	}
 	defer resp.Body.Close()
 	raw, _ := io.ReadAll(resp.Body)
+	if err := json.Unmarshal(raw, out); err != nil || resp.StatusCode != 200 {
+		l.t.Fatalf("%s answered %d: %v: %s", name, resp.StatusCode, err, raw)
+	}
+}
+
+// outlierRanks asks the gateway's find_outlier_nodes tool which ranks lie beyond their
+// cohort on a signal (larger is worse), worst first.
+func (l *loop) outlierRanks(signal string) []rankOutlier {
 	var out struct {
 		Outliers []rankOutlier `json:"outliers"`
 	}
-	if err := json.Unmarshal(raw, &out); err != nil || resp.StatusCode != 200 {
-		l.t.Fatalf("find_outlier_nodes answered %d: %v: %s", resp.StatusCode, err, raw)
-	}
+	l.tool("find_outlier_nodes", `{"signal":"`+signal+`","by":"rank","since":"10m"}`, &out)
 	return out.Outliers
 }
 
@@ -246,25 +264,13 @@ type stragglerCost struct {
 	GPUHours      float64 `json:"gpu_hours"`
 }
 
-// timeLost asks the gateway's get_cost tool (over HTTP) what the straggler processor
-// measured: the GPU time each flagged rank's peers waited for it.
+// timeLost asks the gateway's get_cost tool what the straggler processor measured: the
+// GPU time each flagged rank's peers waited for it.
 func (l *loop) timeLost() []stragglerCost {
-	body := `{"signal":"fathom.straggler.time_lost","since":"10m"}`
-	req, _ := http.NewRequest(http.MethodPost, "http://"+l.api+"/api/v1/tools/get_cost", strings.NewReader(body))
-	req.Header.Set("Authorization", "Bearer "+agentToken)
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		l.t.Fatalf("get_cost: %v", err)
-	}
-	defer resp.Body.Close()
-	raw, _ := io.ReadAll(resp.Body)
 	var out struct {
 		Stragglers []stragglerCost `json:"stragglers"`
 	}
-	if err := json.Unmarshal(raw, &out); err != nil || resp.StatusCode != 200 {
-		l.t.Fatalf("get_cost answered %d: %v: %s", resp.StatusCode, err, raw)
-	}
+	l.tool("get_cost", `{"signal":"fathom.straggler.time_lost","since":"10m"}`, &out)
 	return out.Stragglers
 }
 
@@ -289,14 +295,7 @@ func TestTheSlowRankOfARealJobIsNamedByItsOwnNode(t *testing.T) {
 			if recs := j.records(); len(recs) != 0 {
 				t.Fatalf("records from a healthy job: %+v", recs)
 			}
-			slowed := j.slowDown()
-			self := record{Node: "node-2", Rank: slowRank, State: "straggler", Source: "node"}
-			gateway := record{Node: "node-2", Rank: slowRank, State: "straggler", Source: "gateway"}
-			j.waitRecords("rank 5's node and the gateway to flag it", 30*time.Second, func(recs []record) bool {
-				return has(recs, self) && has(recs, gateway)
-			})
-			t.Logf("rank 5 flagged by its node and the gateway %v after its slowdown", time.Since(slowed).Round(100*time.Millisecond))
-			time.Sleep(3 * time.Second) // room for a wrong record to arrive
+			j.slowRankFlagged()
 			for _, r := range j.records() {
 				if r.Rank != slowRank || r.Node != "node-2" || r.State != "straggler" {
 					t.Errorf("record %+v: want only records of rank 5 on node-2 being a straggler (on device wait, and on host lead when it stalls)", r)
@@ -355,14 +354,7 @@ func TestAJobWithoutNCCLIsComparedByItsJob(t *testing.T) {
 	if recs := j.signalRecords(); len(recs) != 0 {
 		t.Fatalf("records from a healthy job: %+v", recs)
 	}
-	slowed := j.slowDown()
-	self := record{Node: "node-2", Rank: slowRank, State: "straggler", Source: "node"}
-	gateway := record{Node: "node-2", Rank: slowRank, State: "straggler", Source: "gateway"}
-	j.waitRecords("rank 5's node and the gateway to flag it", 30*time.Second, func(recs []record) bool {
-		return has(recs, self) && has(recs, gateway)
-	})
-	t.Logf("replica 5 flagged by its node and the gateway %v after its slowdown", time.Since(slowed).Round(100*time.Millisecond))
-	time.Sleep(3 * time.Second) // room for a wrong record to arrive
+	j.slowRankFlagged()
 	for _, r := range j.signalRecords() {
 		if r.Rank != slowRank || r.Node != "node-2" || r.State != "straggler" || r.Signal != semconv.MetricRankLaunches {
 			t.Errorf("record %+v: want only rank 5 on node-2 named on its launch rate", r)
