@@ -25,13 +25,7 @@ func collectiveRecords(node string, ranks []int64, seqs []int64, entry func(rank
 	ld := plog.NewLogs()
 	for _, rank := range ranks {
 		rl := ld.ResourceLogs().AppendEmpty()
-		res := rl.Resource().Attributes()
-		res.PutStr(semconv.HostName, node)
-		res.PutStr(semconv.ClusterName, "c1")
-		res.PutStr(semconv.Cohort, "nccl:00000000000000aa")
-		res.PutStr(semconv.JobName, "llama")
-		res.PutInt(semconv.Rank, rank)
-		res.PutInt(semconv.ProcessPID, 4000+rank)
+		putRankResource(rl.Resource().Attributes(), node, "nccl:00000000000000aa", "llama", rank)
 		lrs := rl.ScopeLogs().AppendEmpty().LogRecords()
 		for _, seq := range seqs {
 			lr := lrs.AppendEmpty()

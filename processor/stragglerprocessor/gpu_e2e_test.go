@@ -59,14 +59,7 @@ func TestARankOnAThrottledGPUIsNamedWithTheDeviceCause(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(board, fmt.Sprintf("gpu%d", slowRank)), []byte("sm_clock=1584\nclock_event_reasons=hw_thermal\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	throttled := time.Now()
-	self := record{Node: "node-2", Rank: slowRank, State: "straggler", Source: "node"}
-	gateway := record{Node: "node-2", Rank: slowRank, State: "straggler", Source: "gateway"}
-	j.waitRecords("rank 5's node and the gateway to flag it", 30*time.Second, func(recs []record) bool {
-		return has(recs, self) && has(recs, gateway)
-	})
-	t.Logf("rank 5 flagged by its node and the gateway %v after its GPU began throttling", time.Since(throttled).Round(100*time.Millisecond))
-	time.Sleep(3 * time.Second) // room for a wrong record to arrive
+	self, gateway := j.rank5Flagged(time.Now(), "its GPU began throttling")
 	detail := fmt.Sprintf("GPU %d (GPU-fa7a0000-0000-4000-8000-%012x) SM clock 1,584 of 1,980 MHz: hw_thermal_slowdown", slowRank, slowRank)
 	for _, r := range j.signalRecords() {
 		if r.record != self && r.record != gateway {
@@ -156,32 +149,11 @@ func TestARankOnAFailingLinkIsNamedWithTheFabricCause(t *testing.T) {
 		t.Fatalf("records from a healthy job: %+v", recs)
 	}
 	failing := time.Now()
-	stop := make(chan struct{})
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		tick := time.NewTicker(200 * time.Millisecond)
-		defer tick.Stop()
-		for errors := uint64(5); ; errors += 5 {
-			select {
-			case <-stop:
-				return
-			case <-tick.C:
-				if err := writePortCounters(sysfs, fmt.Sprintf("mlx5_%d", slowRank), map[string]uint64{"symbol_error": errors}); err != nil {
-					t.Error(err)
-					return
-				}
-			}
-		}
-	}()
-	defer func() { close(stop); <-done }()
-	self := record{Node: "node-2", Rank: slowRank, State: "straggler", Source: "node"}
-	gateway := record{Node: "node-2", Rank: slowRank, State: "straggler", Source: "gateway"}
-	j.waitRecords("rank 5's node and the gateway to flag it", 30*time.Second, func(recs []record) bool {
-		return has(recs, self) && has(recs, gateway)
-	})
-	t.Logf("rank 5 flagged by its node and the gateway %v after its link began failing", time.Since(failing).Round(100*time.Millisecond))
-	time.Sleep(3 * time.Second)
+	// 5 more symbol errors every 200 ms: 25 a second.
+	defer every(t, 200*time.Millisecond, func(n int) error {
+		return writePortCounters(sysfs, fmt.Sprintf("mlx5_%d", slowRank), map[string]uint64{"symbol_error": uint64(5 * n)})
+	})()
+	self, gateway := j.rank5Flagged(failing, "its link began failing")
 	detail := fmt.Sprintf("NCCL_IB_HCA: mlx5_%d port 1 (infiniband)", slowRank)
 	for _, r := range j.signalRecords() {
 		if r.record != self && r.record != gateway {
@@ -220,31 +192,11 @@ func TestARankWhoseGPULinkReplaysIsNamed(t *testing.T) {
 		t.Fatalf("records from a healthy job: %+v", recs)
 	}
 	replaying := time.Now()
-	stop, done := make(chan struct{}), make(chan struct{})
-	go func() {
-		defer close(done)
-		tick := time.NewTicker(200 * time.Millisecond)
-		defer tick.Stop()
-		for replays := 10; ; replays += 10 {
-			select {
-			case <-stop:
-				return
-			case <-tick.C:
-				if err := write(slowRank, fmt.Sprintf("pcie_replays=%d\n", replays)); err != nil {
-					t.Error(err)
-					return
-				}
-			}
-		}
-	}()
-	defer func() { close(stop); <-done }()
-	self := record{Node: "node-2", Rank: slowRank, State: "straggler", Source: "node"}
-	gateway := record{Node: "node-2", Rank: slowRank, State: "straggler", Source: "gateway"}
-	j.waitRecords("rank 5's node and the gateway to flag it", 30*time.Second, func(recs []record) bool {
-		return has(recs, self) && has(recs, gateway)
-	})
-	t.Logf("rank 5 flagged by its node and the gateway %v after its GPU's link began replaying", time.Since(replaying).Round(100*time.Millisecond))
-	time.Sleep(3 * time.Second)
+	// 10 more replays every 200 ms: 50 a second.
+	defer every(t, 200*time.Millisecond, func(n int) error {
+		return write(slowRank, fmt.Sprintf("pcie_replays=%d\n", 10*n))
+	})()
+	self, gateway := j.rank5Flagged(replaying, "its GPU's link began replaying")
 	prefix := fmt.Sprintf("; GPU %d (GPU-fa7a0000-0000-4000-8000-%012x) since the rank started: ", slowRank, slowRank)
 	for _, r := range j.signalRecords() {
 		if r.record != self && r.record != gateway {

@@ -24,12 +24,7 @@ func gpuRequest(node string, ranks []int64, deficit map[int64]float64, ts time.T
 	md := pmetric.NewMetrics()
 	for _, rank := range ranks {
 		rm := md.ResourceMetrics().AppendEmpty()
-		res := rm.Resource().Attributes()
-		res.PutStr(semconv.HostName, node)
-		res.PutStr(semconv.ClusterName, "c1")
-		res.PutStr(semconv.Cohort, "comm-1")
-		res.PutInt(semconv.Rank, rank)
-		res.PutInt(semconv.ProcessPID, 4000+rank)
+		putRankResource(rm.Resource().Attributes(), node, "comm-1", "", rank)
 		m := rm.ScopeMetrics().AppendEmpty().Metrics().AppendEmpty()
 		m.SetName(semconv.MetricRankGPUClockDeficit)
 		dp := m.SetEmptyGauge().DataPoints().AppendEmpty()

@@ -22,19 +22,26 @@ import (
 	"github.com/fathom-gpu/fathom/processor/stragglerprocessor/internal/metadata"
 )
 
+// putRankResource fills a rank process's resource as the gpuebpf receiver does, in
+// cluster c1 with pid 4000+rank; an empty job leaves fathom.job.name out.
+func putRankResource(res pcommon.Map, node, cohort, job string, rank int64) {
+	res.PutStr(semconv.HostName, node)
+	res.PutStr(semconv.ClusterName, "c1")
+	res.PutStr(semconv.Cohort, cohort)
+	if job != "" {
+		res.PutStr(semconv.JobName, job)
+	}
+	res.PutInt(semconv.Rank, rank)
+	res.PutInt(semconv.ProcessPID, 4000+rank)
+}
+
 // nodeRequest is one node collector's export: a resource per rank process with its
 // cumulative device wait, as the gpuebpf receiver sends it.
 func nodeRequest(node string, ranks []int64, totals map[int64]float64, start, ts time.Time) pmetric.Metrics {
 	md := pmetric.NewMetrics()
 	for _, rank := range ranks {
 		rm := md.ResourceMetrics().AppendEmpty()
-		res := rm.Resource().Attributes()
-		res.PutStr(semconv.HostName, node)
-		res.PutStr(semconv.ClusterName, "c1")
-		res.PutStr(semconv.Cohort, "comm-1")
-		res.PutStr(semconv.JobName, "llama")
-		res.PutInt(semconv.Rank, rank)
-		res.PutInt(semconv.ProcessPID, 4000+rank)
+		putRankResource(rm.Resource().Attributes(), node, "comm-1", "llama", rank)
 		ms := rm.ScopeMetrics().AppendEmpty().Metrics()
 		other := ms.AppendEmpty() // passes through, not a signal
 		other.SetName(semconv.MetricCUDAAPICalls)

@@ -195,17 +195,44 @@ func (j *job) slowDown() time.Time {
 	return time.Now()
 }
 
-// slowRankFlagged slows rank 5 down, waits until its own node and the gateway have
-// flagged it, and leaves 3 s for a wrong record to arrive.
-func (j *job) slowRankFlagged() {
-	slowed := j.slowDown()
-	self := record{Node: "node-2", Rank: slowRank, State: "straggler", Source: "node"}
-	gateway := record{Node: "node-2", Rank: slowRank, State: "straggler", Source: "gateway"}
+// slowRankFlagged slows rank 5 down and waits until it is flagged (rank5Flagged).
+func (j *job) slowRankFlagged() { j.rank5Flagged(j.slowDown(), "its slowdown") }
+
+// rank5Flagged waits until rank 5's own node and the gateway have flagged it, logs how
+// long after since (when cause began) that was, and leaves 3 s for a wrong record to
+// arrive. It returns the two records it waited for.
+func (j *job) rank5Flagged(since time.Time, cause string) (self, gateway record) {
+	self = record{Node: "node-2", Rank: slowRank, State: "straggler", Source: "node"}
+	gateway = record{Node: "node-2", Rank: slowRank, State: "straggler", Source: "gateway"}
 	j.waitRecords("rank 5's node and the gateway to flag it", 30*time.Second, func(recs []record) bool {
 		return has(recs, self) && has(recs, gateway)
 	})
-	j.t.Logf("rank 5 flagged by its node and the gateway %v after its slowdown", time.Since(slowed).Round(100*time.Millisecond))
+	j.t.Logf("rank 5 flagged by its node and the gateway %v after %s", time.Since(since).Round(100*time.Millisecond), cause)
 	time.Sleep(3 * time.Second)
+	return self, gateway
+}
+
+// every calls f(1), f(2), ... every period on a goroutine until the returned stop is
+// called (which waits for it); an error from f is the test's, and ends the calls.
+func every(t testing.TB, period time.Duration, f func(n int) error) (stop func()) {
+	quit, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		tick := time.NewTicker(period)
+		defer tick.Stop()
+		for n := 1; ; n++ {
+			select {
+			case <-quit:
+				return
+			case <-tick.C:
+				if err := f(n); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		}
+	}()
+	return func() { close(quit); <-done }
 }
 
 // stragglers are the records that name a straggler (not silent, no_thresholds or
