@@ -146,7 +146,12 @@ struct sched_event {
 	__u64 off_cpu_ns;         /* switch-out to switch-in */
 	__u64 runq_ns;            /* runnable (woken or preempted) to switch-in; 0 if unknown */
 	__u8 preempted;           /* switched out while still runnable (prev_state == TASK_RUNNING) */
-	__u8 _pad[7];
+	__u8 _pad[3];
+	/* Preempted switch-ins only (0 and empty otherwise): the task that took the CPU when
+	 * the thread was switched out, next in that sched_switch. Its tgid, 0 = the idle
+	 * task or unknown, and its thread name (comm, NUL-padded, not always terminated). */
+	__u32 preemptor_pid;
+	char preemptor_comm[16];
 };
 
 struct process_event {

@@ -42,8 +42,12 @@ const struct tcp_retransmit_event *unused_tcp_retransmit_event __attribute__((un
 struct thread_sched {
 	__u64 runnable_since; /* woken, or preempted while running; 0 = not waiting */
 	__u64 off_cpu_since;  /* switched out, threads of traced processes only; 0 = none */
+	/* A traced thread switched out while runnable: the task that took its CPU (next),
+	 * its tgid and its comm as two words. Set only on that path. */
+	__u64 preemptor_comm[2];
+	__u32 preemptor_pid;
 	__u8 preempted;       /* it was still runnable when switched out */
-	__u8 _pad[7];
+	__u8 _pad[3];
 };
 
 struct {
@@ -119,6 +123,17 @@ static __always_inline void counter_add(__u32 counter, __u64 v)
 		*n += v;
 }
 
+/* The task that takes a preempted traced thread's CPU. next is a trusted BTF pointer
+ * here, so its comm is read as two 8-byte loads, within the array as the verifier
+ * demands, instead of a helper call; this runs only when a traced thread is preempted. */
+static __always_inline void note_preemptor(struct thread_sched *s, struct task_struct *next)
+{
+	const __u64 *comm = (const __u64 *)next->comm;
+	s->preemptor_pid = next->tgid; /* 0 for the idle task */
+	s->preemptor_comm[0] = comm[0];
+	s->preemptor_comm[1] = comm[1];
+}
+
 SEC("tp_btf/sched_switch")
 int BPF_PROG(on_sched_switch, bool preempt, struct task_struct *prev, struct task_struct *next,
 	     unsigned int prev_state)
@@ -138,6 +153,8 @@ int BPF_PROG(on_sched_switch, bool preempt, struct task_struct *prev, struct tas
 				if (traced) {
 					s->off_cpu_since = now;
 					s->preempted = still_runnable;
+					if (still_runnable)
+						note_preemptor(s, next);
 				}
 			}
 		}
@@ -165,6 +182,16 @@ int BPF_PROG(on_sched_switch, bool preempt, struct task_struct *prev, struct tas
 		ev->off_cpu_ns = now - s->off_cpu_since;
 		ev->runq_ns = runq;
 		ev->preempted = s->preempted;
+		__u64 *comm = (__u64 *)ev->preemptor_comm;
+		if (s->preempted) {
+			ev->preemptor_pid = s->preemptor_pid;
+			comm[0] = s->preemptor_comm[0];
+			comm[1] = s->preemptor_comm[1];
+		} else {
+			ev->preemptor_pid = 0;
+			comm[0] = 0;
+			comm[1] = 0;
+		}
 		submit_event(ev);
 	}
 	s->off_cpu_since = 0;

@@ -30,8 +30,8 @@ type Paths struct {
 	// NVML is libnvidia-ml.so.1, which answers from a board directory (FAKEGPU_BOARD;
 	// see c/nvml.c and Board).
 	NVML string
-	// Workload is fakegpu-workload; DDP is fakegpu-ddp.
-	Workload, DDP string
+	// Workload is fakegpu-workload; DDP is fakegpu-ddp; Hog is fakegpu-hog (StartHog).
+	Workload, DDP, Hog string
 }
 
 var (
@@ -105,6 +105,7 @@ func build() (Paths, error) {
 		NVML:     filepath.Join(lib, "libnvidia-ml.so.1"),
 		Workload: filepath.Join(out, "bin", "fakegpu-workload"),
 		DDP:      filepath.Join(out, "bin", "fakegpu-ddp"),
+		Hog:      filepath.Join(out, "bin", "fakegpu-hog"),
 	}, nil
 }
 

@@ -174,6 +174,10 @@ func (ev *ProcessIdentity) Executable() string {
 	return Comm(ev.Comm)
 }
 
+// PreemptorName is the thread name (comm) of the task that took the thread's CPU when it
+// was switched out still runnable; "" unless Preempted.
+func (ev *SchedSwitchIn) PreemptorName() string { return Comm(ev.PreemptorComm) }
+
 // Comm returns a NUL-terminated kernel comm as a string.
 func Comm(c [16]int8) string { return cString(c[:]) }
 

@@ -86,10 +86,12 @@ type hostSchedEvent struct {
 		Kind     uint8
 		Pad      [7]uint8
 	}
-	OffCpuNs  uint64
-	RunqNs    uint64
-	Preempted uint8
-	Pad       [7]uint8
+	OffCpuNs      uint64
+	RunqNs        uint64
+	Preempted     uint8
+	Pad           [3]uint8
+	PreemptorPid  uint32
+	PreemptorComm [16]int8
 }
 
 type hostTcpRetransmitEvent struct {
@@ -137,8 +139,10 @@ type hostThreadSched struct {
 	_             structs.HostLayout
 	RunnableSince uint64
 	OffCpuSince   uint64
+	PreemptorComm [2]uint64
+	PreemptorPid  uint32
 	Preempted     uint8
-	Pad           [7]uint8
+	Pad           [3]uint8
 }
 
 // Names of all BPF objects in the ELF.

@@ -77,6 +77,8 @@ const (
 	CUDABytes         = "cuda.bytes"
 	OffCPUReason      = "fathom.off_cpu.reason"
 	ThreadRole        = "fathom.thread.role"
+	PreemptorName     = "fathom.preemptor.name"
+	PreemptorSelf     = "fathom.preemptor.self"
 	DiskIODirection   = "disk.io.direction"
 	NetworkType       = "network.type"
 	EventName         = "event.name"
@@ -148,6 +150,9 @@ const (
 	MetricCUDAGraphLaunches   = "cuda.graph.launches"
 	MetricThreadOffCPU        = "host.thread.off_cpu.duration"
 	MetricThreadRunQueue      = "host.thread.runqueue.latency"
+	MetricThreadPreemptions   = "host.thread.preemptions"
+	MetricThreadPreemptTime   = "host.thread.preemption.time"
+	MetricThreadPreemptors    = "host.thread.preemptor.processes"
 	MetricProcessForks        = "host.process.forks"
 	MetricProcessPageAllocs   = "host.process.page_allocs"
 	MetricBlockIODuration     = "host.block.io.duration"
@@ -268,6 +273,8 @@ var Attributes = []Doc{
 	{CUDABytes, "log", "By", "bytes copied or allocated"},
 	{OffCPUReason, "point", "", "preempted (switched out while runnable) or voluntary (blocked)"},
 	{ThreadRole, "point", "", "cuda (thread calls CUDA) or other (all other threads of the process)"},
+	{PreemptorName, "point", "", "on a CUDA thread's preemption series: the thread name (comm) of the task that took its CPU when it was switched out still runnable; a thread's first 8 names each get a series, later ones are counted under other; swapper/N is the idle task"},
+	{PreemptorSelf, "point", "", "on a CUDA thread's preemption series: true when the preempting task belongs to the collector's own process, so that its own cost is not blamed on the node"},
 	{DiskIODirection, "point/log", "", "read or write"},
 	{NetworkType, "point/log", "", "ipv4 or ipv6"},
 	{EventName, "log", "", "what the log record is about (see the event table)"},
@@ -280,7 +287,7 @@ var Attributes = []Doc{
 	{SourcePort, "log", "", "local port"},
 	{DestAddress, "log", "", "peer address"},
 	{DestPort, "log", "", "peer port"},
-	{ReceiverDropCause, "point", "", "why events (or what they carry) were lost: ringbuf_full, entry_missing, traced_set_full, call_stats_full (a call of a process with no kernel statistics slot, sent as a record instead: counted, not lost), call_stats_read, log_rate, nccl_log_rate, cardinality, decode, consumer_refused (records the next component refused), attach_failed (a library that could not be probed), rescan_queue_full (an exec not followed by scans), attach_queue_full (a library mapping left to the scans: attach on first use fell behind), rdma_sysfs (an unreadable RDMA counter poll), cgroup_unresolved (a process gone from /proc whose cgroup could not be found by id: removed, or no CAP_DAC_READ_SEARCH), program_recursion (runs of a BPF program the kernel skipped because it was already running on that CPU, e.g. a block completion in an interrupt over another: what they would have counted is lost), nvml_read (a reading of the GPUs in which NVML could not read some GPU or field: what it read is kept)"},
+	{ReceiverDropCause, "point", "", "why events (or what they carry) were lost: ringbuf_full, entry_missing, traced_set_full, call_stats_full (a call of a process with no kernel statistics slot, sent as a record instead: counted, not lost), call_stats_read, log_rate, nccl_log_rate, cardinality, decode, consumer_refused (records the next component refused), attach_failed (a library that could not be probed), rescan_queue_full (an exec not followed by scans), attach_queue_full (a library mapping left to the scans: attach on first use fell behind), rdma_sysfs (an unreadable RDMA counter poll), cgroup_unresolved (a process gone from /proc whose cgroup could not be found by id: removed, or no CAP_DAC_READ_SEARCH), program_recursion (runs of a BPF program the kernel skipped because it was already running on that CPU, e.g. a block completion in an interrupt over another: what they would have counted is lost), nvml_read (a reading of the GPUs in which NVML could not read some GPU or field: what it read is kept), preemptor_processes (a CUDA thread's preemption by a process its preemptor name's set of 64 distinct processes had no room for: the preemption and its time are counted, host.thread.preemptor.processes stays at 64)"},
 	{MetricTemporality, "stored row", "", "on Echo store rows of sums and histograms: the point's aggregation temporality, cumulative (a total since the series began) or delta (this interval only), written by the duckdb exporter; Echo tools total a window with it"},
 	{NCCLCommID, "point/log", "", "communicator: 16 hex digits of FNV-1a 64 over its 128-byte ncclUniqueId, the same on every rank"},
 	{NCCLRank, "point/log", "", "rank in the communicator (-1: unknown, e.g. after ncclCommSplit)"},
@@ -327,6 +334,9 @@ var Metrics = []Doc{
 	{MetricCUDAGraphLaunches, "sum", "{launch}", "CUDA graph launches (runtime and driver)"},
 	{MetricThreadOffCPU, "exponential histogram", "s", "time threads of traced processes spent off CPU, by reason"},
 	{MetricThreadRunQueue, "exponential histogram", "s", "time threads of traced processes waited runnable for a CPU"},
+	{MetricThreadPreemptions, "sum", "{preemption}", "times a CUDA thread was switched out while still runnable, by the name of the task that took its CPU (fathom.preemptor.name, fathom.preemptor.self)"},
+	{MetricThreadPreemptTime, "sum", "s", "off-CPU time of those preemptions, switch-out to switch-in, by preemptor name"},
+	{MetricThreadPreemptors, "gauge", "{process}", "distinct processes (tgids) that preempted a CUDA thread under that name, since the series began (per interval under delta temporality); saturates at 64"},
 	{MetricProcessForks, "sum", "{process}", "child processes forked by a traced process (DataLoader workers)"},
 	{MetricProcessPageAllocs, "sum", "{page}", "pages allocated by a traced process (aggregated in the kernel)"},
 	{MetricBlockIODuration, "exponential histogram", "s", "block I/O latency of requests a traced process issued"},

@@ -1,6 +1,8 @@
 package gpuebpfreceiver
 
 import (
+	"os"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -30,6 +32,104 @@ type threadSeries struct {
 	offCPUVoluntary expohisto.Histogram
 	offCPUPreempted expohisto.Histogram
 	runQueue        expohisto.Histogram
+	// preemptors are the tasks that took the CPU of a thread that calls CUDA when it
+	// was preempted, by name; the "other" threads keep none.
+	preemptors []preemptorSeries
+}
+
+// The preemptors of one CUDA thread are bounded: its first maxPreemptorNames names
+// each get a series, and later names are counted together under otherPreemptors, so
+// no preemption goes uncounted. Each name remembers up to maxPreemptorProcesses
+// distinct processes; its count of them saturates there.
+const (
+	maxPreemptorNames     = 8
+	maxPreemptorProcesses = 64
+	otherPreemptors       = "other"
+)
+
+// preemptorSeries is what one name took from one CUDA thread at its preemptions.
+// Preemptions by the collector's own process are kept apart from any other process of
+// the same name (self), so that downstream can tell the collector's cost from the
+// node's.
+type preemptorSeries struct {
+	comm        [16]int8 // as the kernel wrote it, NUL-padded; zero for the other bucket
+	other       bool     // the bucket of names past maxPreemptorNames
+	self        bool
+	preemptions uint64
+	seconds     float64  // off-CPU time of those preemptions
+	pids        []uint32 // distinct preemptor processes (tgids), up to maxPreemptorProcesses
+}
+
+func (s *preemptorSeries) name() string {
+	if s.other {
+		return otherPreemptors
+	}
+	return probes.Comm(s.comm)
+}
+
+// Comms that the kernel left empty are named unknown, and a task named "other" is
+// counted in the other bucket: each (name, self) is then one series.
+var (
+	unknownPreemptorComm = commOf("unknown")
+	otherPreemptorComm   = commOf(otherPreemptors)
+)
+
+func commOf(name string) (c [16]int8) {
+	for i := 0; i < len(name) && i < len(c)-1; i++ {
+		c[i] = int8(name[i])
+	}
+	return c
+}
+
+// preemptedBy counts a preemption of the thread by process pid under comm, off CPU
+// for seconds. It reports false when the name's set of processes was full and pid was
+// not in it: the preemption is counted, the process is not.
+func (t *threadSeries) preemptedBy(comm [16]int8, pid uint32, seconds float64, self bool) bool {
+	// The kernel pads a comm with NULs (strscpy_pad); whatever follows a NUL is not
+	// part of the name, and must not split one name into two series.
+	if i := slices.Index(comm[:], 0); i >= 0 {
+		clear(comm[i:])
+	}
+	if comm[0] == 0 {
+		comm = unknownPreemptorComm
+	}
+	s := t.preemptor(comm, self)
+	s.preemptions++
+	s.seconds += seconds
+	if pid == 0 || slices.Contains(s.pids, pid) {
+		return true // the idle task, or a process already counted
+	}
+	if len(s.pids) >= maxPreemptorProcesses {
+		return false
+	}
+	s.pids = append(s.pids, pid)
+	return true
+}
+
+// preemptor returns the series of comm (self or not), creating it, or the other bucket
+// once the thread has maxPreemptorNames names.
+func (t *threadSeries) preemptor(comm [16]int8, self bool) *preemptorSeries {
+	named := 0
+	for i := range t.preemptors {
+		s := &t.preemptors[i]
+		if !s.other {
+			if s.comm == comm && s.self == self {
+				return s
+			}
+			named++
+		}
+	}
+	other := named >= maxPreemptorNames || comm == otherPreemptorComm
+	if other {
+		for i := range t.preemptors {
+			if s := &t.preemptors[i]; s.other && s.self == self {
+				return s
+			}
+		}
+		comm = [16]int8{}
+	}
+	t.preemptors = append(t.preemptors, preemptorSeries{comm: comm, other: other, self: self})
+	return &t.preemptors[len(t.preemptors)-1]
 }
 
 // processSeries is everything kept about one traced process.
@@ -105,6 +205,9 @@ type aggregator struct {
 	// ended lists the processes whose series ended in an export, for the controller
 	// to drop their kernel-side state.
 	ended []uint32
+	// selfPID is the collector's own process: a preemption by one of its threads is
+	// marked as such, so the collector's cost is never blamed on the node.
+	selfPID uint32
 }
 
 // eventCounters counts decoded events by kind without a lock: they are bumped once per
@@ -170,6 +273,7 @@ func newAggregator(cfg *Config, clock *wallClock, logs *logSink, synthetic bool)
 		synthetic:           synthetic,
 		processStartDefault: pcommon.NewTimestampFromTime(wallNow()),
 		rdmaEvents:          map[uint32]uint64{},
+		selfPID:             uint32(os.Getpid()),
 	}
 }
 
@@ -270,6 +374,9 @@ func (a *aggregator) Sched(ev *probes.SchedSwitchIn) {
 	offCPU := float64(ev.OffCpuNs) / 1e9
 	if ev.Preempted != 0 {
 		t.offCPUPreempted.Record(offCPU)
+		if t != &p.other && !t.preemptedBy(ev.PreemptorComm, ev.PreemptorPid, offCPU, ev.PreemptorPid == a.selfPID) {
+			a.drops.add("preemptor_processes", 1)
+		}
 	} else {
 		t.offCPUVoluntary.Record(offCPU)
 	}

@@ -147,6 +147,13 @@ func (m *metricSet) sumDouble(name, unit, desc string, v float64) pcommon.Map {
 	return dp.Attributes()
 }
 
+func (m *metricSet) gaugeInt(name, unit, desc string, v int64) pcommon.Map {
+	dp := m.metric(name, unit, desc, pmetric.MetricTypeGauge).Gauge().DataPoints().AppendEmpty()
+	dp.SetTimestamp(m.ts)
+	dp.SetIntValue(v)
+	return dp.Attributes()
+}
+
 func (m *metricSet) histogram(name, desc string, h *expohisto.Histogram) pcommon.Map {
 	dp := m.metric(name, "s", desc, pmetric.MetricTypeExponentialHistogram).ExponentialHistogram().DataPoints().AppendEmpty()
 	dp.SetStartTimestamp(m.start)
@@ -416,6 +423,17 @@ func emitThread(set *metricSet, t *threadSeries, role string, tid int64) {
 	if t.runQueue.Count > 0 {
 		put(set.histogram(semconv.MetricThreadRunQueue, "Time threads waited runnable for a CPU", &t.runQueue))
 	}
+	for i := range t.preemptors {
+		s := &t.preemptors[i]
+		name := s.name()
+		putPreemptor := func(attrs pcommon.Map) {
+			put(attrs).PutStr(semconv.PreemptorName, name)
+			attrs.PutBool(semconv.PreemptorSelf, s.self)
+		}
+		putPreemptor(set.sum(semconv.MetricThreadPreemptions, "{preemption}", "Times the thread was switched out while runnable, by the name of the task that took its CPU", s.preemptions))
+		putPreemptor(set.sumDouble(semconv.MetricThreadPreemptTime, "s", "Off-CPU time of the thread's preemptions, by the name of the task that took its CPU", s.seconds))
+		putPreemptor(set.gaugeInt(semconv.MetricThreadPreemptors, "{process}", "Distinct processes that preempted the thread under that name", int64(len(s.pids))))
+	}
 }
 
 func (p *processSeries) resetSeries() {
@@ -481,9 +499,7 @@ func emitHost(set *metricSet, host hostTotals, prev *hostTotals, delta bool) {
 	for reason, n := range host.drops {
 		set.sum(semconv.MetricReceiverDrops, "{event}", "Events lost", diff(n, prev.drops[reason])).PutStr(semconv.ReceiverDropCause, reason)
 	}
-	g := set.metric(semconv.MetricReceiverProbes, "{probe}", "Attached probes", pmetric.MetricTypeGauge).Gauge().DataPoints().AppendEmpty()
-	g.SetTimestamp(set.ts)
-	g.SetIntValue(int64(host.probes))
+	set.gaugeInt(semconv.MetricReceiverProbes, "{probe}", "Attached probes", int64(host.probes))
 }
 
 // syntheticProcess is the identity of a made-up rank process.

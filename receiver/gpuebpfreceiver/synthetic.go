@@ -13,6 +13,9 @@ import (
 // be read back from the pid (syntheticProcess).
 const syntheticPIDBase = 4_200_000
 
+// syntheticPreemptor is the name of what takes the slow rank's CPU in synthetic mode.
+var syntheticPreemptor = commOf("data_loader")
+
 // syntheticSource simulates a data-parallel training step loop per rank: kernel
 // launches, host-to-device copies, a stream synchronization per step (where a slow
 // rank shows), and the dispatcher thread's scheduling. Nothing touches the kernel.
@@ -81,6 +84,9 @@ func (s *syntheticSource) run(ctx context.Context, h probes.Handler) {
 			if slow {
 				sched.Preempted = 1 // the slow rank's dispatcher loses its CPU
 				sched.RunqNs = uint64(500_000 + rng.IntN(2_000_000))
+				// to one of four made-up data-loading processes beside it
+				sched.PreemptorPid = syntheticPIDBase + 1000 + uint32(rng.IntN(4))
+				sched.PreemptorComm = syntheticPreemptor
 			}
 			h.Sched(&sched)
 		}
