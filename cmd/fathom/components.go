@@ -6,6 +6,7 @@ import (
 	duckdbexporter "github.com/fathom-gpu/fathom/exporter/duckdbexporter"
 	echoextension "github.com/fathom-gpu/fathom/extension/echoextension"
 	thresholdsextension "github.com/fathom-gpu/fathom/extension/thresholdsextension"
+	causalchainprocessor "github.com/fathom-gpu/fathom/processor/causalchainprocessor"
 	stragglerprocessor "github.com/fathom-gpu/fathom/processor/stragglerprocessor"
 	gpuebpfreceiver "github.com/fathom-gpu/fathom/receiver/gpuebpfreceiver"
 	prometheusremotewriteexporter "github.com/open-telemetry/opentelemetry-collector-contrib/exporter/prometheusremotewriteexporter"
@@ -109,6 +110,7 @@ func components() (otelcol.Factories, error) {
 		cumulativetodeltaprocessor.NewFactory(),
 		deltatocumulativeprocessor.NewFactory(),
 		stragglerprocessor.NewFactory(),
+		causalchainprocessor.NewFactory(),
 	)
 	if err != nil {
 		return otelcol.Factories{}, err
@@ -120,6 +122,7 @@ func components() (otelcol.Factories, error) {
 		cumulativetodeltaprocessor.NewFactory().Type(): "github.com/open-telemetry/opentelemetry-collector-contrib/processor/cumulativetodeltaprocessor v0.162.0",
 		deltatocumulativeprocessor.NewFactory().Type(): "github.com/open-telemetry/opentelemetry-collector-contrib/processor/deltatocumulativeprocessor v0.162.0",
 		stragglerprocessor.NewFactory().Type():         "github.com/fathom-gpu/fathom v0.0.0",
+		causalchainprocessor.NewFactory().Type():       "github.com/fathom-gpu/fathom v0.0.0",
 	})
 
 	factories.Connectors, err = otelcol.MakeFactoryMap[connector.Factory]()

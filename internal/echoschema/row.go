@@ -40,7 +40,11 @@ const (
 	AttrChainRoot     = semconv.ChainRootCause
 	AttrChainSeverity = semconv.ChainSeverity
 	AttrChainFix      = semconv.ChainFix
-	AttrTemporality   = semconv.MetricTemporality
+	AttrChainID       = semconv.ChainID
+	AttrChainState    = semconv.ChainState
+	// ChainResolved is the fathom.chain.state of a chain's last record.
+	ChainResolved   = "resolved"
+	AttrTemporality = semconv.MetricTemporality
 )
 
 // Absent marks an integer column with no value (it is stored as NULL); ranks, pids and

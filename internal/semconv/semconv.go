@@ -34,6 +34,13 @@ const (
 	ChainRootCause   = "fathom.chain.root_cause"
 	ChainSeverity    = "fathom.chain.severity"
 	ChainFix         = "fathom.chain.fix"
+	ChainID          = "fathom.chain.id"
+	ChainState       = "fathom.chain.state"
+	ChainSymptom     = "fathom.chain.symptom"
+	ChainEvidence    = "fathom.chain.evidence"
+	ChainTimeline    = "fathom.chain.timeline"
+	ChainCost        = "fathom.chain.cost"
+	ChainSince       = "fathom.chain.since"
 )
 
 // The straggler processor's records (log records with event.name EventStraggler), one
@@ -172,6 +179,7 @@ const (
 	MetricStragglerThreshold  = "fathom.straggler.threshold"
 	MetricStragglerMedian     = "fathom.straggler.median"
 	MetricStragglerTimeLost   = "fathom.straggler.time_lost"
+	MetricCausalChains        = "fathom.causal_chains"
 	MetricRankArrivalLag      = "fathom.rank.arrival_lag"
 	MetricRankTCPRetransmits  = "fathom.rank.tcp.retransmits"
 	MetricNodeClockOffset     = "fathom.node.clock.offset"
@@ -255,9 +263,16 @@ var Attributes = []Doc{
 	{StragglerThreshold, "log", "", "on fathom.straggler records: the cohort's line, median -/+ k x 1.4826 x MAD (floored)"},
 	{StragglerScore, "log", "", "on fathom.straggler records: distance beyond the median in scaled MADs, positive in the worse direction"},
 	{StragglerSince, "log", "", "on fathom.straggler records: when the rank's first interval beyond the line (or its last report) began, RFC 3339"},
-	{ChainRootCause, "log", "", "on fathom.causal_chain records: the host cause found"},
-	{ChainSeverity, "log", "", "on fathom.causal_chain records: how much GPU time the chain cost"},
+	{ChainRootCause, "point/log", "", "on fathom.causal_chain records and the fathom.causal_chains gauge: the root-cause class (cpu_contention, dataloader_oversubscription, hidden_sync, memcpy_bound, io_stall, network_retransmits, graph_recapture, allocator_churn)"},
+	{ChainSeverity, "point/log", "", "on fathom.causal_chain records and the fathom.causal_chains gauge: HIGH, MEDIUM or LOW, from the chain's cost (docs/causalchain.md)"},
 	{ChainFix, "log", "", "on fathom.causal_chain records: what to change"},
+	{ChainID, "log", "", "on fathom.causal_chain records: the chain's identity, the same on every record while its cause persists"},
+	{ChainState, "log", "", "on fathom.causal_chain records: open (first found), update (severity changed, or a periodic restatement) or resolved (the evidence went away)"},
+	{ChainSymptom, "log", "", "on fathom.causal_chain records: what the GPU-feeding side saw, with numbers (a call's tail, a rate)"},
+	{ChainEvidence, "log", "", "on fathom.causal_chain records: the host evidence over the window, with numbers"},
+	{ChainTimeline, "log", "", "on fathom.causal_chain records: the cause's cost in each of the window's last intervals"},
+	{ChainCost, "log", "", "on fathom.causal_chain records: share of the window the process's GPU-feeding threads lost to the cause; sets the severity"},
+	{ChainSince, "log", "", "on fathom.causal_chain records: when the cause's first costly interval began, RFC 3339"},
 	{NodeReady, "log", "", "on fathom.node.check records: true when every check that matters passed, so the receiver can trace in ebpf mode"},
 	{NodeChecksFailed, "log", "", "on fathom.node.check records: names of the failed checks that make the node unready (kernel, btf, privileges, bpf_load, gpu_libraries)"},
 	{NodeChecksWarned, "log", "", "on fathom.node.check records: names of the failed advisory checks (tracefs with a uprobe PMU, debugfs)"},
@@ -357,6 +372,7 @@ var Metrics = []Doc{
 	{MetricRankArrivalLag, "gauge", "s", "per rank and evaluation: the mean, over the sampled collective instances matched since the last evaluation, of how long after the instance's median rank it entered, each entry taken back by its node's clock offset (straggler processor, gateway)"},
 	{MetricNodeClockOffset, "gauge", "s", "the node collector's clock minus the gateway's, from the times traded in its exports and their answers, the exchange with the shortest round trip of the last two minutes (straggler processor, node)"},
 	{MetricNodeClockUncertain, "gauge", "s", "half the round trip of the exchange fathom.node.clock.offset comes from: the most it can be off (straggler processor, node)"},
+	{MetricCausalChains, "gauge", "{chain}", "causal chains open on the node, by fathom.chain.root_cause and fathom.chain.severity (causalchain processor)"},
 	{MetricStragglerTimeLost, "sum", "s", "delta, per flagged rank and interval: GPU time its peers spent waiting for it, its lag behind the median of a time signal (seconds per second) x the interval x its peers; the larger where two signals flag it (straggler processor, gateway)"},
 	{MetricRankDeviceWait, "sum", "s", "time a process's threads spent in CUDA calls that wait for the device (stream, event, device and context syncs, blocking copies, cudaFree) and in NCCL calls that wait for peers (collectives, send/recv, group end); per interval, the straggler of a job waits least"},
 	{MetricRankHostLead, "sum", "s", "per collective, the time from the process's thread's last return from a device wait to its entry into the collective, summed; per interval, the straggler of a job leads most (its host is what the others wait for)"},

@@ -171,17 +171,24 @@ type CausalChainsInput struct {
 	Cluster   string `json:"cluster,omitempty" jsonschema:"only this cluster"`
 	Node      string `json:"node,omitempty" jsonschema:"only this node"`
 	RootCause string `json:"root_cause,omitempty" jsonschema:"only chains with this root cause"`
-	Since     string `json:"since,omitempty" jsonschema:"window start: RFC 3339 or a duration (15m); default until minus 1h"`
-	Until     string `json:"until,omitempty" jsonschema:"window end, RFC 3339; default now"`
-	Limit     int    `json:"limit,omitempty" jsonschema:"at most this many chains, 1 to 1000; default 100"`
+	// A chain is written again while its cause persists (same fathom.chain.id); the
+	// tool answers with each chain's latest record.
+	IncludeResolved bool   `json:"include_resolved,omitempty" jsonschema:"also chains whose cause went away (latest state resolved); default only open ones"`
+	Since           string `json:"since,omitempty" jsonschema:"window start: RFC 3339 or a duration (15m); default until minus 1h"`
+	Until           string `json:"until,omitempty" jsonschema:"window end, RFC 3339; default now"`
+	Limit           int    `json:"limit,omitempty" jsonschema:"at most this many chains, 1 to 1000; default 100"`
 }
 
-// CausalChain is one fathom.causal_chain record.
+// CausalChain is one chain: its latest fathom.causal_chain record.
 type CausalChain struct {
 	Time       string         `json:"time"`
+	ID         string         `json:"id,omitempty"`
+	State      string         `json:"state,omitempty"`
 	Cluster    string         `json:"cluster,omitempty"`
 	Node       string         `json:"node,omitempty"`
 	Rank       *int64         `json:"rank,omitempty"`
+	PID        *int64         `json:"pid,omitempty"`
+	Process    string         `json:"process,omitempty"`
 	RootCause  string         `json:"root_cause"`
 	Severity   string         `json:"severity"`
 	Fix        string         `json:"fix"`
@@ -196,7 +203,7 @@ type CausalChainsOutput struct {
 
 func causalChainsTool(env *Env) (*Tool, error) {
 	return newTool("get_causal_chains", "Causal chains",
-		"Causal chains the node collectors found (host event -> CUDA/NCCL tail latency), with severity, root cause and fix; newest first.",
+		"Causal chains the node collectors found (host event -> CUDA/NCCL tail latency), with severity, root cause, evidence and fix: each chain's latest record, open chains only unless include_resolved; newest first.",
 		ScopeTools,
 		func(ctx context.Context, in CausalChainsInput) (CausalChainsOutput, error) {
 			since, until, err := window(env, in.Since, in.Until)
@@ -213,13 +220,26 @@ func causalChainsTool(env *Env) (*Tool, error) {
 			f.addIf(in.Cluster != "", "cluster = ?", in.Cluster)
 			f.addIf(in.Node != "", "node = ?", in.Node)
 			f.addIf(in.RootCause != "", `json_extract_string(attributes, '$."`+echoschema.AttrChainRoot+`"') = ?`, in.RootCause)
-			q := fmt.Sprintf(`SELECT ts, cluster, node, rank,
-					coalesce(json_extract_string(attributes, '$."%s"'), ''),
-					coalesce(json_extract_string(attributes, '$."%s"'), ''),
-					coalesce(json_extract_string(attributes, '$."%s"'), ''),
-					attributes
-				FROM events WHERE %s ORDER BY ts DESC LIMIT %d`,
-				echoschema.AttrChainRoot, echoschema.AttrChainSeverity, echoschema.AttrChainFix, f.sql(), limit)
+			resolved := ""
+			if !in.IncludeResolved {
+				resolved = fmt.Sprintf(`WHERE state <> '%s'`, echoschema.ChainResolved)
+			}
+			// Each chain's latest record in the window; a record without an id (older
+			// writers) is a chain of its own.
+			q := fmt.Sprintf(`SELECT ts, cluster, node, rank, pid, process, root, severity, fix, id, state, attributes FROM (
+					SELECT * FROM (
+						SELECT ts, cluster, node, rank, pid, process, rowid AS rid,
+							coalesce(json_extract_string(attributes, '$."%s"'), '') AS root,
+							coalesce(json_extract_string(attributes, '$."%s"'), '') AS severity,
+							coalesce(json_extract_string(attributes, '$."%s"'), '') AS fix,
+							coalesce(json_extract_string(attributes, '$."%s"'), '') AS id,
+							coalesce(json_extract_string(attributes, '$."%s"'), '') AS state,
+							attributes
+						FROM events WHERE %s)
+					QUALIFY row_number() OVER (PARTITION BY CASE WHEN id = '' THEN 'row ' || rid ELSE id END ORDER BY ts DESC, rid DESC) = 1
+				) %s ORDER BY ts DESC, rid DESC LIMIT %d`,
+				echoschema.AttrChainRoot, echoschema.AttrChainSeverity, echoschema.AttrChainFix,
+				echoschema.AttrChainID, echoschema.AttrChainState, f.sql(), resolved, limit)
 			rows, err := env.Store.DB().QueryContext(ctx, q, f.args...)
 			if err != nil {
 				return CausalChainsOutput{}, fmt.Errorf("get_causal_chains: %w", err)
@@ -229,16 +249,17 @@ func causalChainsTool(env *Env) (*Tool, error) {
 			for rows.Next() {
 				var c CausalChain
 				var ts time.Time
-				var cluster, node sql.NullString
-				var rank sql.NullInt64
+				var cluster, node, process sql.NullString
+				var rank, pid sql.NullInt64
 				var attrs string
-				if err := rows.Scan(&ts, &cluster, &node, &rank, &c.RootCause, &c.Severity, &c.Fix, &attrs); err != nil {
+				if err := rows.Scan(&ts, &cluster, &node, &rank, &pid, &process, &c.RootCause, &c.Severity, &c.Fix, &c.ID, &c.State, &attrs); err != nil {
 					return out, fmt.Errorf("get_causal_chains: %w", err)
 				}
 				c.Time, c.Cluster, c.Node, c.Rank = ts.UTC().Format(time.RFC3339Nano), cluster.String, node.String, ip(rank)
+				c.PID, c.Process = ip(pid), process.String
 				c.Attributes = map[string]any{}
 				_ = json.Unmarshal([]byte(attrs), &c.Attributes)
-				for _, k := range []string{echoschema.AttrChainRoot, echoschema.AttrChainSeverity, echoschema.AttrChainFix} {
+				for _, k := range []string{echoschema.AttrChainRoot, echoschema.AttrChainSeverity, echoschema.AttrChainFix, echoschema.AttrChainID, echoschema.AttrChainState} {
 					delete(c.Attributes, k)
 				}
 				out.Chains = append(out.Chains, c)

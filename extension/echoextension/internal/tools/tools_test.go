@@ -235,3 +235,36 @@ func TestRunAnalysisConcurrencyCap(t *testing.T) {
 		t.Fatalf("with no free slot: %v, want ErrBusy", err)
 	}
 }
+
+// A chain written three times (open, update, resolved) is one chain, answered by its
+// latest record; by default only chains still open come back.
+func TestCausalChainsAnswerEachChainsLatestRecord(t *testing.T) {
+	env := plantedStore(t)
+	var rows []echoschema.Row
+	chain := func(at time.Duration, id, state, severity, cause string) {
+		r := echoschema.NewRow()
+		r.Time = t0.Add(20*time.Minute + at)
+		r.Kind, r.Name, r.Cluster, r.Node, r.Rank = echoschema.KindLog, echoschema.EventCausalChain, "c2", "gpu-3", 3
+		r.Attributes = `{"fathom.chain.id":"` + id + `","fathom.chain.state":"` + state + `","fathom.chain.severity":"` + severity +
+			`","fathom.chain.root_cause":"` + cause + `","fathom.chain.fix":"pin it","fathom.chain.cost":0.4}`
+		rows = append(rows, r)
+	}
+	chain(0, "a1", "open", "MEDIUM", "cpu_contention")
+	chain(2*time.Second, "a1", "update", "HIGH", "cpu_contention")
+	chain(4*time.Second, "b2", "open", "LOW", "io_stall")
+	chain(9*time.Second, "b2", "resolved", "LOW", "io_stall")
+	if err := env.Store.Append(context.Background(), rows); err != nil {
+		t.Fatal(err)
+	}
+	r, _ := NewRegistry(env)
+	since := t0.Add(19 * time.Minute).Format(time.RFC3339)
+	open := call[CausalChainsOutput](t, r, "get_causal_chains", `{"cluster":"c2","since":"`+since+`"}`)
+	if len(open.Chains) != 1 || open.Chains[0].ID != "a1" || open.Chains[0].State != "update" || open.Chains[0].Severity != "HIGH" ||
+		open.Chains[0].Attributes["fathom.chain.cost"] != 0.4 || open.ByRootCause["cpu_contention"] != 1 {
+		t.Fatalf("open chains: %+v", open)
+	}
+	all := call[CausalChainsOutput](t, r, "get_causal_chains", `{"cluster":"c2","since":"`+since+`","include_resolved":true}`)
+	if len(all.Chains) != 2 || all.Chains[0].ID != "b2" || all.Chains[0].State != "resolved" || all.Chains[1].ID != "a1" {
+		t.Fatalf("all chains: %+v", all)
+	}
+}

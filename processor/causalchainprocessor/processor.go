@@ -1,0 +1,579 @@
+package causalchainprocessor
+
+import (
+	"context"
+	"fmt"
+	"hash/fnv"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"go.opentelemetry.io/collector/component"
+	"go.opentelemetry.io/collector/consumer"
+	"go.opentelemetry.io/collector/pdata/pcommon"
+	"go.opentelemetry.io/collector/pdata/plog"
+	"go.opentelemetry.io/collector/pdata/pmetric"
+	"go.opentelemetry.io/collector/processor"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+	"go.uber.org/zap"
+
+	"github.com/fathom-gpu/fathom/internal/semconv"
+)
+
+const scopeName = "github.com/fathom-gpu/fathom/processor/causalchainprocessor"
+
+// States of a chain, the values of fathom.chain.state.
+const (
+	StateOpen     = "open"
+	StateUpdate   = "update"
+	StateResolved = "resolved"
+)
+
+// Severities, the values of fathom.chain.severity.
+const (
+	SeverityHigh   = "HIGH"
+	SeverityMedium = "MEDIUM"
+	SeverityLow    = "LOW"
+)
+
+// timelineIntervals is how many of the window's last intervals a record's timeline shows.
+const timelineIntervals = 5
+
+type processID struct {
+	host string
+	pid  int64
+}
+
+// process is everything kept about one traced process.
+type process struct {
+	id         processID
+	resource   pcommon.Resource
+	label      string
+	firstStart time.Time
+	lastEnd    time.Time
+	heard      time.Time // wall clock of its last point, for forgetting it
+	intervals  []interval
+	series     map[seriesKey]*series
+	chains     map[string]*chain // open chains by root cause
+}
+
+// chain is one open finding: it keeps its identity while the cause persists.
+type chain struct {
+	id          string
+	since       time.Time
+	lastFired   time.Time
+	lastWritten time.Time
+	severity    string
+	finding     finding
+	timeline    string
+}
+
+// chains is one processor instance, shared by the metrics and logs pipelines that name
+// the same component ID.
+type chains struct {
+	cfg    *Config
+	logger *zap.Logger
+	now    func() time.Time
+
+	mu        sync.Mutex
+	processes map[processID]*process
+	logsNext  consumer.Logs
+	starts    int
+
+	dropped   metric.Int64Counter
+	records   metric.Int64Counter
+	open      metric.Int64ObservableGauge
+	telemetry metric.Registration
+}
+
+func newChains(cfg *Config, set processor.Settings) (*chains, error) {
+	c := &chains{cfg: cfg, logger: set.Logger, now: time.Now, processes: map[processID]*process{}}
+	meter := set.MeterProvider.Meter(scopeName)
+	var err error
+	if c.dropped, err = meter.Int64Counter("fathom_causalchain_dropped",
+		metric.WithDescription("Points or processes the causalchain processor let go, by reason: process_cap and series_cap (limits), out_of_order (a point not newer than the process's last), scale (a histogram not on the receiver's scale), forgotten (a process not heard from for a window and resolve_after)."),
+		metric.WithUnit("{item}")); err != nil {
+		return nil, err
+	}
+	if c.records, err = meter.Int64Counter("fathom_causalchain_records",
+		metric.WithDescription("fathom.causal_chain records written, by state (open, update, resolved) and root cause."),
+		metric.WithUnit("{record}")); err != nil {
+		return nil, err
+	}
+	if c.open, err = meter.Int64ObservableGauge("fathom_causalchain_open",
+		metric.WithDescription("Chains open now, across the node's processes."), metric.WithUnit("{chain}")); err != nil {
+		return nil, err
+	}
+	c.telemetry, err = meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+		c.mu.Lock()
+		n := 0
+		for _, p := range c.processes {
+			n += len(p.chains)
+		}
+		c.mu.Unlock()
+		o.ObserveInt64(c.open, int64(n))
+		return nil
+	}, c.open)
+	return c, err
+}
+
+func (c *chains) start(context.Context, component.Host) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.starts == 0 && c.logsNext == nil {
+		c.logger.Warn("the causalchain processor is in no logs pipeline: chains are counted in the fathom.causal_chains gauge, but no fathom.causal_chain records are written; add it to a logs pipeline under the same name")
+	}
+	c.starts++
+	return nil
+}
+
+func (c *chains) shutdown(context.Context) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.starts > 0 {
+		if c.starts--; c.starts == 0 {
+			_ = c.telemetry.Unregister()
+		}
+	}
+	return nil
+}
+
+func (c *chains) processLogs(_ context.Context, ld plog.Logs) (plog.Logs, error) { return ld, nil }
+
+// written is one record to write.
+type written struct {
+	p     *process
+	ch    *chain
+	state string
+	at    time.Time
+}
+
+func (c *chains) processMetrics(ctx context.Context, md pmetric.Metrics) (pmetric.Metrics, error) {
+	c.mu.Lock()
+	var out []written
+	var hostResource pcommon.Resource
+	hasHost := false
+	rms := md.ResourceMetrics()
+	for i := 0; i < rms.Len(); i++ {
+		rm := rms.At(i)
+		pid, ok := rm.Resource().Attributes().Get(semconv.ProcessPID)
+		if !ok {
+			if !hasHost {
+				hostResource, hasHost = rm.Resource(), true
+			}
+			continue
+		}
+		host, _ := rm.Resource().Attributes().Get(semconv.HostName)
+		p := c.ingest(ctx, processID{host.AsString(), pid.Int()}, rm)
+		if p != nil {
+			out = append(out, c.evaluate(p)...)
+		}
+	}
+	out = append(out, c.forget(ctx)...)
+	if hasHost {
+		c.appendGauge(md, hostResource)
+	}
+	ld := c.recordsOf(out)
+	next := c.logsNext
+	c.mu.Unlock()
+	for _, w := range out {
+		c.records.Add(ctx, 1, metric.WithAttributes(attribute.String("state", w.state), attribute.String("root_cause", w.ch.finding.cause)))
+	}
+	if next != nil && ld.LogRecordCount() > 0 {
+		if err := next.ConsumeLogs(ctx, ld); err != nil {
+			c.logger.Warn("could not pass on causal chain records", zap.Error(err))
+		}
+	}
+	return md, nil
+}
+
+// ingest adds one export of one process; nil when nothing new came.
+func (c *chains) ingest(ctx context.Context, id processID, rm pmetric.ResourceMetrics) *process {
+	p := c.processes[id]
+	if p == nil {
+		if len(c.processes) >= c.cfg.Limits.MaxProcesses {
+			c.dropped.Add(ctx, 1, metric.WithAttributes(attribute.String("reason", "process_cap")))
+			return nil
+		}
+		p = &process{id: id, resource: pcommon.NewResource(), series: map[seriesKey]*series{}, chains: map[string]*chain{}}
+		c.processes[id] = p
+	}
+	rm.Resource().CopyTo(p.resource)
+	p.label = label(rm.Resource())
+	// Every point of one export carries the same time: the end of this interval.
+	var end, start pcommon.Timestamp
+	forEachPoint(rm, func(_ pmetric.Metric, ts, st pcommon.Timestamp) {
+		if ts > end {
+			end, start = ts, st
+		}
+	})
+	if end == 0 {
+		return nil
+	}
+	endTime := end.AsTime()
+	if !p.lastEnd.IsZero() && !endTime.After(p.lastEnd) {
+		c.dropped.Add(ctx, 1, metric.WithAttributes(attribute.String("reason", "out_of_order")))
+		return nil
+	}
+	iv := interval{start: p.lastEnd, end: endTime}
+	if p.lastEnd.IsZero() {
+		iv.start = start.AsTime()
+		if start == 0 || !iv.start.Before(endTime) {
+			iv.start = endTime.Add(-time.Second)
+		}
+		p.firstStart = iv.start
+	}
+	p.lastEnd, p.heard = endTime, c.now()
+	p.intervals = append(p.intervals, iv)
+	from := endTime.Add(-c.cfg.Window)
+	for len(p.intervals) > 0 && (!p.intervals[0].end.After(from) || len(p.intervals) > c.cfg.Limits.MaxIntervalsInWindow) {
+		p.intervals = p.intervals[1:]
+	}
+
+	sms := rm.ScopeMetrics()
+	for i := 0; i < sms.Len(); i++ {
+		ms := sms.At(i).Metrics()
+		for j := 0; j < ms.Len(); j++ {
+			m := ms.At(j)
+			if !wanted[m.Name()] {
+				continue
+			}
+			c.ingestMetric(ctx, p, m, endTime)
+		}
+	}
+	for _, s := range p.series {
+		s.keepDeltas(from, c.cfg.Limits.MaxIntervalsInWindow)
+	}
+	return p
+}
+
+func (c *chains) seriesOf(ctx context.Context, p *process, k seriesKey) *series {
+	if k.metric == "" {
+		return nil
+	}
+	s := p.series[k]
+	if s == nil {
+		if len(p.series) >= c.cfg.Limits.MaxSeriesPerProcess {
+			c.dropped.Add(ctx, 1, metric.WithAttributes(attribute.String("reason", "series_cap")))
+			return nil
+		}
+		s = &series{}
+		p.series[k] = s
+	}
+	return s
+}
+
+func (c *chains) ingestMetric(ctx context.Context, p *process, m pmetric.Metric, end time.Time) {
+	switch m.Type() {
+	case pmetric.MetricTypeSum:
+		cumulative := m.Sum().AggregationTemporality() == pmetric.AggregationTemporalityCumulative
+		dps := m.Sum().DataPoints()
+		for i := 0; i < dps.Len(); i++ {
+			dp := dps.At(i)
+			if s := c.seriesOf(ctx, p, key(m.Name(), dp.Attributes())); s != nil {
+				if d, ok := s.addSum(pointValue(dp), dp.StartTimestamp(), dp.Timestamp(), cumulative); ok && d > 0 {
+					s.deltas = append(s.deltas, delta{end: end, value: d})
+				}
+			}
+		}
+	case pmetric.MetricTypeGauge:
+		dps := m.Gauge().DataPoints()
+		for i := 0; i < dps.Len(); i++ {
+			dp := dps.At(i)
+			if s := c.seriesOf(ctx, p, key(m.Name(), dp.Attributes())); s != nil {
+				s.deltas = append(s.deltas, delta{end: end, value: pointValue(dp)})
+			}
+		}
+	case pmetric.MetricTypeExponentialHistogram:
+		cumulative := m.ExponentialHistogram().AggregationTemporality() == pmetric.AggregationTemporalityCumulative
+		dps := m.ExponentialHistogram().DataPoints()
+		for i := 0; i < dps.Len(); i++ {
+			dp := dps.At(i)
+			s := c.seriesOf(ctx, p, key(m.Name(), dp.Attributes()))
+			if s == nil {
+				continue
+			}
+			h, ok := s.addHistogram(dp, cumulative)
+			if !ok && dp.Scale() != 3 {
+				c.dropped.Add(ctx, 1, metric.WithAttributes(attribute.String("reason", "scale")))
+			}
+			if ok && h.Count > 0 {
+				s.deltas = append(s.deltas, delta{end: end, value: h.Sum, count: h.Count, hist: h})
+			}
+		}
+	}
+}
+
+func pointValue(dp pmetric.NumberDataPoint) float64 {
+	if dp.ValueType() == pmetric.NumberDataPointValueTypeInt {
+		return float64(dp.IntValue())
+	}
+	return dp.DoubleValue()
+}
+
+func forEachPoint(rm pmetric.ResourceMetrics, f func(pmetric.Metric, pcommon.Timestamp, pcommon.Timestamp)) {
+	sms := rm.ScopeMetrics()
+	for i := 0; i < sms.Len(); i++ {
+		ms := sms.At(i).Metrics()
+		for j := 0; j < ms.Len(); j++ {
+			m := ms.At(j)
+			if !wanted[m.Name()] {
+				continue
+			}
+			switch m.Type() {
+			case pmetric.MetricTypeSum:
+				for k := 0; k < m.Sum().DataPoints().Len(); k++ {
+					dp := m.Sum().DataPoints().At(k)
+					f(m, dp.Timestamp(), dp.StartTimestamp())
+				}
+			case pmetric.MetricTypeGauge:
+				for k := 0; k < m.Gauge().DataPoints().Len(); k++ {
+					dp := m.Gauge().DataPoints().At(k)
+					f(m, dp.Timestamp(), dp.StartTimestamp())
+				}
+			case pmetric.MetricTypeExponentialHistogram:
+				for k := 0; k < m.ExponentialHistogram().DataPoints().Len(); k++ {
+					dp := m.ExponentialHistogram().DataPoints().At(k)
+					f(m, dp.Timestamp(), dp.StartTimestamp())
+				}
+			}
+		}
+	}
+}
+
+// label names a process the way a person reads it: python3[4121] rank 3.
+func label(r pcommon.Resource) string {
+	a := r.Attributes()
+	name := "process"
+	if v, ok := a.Get(semconv.ProcessExecutableName); ok && v.AsString() != "" {
+		name = v.AsString()
+	}
+	s := name
+	if v, ok := a.Get(semconv.ProcessPID); ok {
+		s = fmt.Sprintf("%s[%d]", name, v.Int())
+	}
+	if v, ok := a.Get(semconv.Rank); ok {
+		s += fmt.Sprintf(" rank %d", v.Int())
+	}
+	return s
+}
+
+// evaluate judges the process's window and opens, updates or resolves its chains.
+func (c *chains) evaluate(p *process) []written {
+	now := p.lastEnd
+	v := p.viewOf(now.Add(-c.cfg.Window), now)
+	found := map[string]finding{}
+	for _, r := range rules {
+		if f := r.judge(c.cfg, v); f.fired {
+			found[r.cause] = f
+		}
+	}
+	if _, ok := found[CauseDataloader]; ok {
+		delete(found, CauseCPUContention)
+	}
+	var out []written
+	causes := make([]string, 0, len(found))
+	for cause := range found {
+		causes = append(causes, cause)
+	}
+	sort.Strings(causes)
+	for _, cause := range causes {
+		f := found[cause]
+		sev := c.severity(f.cost)
+		ch := p.chains[cause]
+		state := StateUpdate
+		if ch == nil {
+			ch = &chain{id: chainID(p, cause, now), since: c.causeStart(p, cause, now)}
+			p.chains[cause] = ch
+			state = StateOpen
+		}
+		ch.lastFired, ch.finding = now, f
+		if state == StateOpen || sev != ch.severity || now.Sub(ch.lastWritten) >= c.cfg.UpdateEvery {
+			ch.severity, ch.lastWritten = sev, now
+			ch.timeline = c.timeline(p, cause, now)
+			out = append(out, written{p: p, ch: ch, state: state, at: now})
+		}
+	}
+	for cause, ch := range p.chains {
+		if _, ok := found[cause]; !ok && now.Sub(ch.lastFired) >= c.cfg.ResolveAfter {
+			delete(p.chains, cause)
+			out = append(out, written{p: p, ch: ch, state: StateResolved, at: now})
+		}
+	}
+	return out
+}
+
+// causeStart is the end of the first interval of the window in which the rule's cost
+// reached its threshold share, as near to the cause's start as the window shows.
+func (c *chains) causeStart(p *process, cause string, now time.Time) time.Time {
+	from := now.Add(-c.cfg.Window)
+	r := ruleOf(cause)
+	for _, iv := range p.intervals {
+		if !iv.end.After(from) {
+			continue
+		}
+		if f := r.judge(c.cfg, p.viewOf(iv.start.Add(-time.Nanosecond), iv.end)); f.cost > 0 {
+			return iv.start
+		}
+	}
+	return now
+}
+
+// timeline is the rule's cost in each of the window's last intervals.
+func (c *chains) timeline(p *process, cause string, now time.Time) string {
+	r := ruleOf(cause)
+	ivs := p.intervals
+	if len(ivs) > timelineIntervals {
+		ivs = ivs[len(ivs)-timelineIntervals:]
+	}
+	parts := make([]string, 0, len(ivs))
+	for _, iv := range ivs {
+		if iv.end.Before(now.Add(-c.cfg.Window)) {
+			continue
+		}
+		f := r.judge(c.cfg, p.viewOf(iv.end.Add(-time.Nanosecond), iv.end))
+		parts = append(parts, fmt.Sprintf("%s %s", iv.end.UTC().Format("15:04:05"), percent(f.cost)))
+	}
+	return strings.Join(parts, ", ")
+}
+
+func ruleOf(cause string) rule {
+	for _, r := range rules {
+		if r.cause == cause {
+			return r
+		}
+	}
+	panic("causalchain: no rule for " + cause)
+}
+
+func (c *chains) severity(cost float64) string {
+	switch {
+	case cost >= c.cfg.Severity.High:
+		return SeverityHigh
+	case cost >= c.cfg.Severity.Medium:
+		return SeverityMedium
+	default:
+		return SeverityLow
+	}
+}
+
+func chainID(p *process, cause string, since time.Time) string {
+	h := fnv.New64a()
+	fmt.Fprintf(h, "%s\x00%d\x00%d\x00%s\x00%d", p.id.host, p.id.pid, p.firstStart.UnixNano(), cause, since.UnixNano())
+	return fmt.Sprintf("%016x", h.Sum64())
+}
+
+// forget resolves the chains of processes not heard from for a window and
+// resolve_after (exited, or no longer traced), and lets them go.
+func (c *chains) forget(ctx context.Context) []written {
+	var out []written
+	cutoff := c.now().Add(-(c.cfg.Window + c.cfg.ResolveAfter))
+	for id, p := range c.processes {
+		if p.heard.After(cutoff) {
+			continue
+		}
+		for _, ch := range p.chains {
+			out = append(out, written{p: p, ch: ch, state: StateResolved, at: p.lastEnd})
+		}
+		delete(c.processes, id)
+		c.dropped.Add(ctx, 1, metric.WithAttributes(attribute.String("reason", "forgotten")))
+	}
+	return out
+}
+
+// appendGauge adds fathom.causal_chains (open chains by root cause and severity) on the
+// host's resource.
+func (c *chains) appendGauge(md pmetric.Metrics, host pcommon.Resource) {
+	counts := map[[2]string]int64{}
+	for _, p := range c.processes {
+		for cause, ch := range p.chains {
+			counts[[2]string{cause, ch.severity}]++
+		}
+	}
+	rm := md.ResourceMetrics().AppendEmpty()
+	host.CopyTo(rm.Resource())
+	sm := rm.ScopeMetrics().AppendEmpty()
+	sm.Scope().SetName(scopeName)
+	m := sm.Metrics().AppendEmpty()
+	m.SetName(semconv.MetricCausalChains)
+	m.SetUnit("{chain}")
+	m.SetDescription("Causal chains open on the node, by root cause and severity")
+	g := m.SetEmptyGauge()
+	ts := pcommon.NewTimestampFromTime(c.now())
+	keys := make([][2]string, 0, len(counts))
+	for k := range counts {
+		keys = append(keys, k)
+	}
+	sort.Slice(keys, func(i, j int) bool { return keys[i][0]+keys[i][1] < keys[j][0]+keys[j][1] })
+	for _, k := range keys {
+		dp := g.DataPoints().AppendEmpty()
+		dp.SetTimestamp(ts)
+		dp.SetIntValue(counts[k])
+		dp.Attributes().PutStr(semconv.ChainRootCause, k[0])
+		dp.Attributes().PutStr(semconv.ChainSeverity, k[1])
+	}
+	if g.DataPoints().Len() == 0 {
+		dp := g.DataPoints().AppendEmpty()
+		dp.SetTimestamp(ts)
+		dp.SetIntValue(0)
+	}
+}
+
+// recordsOf writes one fathom.causal_chain record per written chain state.
+func (c *chains) recordsOf(ws []written) plog.Logs {
+	ld := plog.NewLogs()
+	for _, w := range ws {
+		rl := ld.ResourceLogs().AppendEmpty()
+		w.p.resource.CopyTo(rl.Resource())
+		sl := rl.ScopeLogs().AppendEmpty()
+		sl.Scope().SetName(scopeName)
+		lr := sl.LogRecords().AppendEmpty()
+		lr.SetTimestamp(pcommon.NewTimestampFromTime(w.at))
+		lr.SetObservedTimestamp(pcommon.NewTimestampFromTime(c.now()))
+		lr.SetEventName(semconv.EventCausalChain)
+		f := w.ch.finding
+		switch {
+		case w.state == StateResolved:
+			lr.SetSeverityNumber(plog.SeverityNumberInfo)
+			lr.SetSeverityText("INFO")
+		case w.ch.severity == SeverityHigh:
+			lr.SetSeverityNumber(plog.SeverityNumberError)
+			lr.SetSeverityText("ERROR")
+		default:
+			lr.SetSeverityNumber(plog.SeverityNumberWarn)
+			lr.SetSeverityText("WARN")
+		}
+		lr.Body().SetStr(describe(w, f))
+		a := lr.Attributes()
+		a.PutStr(semconv.ChainID, w.ch.id)
+		a.PutStr(semconv.ChainState, w.state)
+		a.PutStr(semconv.ChainRootCause, f.cause)
+		a.PutStr(semconv.ChainSeverity, w.ch.severity)
+		a.PutStr(semconv.ChainFix, f.fix)
+		a.PutStr(semconv.ChainSymptom, f.symptom)
+		a.PutStr(semconv.ChainEvidence, f.evidence)
+		a.PutStr(semconv.ChainTimeline, w.ch.timeline)
+		a.PutDouble(semconv.ChainCost, roundTo(f.cost, 4))
+		a.PutStr(semconv.ChainSince, w.ch.since.UTC().Format(time.RFC3339Nano))
+		if f.tid >= 0 {
+			a.PutInt(semconv.ThreadID, f.tid)
+		}
+	}
+	return ld
+}
+
+func describe(w written, f finding) string {
+	if w.state == StateResolved {
+		return fmt.Sprintf("resolved: %s in %s (since %s)", strings.ReplaceAll(f.cause, "_", " "), w.p.label, w.ch.since.UTC().Format(time.RFC3339))
+	}
+	return fmt.Sprintf("%s %s in %s: %s; %s.", w.ch.severity, f.symptom, w.p.label, f.evidence, f.fix)
+}
+
+func roundTo(v float64, digits int) float64 {
+	s := fmt.Sprintf("%.*f", digits, v)
+	var r float64
+	fmt.Sscanf(s, "%g", &r)
+	return r
+}

@@ -1,0 +1,389 @@
+package causalchainprocessor
+
+import (
+	"fmt"
+	"math"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/fathom-gpu/fathom/internal/expohisto"
+)
+
+// Root-cause classes, the values of fathom.chain.root_cause.
+const (
+	CauseCPUContention      = "cpu_contention"
+	CauseDataloader         = "dataloader_oversubscription"
+	CauseHiddenSync         = "hidden_sync"
+	CauseMemcpyBound        = "memcpy_bound"
+	CauseIOStall            = "io_stall"
+	CauseNetworkRetransmits = "network_retransmits"
+	CauseGraphRecapture     = "graph_recapture"
+	CauseAllocatorChurn     = "allocator_churn"
+)
+
+// finding is one rule's judgement of one view. cost is the share of the view's wall
+// time the process's GPU-feeding threads lost to the cause; fired says the evidence is
+// above the rule's threshold.
+type finding struct {
+	cause    string
+	fired    bool
+	cost     float64
+	tid      int64 // the CUDA thread it names; -1 for the process
+	symptom  string
+	evidence string
+	fix      string
+}
+
+// rule judges one root-cause class.
+type rule struct {
+	cause string
+	judge func(c *Config, v *view) finding
+}
+
+// rules in the order they are judged. A process can have several chains at once; the
+// dataloader rule, when it fires, takes the CPU-contention finding of the same process
+// into itself (its workers are the contention).
+var rules = []rule{
+	{CauseCPUContention, judgeCPUContention},
+	{CauseDataloader, judgeDataloader},
+	{CauseHiddenSync, judgeHiddenSync},
+	{CauseMemcpyBound, judgeMemcpyBound},
+	{CauseIOStall, judgeIOStall},
+	{CauseNetworkRetransmits, judgeNetworkRetransmits},
+	{CauseGraphRecapture, judgeGraphRecapture},
+	{CauseAllocatorChurn, judgeAllocatorChurn},
+}
+
+var (
+	launchAPIs = []string{"cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel", "cuLaunchKernel_ptsz",
+		"cuLaunchKernelEx", "cudaGraphLaunch", "cuGraphLaunch"}
+	memcpyAPIs = []string{"cudaMemcpy", "cudaMemcpyAsync", "cuMemcpy", "cuMemcpyAsync", "cuMemcpyHtoD_v2",
+		"cuMemcpyDtoH_v2", "cuMemcpyDtoD_v2", "cuMemcpyHtoDAsync_v2", "cuMemcpyDtoHAsync_v2", "cuMemcpyDtoDAsync_v2"}
+	// The copies that block the host until the device has produced the data: a
+	// .item(), .cpu() or .numpy() in the step loop.
+	blockingReadAPIs = []string{"cudaMemcpy", "cuMemcpy", "cuMemcpyDtoH_v2"}
+	allocAPIs        = []string{"cudaMalloc", "cudaFree", "cuMemAlloc_v2", "cuMemFree_v2"}
+	captureAPIs      = []string{"cudaStreamBeginCapture", "cudaStreamEndCapture", "cudaGraphInstantiate"}
+)
+
+const deviceToHost = "device_to_host"
+
+// cpuLoss is how long a CUDA thread was runnable but off its CPU, less what the
+// collector itself took from it: the collector is never a cause.
+func cpuLoss(t *threadView) float64 {
+	lost := t.runQueue
+	if lost == 0 {
+		lost = t.preempted
+	}
+	for _, p := range t.preemptors {
+		if p.self {
+			lost -= p.seconds
+		}
+	}
+	return math.Max(lost, 0)
+}
+
+// worstThread is the CUDA thread that lost the most CPU time.
+func worstThread(v *view) (int64, *threadView, float64) {
+	var tid int64 = -1
+	var worst *threadView
+	lost := 0.0
+	for id, t := range v.threads {
+		if l := cpuLoss(t); worst == nil || l > lost || (l == lost && id < tid) {
+			tid, worst, lost = id, t, l
+		}
+	}
+	return tid, worst, lost
+}
+
+// competitors names who took the thread's CPU, most time first, never the collector.
+func competitors(t *threadView) string {
+	var ps []*preemptorView
+	for _, p := range t.preemptors {
+		if !p.self && p.count > 0 {
+			ps = append(ps, p)
+		}
+	}
+	sort.Slice(ps, func(i, j int) bool {
+		if ps[i].seconds != ps[j].seconds {
+			return ps[i].seconds > ps[j].seconds
+		}
+		return ps[i].name < ps[j].name
+	})
+	var parts []string
+	for i, p := range ps {
+		if i == 3 {
+			parts = append(parts, fmt.Sprintf("%d others", len(ps)-3))
+			break
+		}
+		s := p.name
+		if p.processes > 1 {
+			s = fmt.Sprintf("%s (%.0f processes)", p.name, p.processes)
+		}
+		parts = append(parts, fmt.Sprintf("%s %s", s, seconds(p.seconds)))
+	}
+	return strings.Join(parts, ", ")
+}
+
+func judgeCPUContention(c *Config, v *view) finding {
+	r := c.Rules.CPUContention
+	f := finding{cause: CauseCPUContention, tid: -1,
+		fix: "pin the thread that drives the GPU to its own cores (taskset, a cpuset or the CPU manager's static policy) or lower the competitors' priority (nice, a CPU limit)"}
+	tid, t, lost := worstThread(v)
+	if t == nil || v.wall <= 0 {
+		return f
+	}
+	f.tid, f.cost = tid, lost/v.wall
+	f.fired = r.Enabled && f.cost >= r.MinShare && f.cost > 0
+	f.symptom = launchSymptom(v)
+	f.evidence = fmt.Sprintf("thread %d waited %s for a CPU (%s of the window; preempted %d times, %s)",
+		tid, seconds(lost), percent(f.cost), t.preemptions, seconds(t.preempted))
+	if who := competitors(t); who != "" {
+		f.evidence += "; its CPU went to " + who
+	}
+	return f
+}
+
+func judgeDataloader(c *Config, v *view) finding {
+	r := c.Rules.DataloaderStorm
+	f := finding{cause: CauseDataloader, tid: -1,
+		fix: "lower the DataLoader's num_workers to the cores left after the GPU threads, keep them alive (persistent_workers=True), and pin the GPU threads away from them"}
+	if v.wall <= 0 {
+		return f
+	}
+	tid, t, lost := worstThread(v)
+	forks, pages := v.forks/v.wall, v.pages/v.wall
+	f.tid, f.cost = tid, lost/v.wall
+	f.fired = r.Enabled && forks >= r.MinForksPerSecond && (f.cost >= r.MinShare || pages >= r.MinPagesPerSecond)
+	f.symptom = launchSymptom(v)
+	f.evidence = fmt.Sprintf("%.0f processes forked (%.1f/s), %.0f pages allocated (%.0f/s)", v.forks, forks, v.pages, pages)
+	if t != nil {
+		f.evidence += fmt.Sprintf("; thread %d waited %s for a CPU (%s of the window)", tid, seconds(lost), percent(f.cost))
+		if who := competitors(t); who != "" {
+			f.evidence += ", its CPU went to " + who
+		}
+	}
+	return f
+}
+
+func judgeHiddenSync(c *Config, v *view) finding {
+	r := c.Rules.HiddenSync
+	f := finding{cause: CauseHiddenSync, tid: -1,
+		fix: "keep step values on the GPU (no .item(), .cpu() or .numpy() in the step loop); read them every N steps, or copy with non_blocking=True into pinned memory"}
+	if v.wall <= 0 {
+		return f
+	}
+	var reads, bytes, blocked float64
+	for _, api := range blockingReadAPIs {
+		n := v.apiDirCalls[[2]string{api, deviceToHost}]
+		if n == 0 {
+			continue
+		}
+		reads += n
+		bytes += v.apiDirBytes[[2]string{api, deviceToHost}]
+		// Durations are per API, not per direction: the reads' share of the calls.
+		if all := v.apiCalls[api]; all > 0 {
+			blocked += v.seconds(api) * n / all
+		}
+	}
+	if reads == 0 {
+		return f
+	}
+	perRead := bytes / reads
+	f.cost = blocked / v.wall
+	f.fired = r.Enabled && reads/v.wall >= r.MinPerSecond && perRead <= r.MaxBytes && f.cost >= r.MinShare
+	f.symptom = fmt.Sprintf("%.0f blocking device-to-host reads (%.0f/s, %s each on average)", reads, reads/v.wall, byteSize(perRead))
+	f.evidence = fmt.Sprintf("the host waited %s in them (%s of the window) while the GPU's queue drained", seconds(blocked), percent(f.cost))
+	return f
+}
+
+func judgeMemcpyBound(c *Config, v *view) finding {
+	r := c.Rules.MemcpyBound
+	f := finding{cause: CauseMemcpyBound, tid: -1,
+		fix: "copy from pinned memory (pin_memory=True) with non_blocking=True on a side stream so copies overlap compute, or move the preprocessing onto the GPU"}
+	if v.wall <= 0 {
+		return f
+	}
+	in := v.seconds(memcpyAPIs...)
+	// Small blocking reads are the hidden-sync rule's.
+	for _, api := range blockingReadAPIs {
+		if all := v.apiCalls[api]; all > 0 {
+			in -= v.seconds(api) * v.apiDirCalls[[2]string{api, deviceToHost}] / all
+		}
+	}
+	var h2d, d2h float64
+	for k, b := range v.apiDirBytes {
+		switch k[1] {
+		case "host_to_device":
+			h2d += b
+		case deviceToHost:
+			d2h += b
+		}
+	}
+	f.cost = math.Max(in, 0) / v.wall
+	f.fired = r.Enabled && f.cost >= r.MinShare
+	f.symptom = fmt.Sprintf("copies took %s of the window (%s host-to-device, %s device-to-host)", percent(f.cost), byteSize(h2d), byteSize(d2h))
+	f.evidence = fmt.Sprintf("%.0f copy calls, %s in them", v.calls(memcpyAPIs...), seconds(in))
+	if h2d > 0 {
+		f.evidence += fmt.Sprintf(", %s/s host-to-device", byteSize(h2d/v.wall))
+	}
+	return f
+}
+
+func judgeIOStall(c *Config, v *view) finding {
+	r := c.Rules.IOStall
+	f := finding{cause: CauseIOStall, tid: -1,
+		fix: "write checkpoints from a background thread or process (e.g. torch.distributed.checkpoint's async_save) to fast local storage, and upload from there"}
+	if v.wall <= 0 {
+		return f
+	}
+	var io expohisto.Histogram
+	for _, h := range v.blockIO {
+		io.Merge(h)
+	}
+	if io.Count == 0 {
+		return f
+	}
+	// The I/O costs the GPU what the GPU-feeding thread spent asleep, at most: a
+	// background writer's requests do not stall the dispatcher.
+	tid, asleep := int64(-1), 0.0
+	for id, t := range v.threads {
+		if t.voluntary > asleep || (t.voluntary == asleep && id < tid) {
+			tid, asleep = id, t.voluntary
+		}
+	}
+	f.tid = tid
+	f.cost = math.Min(io.Sum, asleep) / v.wall
+	f.fired = r.Enabled && f.cost >= r.MinShare
+	f.symptom = launchSymptom(v)
+	f.evidence = fmt.Sprintf("%d block I/O requests took %s (p99 %s); thread %d slept %s (%s of the window)",
+		io.Count, seconds(io.Sum), seconds(io.Quantile(0.99)), tid, seconds(asleep), percent(asleep/v.wall))
+	return f
+}
+
+func judgeNetworkRetransmits(c *Config, v *view) finding {
+	r := c.Rules.NetworkRetransmits
+	f := finding{cause: CauseNetworkRetransmits, tid: -1,
+		fix: "check the NIC and switch port of this host (errors, flaps, congestion); give NCCL an RDMA transport (NCCL_IB_HCA) or a dedicated interface (NCCL_SOCKET_IFNAME)"}
+	if v.wall <= 0 || v.retransmits == 0 {
+		return f
+	}
+	f.cost = math.Min(1, v.retransmits*r.CostPerRetransmit.Seconds()/v.wall)
+	f.fired = r.Enabled && v.retransmits >= r.MinRetransmits
+	f.symptom = ncclSymptom(v)
+	f.evidence = fmt.Sprintf("%.0f TCP segments retransmitted from the process's own sockets (%.2f/s); each stalls its stream for at least %s",
+		v.retransmits, v.retransmits/v.wall, seconds(r.CostPerRetransmit.Seconds()))
+	return f
+}
+
+func judgeGraphRecapture(c *Config, v *view) finding {
+	r := c.Rules.GraphRecapture
+	f := finding{cause: CauseGraphRecapture, tid: -1,
+		fix: "keep shapes static so the captured graph is replayed (pad or bucket the batch), warm up before capturing, or let torch.compile mark the dynamic dimensions"}
+	if v.wall <= 0 {
+		return f
+	}
+	captures := v.calls("cudaStreamBeginCapture")
+	if captures == 0 {
+		captures = v.calls("cudaGraphInstantiate")
+	}
+	if captures == 0 {
+		return f
+	}
+	in := v.seconds(captureAPIs...)
+	f.cost = in / v.wall
+	f.fired = r.Enabled && !v.early && captures >= r.MinCaptures && f.cost >= r.MinShare
+	f.symptom = fmt.Sprintf("%.0f graph captures in the window (%.1f/s) against %.0f graph launches", captures, captures/v.wall,
+		v.calls("cudaGraphLaunch", "cuGraphLaunch"))
+	f.evidence = fmt.Sprintf("capture and instantiation took %s (%s of the window)", seconds(in), percent(f.cost))
+	return f
+}
+
+func judgeAllocatorChurn(c *Config, v *view) finding {
+	r := c.Rules.AllocatorChurn
+	f := finding{cause: CauseAllocatorChurn, tid: -1,
+		fix: "let the caching allocator keep its blocks (no torch.cuda.empty_cache() in the loop), set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True, or allocate once outside the step"}
+	if v.wall <= 0 {
+		return f
+	}
+	n := v.calls(allocAPIs...)
+	if n == 0 {
+		return f
+	}
+	in := v.seconds(allocAPIs...)
+	f.cost = in / v.wall
+	f.fired = r.Enabled && n/v.wall >= r.MinPerSecond && f.cost >= r.MinShare
+	f.symptom = fmt.Sprintf("%.0f device allocations and frees (%.0f/s)", n, n/v.wall)
+	f.evidence = fmt.Sprintf("%s in them (%s of the window); cudaFree waits for the device", seconds(in), percent(f.cost))
+	return f
+}
+
+// launchSymptom is the tail of the process's most frequent launch API, and its launch
+// rate.
+func launchSymptom(v *view) string {
+	api, n := "", 0.0
+	for _, a := range launchAPIs {
+		if c := v.apiCalls[a]; c > n {
+			api, n = a, c
+		}
+	}
+	h := v.apiDur[api]
+	if api == "" || h == nil || h.Count == 0 {
+		return "no kernel launches in the window"
+	}
+	return tail(api, h) + fmt.Sprintf(", %.0f launches/s", n/v.wall)
+}
+
+// ncclSymptom is the tail of the process's slowest NCCL operation, or its launch tail.
+func ncclSymptom(v *view) string {
+	op, worst := "", 0.0
+	for name, h := range v.ncclDur {
+		if q := h.Quantile(0.99); h.Count > 0 && q > worst {
+			op, worst = name, q
+		}
+	}
+	if op == "" {
+		return launchSymptom(v)
+	}
+	return tail(op, v.ncclDur[op])
+}
+
+func tail(api string, h *expohisto.Histogram) string {
+	p50, p99 := h.Quantile(0.5), h.Quantile(0.99)
+	s := fmt.Sprintf("%s p99 %s", api, seconds(p99))
+	switch {
+	case p50 > 0 && p99 >= 2*p50:
+		s += fmt.Sprintf(" (%.0fx p50 of %s)", p99/p50, seconds(p50))
+	case p50 > 0:
+		s += fmt.Sprintf(" (p50 %s)", seconds(p50))
+	}
+	return s
+}
+
+func seconds(s float64) string {
+	d := time.Duration(s * float64(time.Second))
+	switch {
+	case d >= time.Second:
+		return fmt.Sprintf("%.2f s", s)
+	case d >= time.Millisecond:
+		return fmt.Sprintf("%.1f ms", s*1e3)
+	default:
+		return fmt.Sprintf("%.0f µs", s*1e6)
+	}
+}
+
+func percent(share float64) string { return fmt.Sprintf("%.0f%%", 100*share) }
+
+func byteSize(b float64) string {
+	switch {
+	case b >= 1<<30:
+		return fmt.Sprintf("%.1f GiB", b/(1<<30))
+	case b >= 1<<20:
+		return fmt.Sprintf("%.1f MiB", b/(1<<20))
+	case b >= 1<<10:
+		return fmt.Sprintf("%.1f KiB", b/(1<<10))
+	default:
+		return fmt.Sprintf("%.0f B", b)
+	}
+}

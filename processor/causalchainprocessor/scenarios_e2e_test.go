@@ -1,0 +1,502 @@
+//go:build linux
+
+package causalchainprocessor_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/asm"
+	"github.com/cilium/ebpf/link"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/fathom-gpu/fathom/internal/cgrouptest"
+	"github.com/fathom-gpu/fathom/internal/collectortest"
+	"github.com/fathom-gpu/fathom/internal/fakegpu"
+	"github.com/fathom-gpu/fathom/internal/privtest"
+)
+
+// The scenario suite: fakegpu-workload processes, each with one host-side trouble,
+// traced under real BPF by a real node collector whose causalchain processor (5 s
+// window, 1 s intervals) writes its chains over OTLP into a real gateway; the test reads
+// them back from the gateway's get_causal_chains over MCP, as an agent would. Each
+// scenario's expected root cause must be its process's top chain (the costliest),
+// naming its dispatcher thread where the cause is a thread's; the healthy baseline may
+// have no HIGH or MEDIUM chain.
+
+const gatewayConfig = `
+extensions:
+  echo:
+    path: ${env:ECHO_DB}
+    server:
+      endpoint: ${env:ECHO_ADDR}
+      insecure_allow_plaintext: true # loopback listener in a test
+      tokens:
+        - {name: agent, env: AGENT_TOKEN, scopes: [tools, sql]}
+receivers:
+  otlp:
+    protocols:
+      grpc:
+        endpoint: ${env:OTLP_GRPC}
+exporters:
+  duckdb:
+    store: echo
+service:
+  extensions: [echo]
+  telemetry:
+    metrics:
+      level: none
+  pipelines:
+    metrics:
+      receivers: [otlp]
+      exporters: [duckdb]
+    logs:
+      receivers: [otlp]
+      exporters: [duckdb]
+`
+
+const nodeConfig = `
+extensions:
+  health_check:
+    endpoint: ${env:HEALTH}
+receivers:
+  gpuebpf:
+    collection_interval: 1s
+    cluster_name: e2e
+    host_name: node-chains
+    logs:
+      policy: none
+processors:
+  causalchain:
+    window: 5s
+    resolve_after: 5s
+  batch:
+    timeout: 200ms
+exporters:
+  otlp_grpc/gateway:
+    endpoint: ${env:GATEWAY}
+    tls:
+      insecure: true
+service:
+  extensions: [health_check]
+  telemetry:
+    metrics:
+      level: none
+  pipelines:
+    metrics:
+      receivers: [gpuebpf]
+      processors: [causalchain, batch]
+      exporters: [otlp_grpc/gateway]
+    logs:
+      receivers: [gpuebpf]
+      processors: [causalchain, batch]
+      exporters: [otlp_grpc/gateway]
+`
+
+const agentToken = "chains-e2e-token"
+
+// Window is the node's causalchain window: a chain is due within two of them.
+const window = 5 * time.Second
+
+// scenario is one workload with one trouble.
+type scenario struct {
+	name  string
+	cause string // "" for the healthy baseline
+	// thread: the chain names the workload's dispatcher thread; evidence: words its
+	// evidence must hold.
+	thread   bool
+	evidence string
+	opts   func(o *fakegpu.Options)
+	// trouble starts what the workload does not do itself (hogs, a lossy link), after
+	// the workload reached its gate; it returns when the trouble is in place.
+	trouble func(t *testing.T, s *suite, w *fakegpu.Workload)
+}
+
+// steps of every workload: with the gap, a little over 8 s of a loop that launches 10
+// kernels and syncs once per step.
+const steps = 3000
+
+func baseOptions() fakegpu.Options {
+	return fakegpu.Options{
+		Steps: steps, StepGap: 2 * time.Millisecond, Launches: 10 * steps, Syncs: steps,
+		KernelTime: 50 * time.Microsecond, DispatcherThread: true, Gate: true,
+	}
+}
+
+var scenarios = []scenario{{
+	name: "healthy",
+}, {
+	name: "cpu contention", cause: "cpu_contention", thread: true, evidence: "its CPU went to e2e-hog",
+	opts: func(o *fakegpu.Options) { o.Pin, o.PinCPU = true, 1 },
+	trouble: func(t *testing.T, s *suite, _ *fakegpu.Workload) {
+		for range 3 {
+			fakegpu.StartHog(t, s.paths, "e2e-hog", 1)
+		}
+	},
+}, {
+	name: "dataloader fork storm", cause: "dataloader_oversubscription", thread: true, evidence: "processes forked",
+	opts: func(o *fakegpu.Options) {
+		o.Pin, o.PinCPU = true, 1
+		o.Forks, o.ForkWork = 600, 6*time.Millisecond
+	},
+}, {
+	name: "hidden sync", cause: "hidden_sync",
+	opts: func(o *fakegpu.Options) {
+		o.KernelTime = 200 * time.Microsecond
+		o.D2H, o.D2HBytes = steps, 4096
+	},
+}, {
+	name: "memcpy bound", cause: "memcpy_bound",
+	opts: func(o *fakegpu.Options) {
+		o.Steps, o.Launches, o.Syncs = 1000, 10000, 1000
+		o.H2D, o.H2DBytes, o.GBps = 1000, 16<<20, 2
+	},
+}, {
+	name: "checkpoint I/O", cause: "io_stall", thread: true, evidence: "block I/O requests took",
+	opts: func(o *fakegpu.Options) {
+		o.IOBurstMB, o.IOEvery, o.IOInline = 32, 300*time.Millisecond, true
+	},
+}, {
+	name: "graph re-capture", cause: "graph_recapture",
+	opts: func(o *fakegpu.Options) {
+		o.GraphCaptures, o.GraphKernels, o.GraphReplays = 60, 8, steps
+	},
+}, {
+	name: "network retransmits", cause: "network_retransmits", evidence: "retransmitted from the process's own sockets",
+	opts: func(o *fakegpu.Options) { o.TCPBytes = 8192 },
+	trouble: func(t *testing.T, s *suite, w *fakegpu.Workload) {
+		cg := cgrouptest.Make(t, cgrouptest.Root(t), "fathom-chains-tcp")
+		cgrouptest.Move(t, cg, w.Pid)
+		go s.flapLink(t, cg)
+	},
+}, {
+	name: "allocator churn", cause: "allocator_churn",
+	opts: func(o *fakegpu.Options) { o.Allocs = 2 * steps },
+}}
+
+// suite is the gateway and the node collector the scenarios share.
+type suite struct {
+	paths   fakegpu.Paths
+	dir     string
+	api     string
+	peer    net.Listener
+	session *mcp.ClientSession
+}
+
+func startSuite(t *testing.T) *suite {
+	privtest.Require(t)
+	s := &suite{paths: fakegpu.Build(t), dir: t.TempDir()}
+	s.api = collectortest.Addr(t)
+	grpc := collectortest.Addr(t)
+	gw := collectortest.Start(t, writeFile(t, s.dir, "gateway.yaml", gatewayConfig),
+		"ECHO_DB="+filepath.Join(s.dir, "echo.duckdb"), "ECHO_ADDR="+s.api, "AGENT_TOKEN="+agentToken, "OTLP_GRPC="+grpc)
+	gw.WaitHTTP(t, "http://"+s.api+"/api/v1/health", 30*time.Second)
+	gw.WaitListening(t, grpc, 30*time.Second)
+	health := collectortest.Addr(t)
+	node := collectortest.Start(t, writeFile(t, s.dir, "node.yaml", nodeConfig), "GATEWAY="+grpc, "HEALTH="+health)
+	node.WaitHTTP(t, "http://"+health+"/", 60*time.Second)
+
+	client := mcp.NewClient(&mcp.Implementation{Name: "fathom-chains-e2e", Version: "1"}, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var err error
+	s.session, err = client.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: "http://" + s.api + "/mcp",
+		HTTPClient: &http.Client{Transport: bearer{agentToken, http.DefaultTransport}}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.session.Close() })
+
+	// The peer the network scenario's workload streams to.
+	if s.peer, err = net.Listen("tcp4", "127.0.0.1:0"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.peer.Close() })
+	go func() {
+		for {
+			c, err := s.peer.Accept()
+			if err != nil {
+				return
+			}
+			go func() { _, _ = io.Copy(io.Discard, c); c.Close() }()
+		}
+	}()
+	return s
+}
+
+type bearer struct {
+	token string
+	next  http.RoundTripper
+}
+
+func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	r.Header.Set("Authorization", "Bearer "+b.token)
+	return b.next.RoundTrip(r)
+}
+
+func writeFile(t *testing.T, dir, name, content string) string {
+	t.Helper()
+	p := filepath.Join(dir, name)
+	if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// flapLink drops every packet reaching the cgroup (so ACKs are lost, as on a flapping
+// link) for 1 s of every 2, four times.
+func (s *suite) flapLink(t *testing.T, cg string) {
+	drop, err := ebpf.NewProgram(&ebpf.ProgramSpec{Type: ebpf.CGroupSKB, License: "GPL",
+		Instructions: asm.Instructions{asm.Mov.Imm(asm.R0, 0), asm.Return()}})
+	if err != nil {
+		t.Error(err)
+		return
+	}
+	defer drop.Close()
+	for range 4 {
+		l, err := link.AttachCgroup(link.CgroupOptions{Path: cg, Attach: ebpf.AttachCGroupInetIngress, Program: drop})
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		time.Sleep(time.Second)
+		l.Close()
+		time.Sleep(time.Second)
+	}
+}
+
+// chain is one entry of get_causal_chains.
+type chain struct {
+	Time       string         `json:"time"`
+	ID         string         `json:"id"`
+	State      string         `json:"state"`
+	Node       string         `json:"node"`
+	PID        *int64         `json:"pid"`
+	Process    string         `json:"process"`
+	RootCause  string         `json:"root_cause"`
+	Severity   string         `json:"severity"`
+	Fix        string         `json:"fix"`
+	Attributes map[string]any `json:"attributes"`
+}
+
+func (c chain) cost() float64 { v, _ := c.Attributes["fathom.chain.cost"].(float64); return v }
+
+// chainsOf asks the gateway over MCP for the chains of one process, costliest first.
+func (s *suite) chainsOf(t *testing.T, pid int) []chain {
+	t.Helper()
+	res, err := s.session.CallTool(context.Background(), &mcp.CallToolParams{Name: "get_causal_chains",
+		Arguments: map[string]any{"node": "node-chains", "since": "10m", "include_resolved": true, "limit": 1000}})
+	if err != nil {
+		t.Fatalf("get_causal_chains over MCP: %v", err)
+	}
+	if res.IsError {
+		t.Fatalf("get_causal_chains: %v", res.Content[0].(*mcp.TextContent).Text)
+	}
+	raw, _ := json.Marshal(res.StructuredContent)
+	var out struct {
+		Chains []chain `json:"chains"`
+	}
+	if err := json.Unmarshal(raw, &out); err != nil {
+		t.Fatal(err)
+	}
+	var mine []chain
+	for _, c := range out.Chains {
+		if c.PID != nil && *c.PID == int64(pid) {
+			mine = append(mine, c)
+		}
+	}
+	sort.SliceStable(mine, func(i, j int) bool { return mine[i].cost() > mine[j].cost() })
+	return mine
+}
+
+// result is what one scenario ended with.
+type result struct {
+	scenario scenario
+	tid      int           // the workload's dispatcher thread
+	top      string        // the top chain's root cause, "" for none
+	found    time.Duration // from the release to the expected chain's first record
+	others   []string      // HIGH or MEDIUM chains of another cause
+	chains   []chain
+}
+
+func (s *suite) run(t *testing.T, sc scenario) result {
+	o := baseOptions()
+	if sc.cause == "network_retransmits" {
+		o.TCPSend = s.peer.Addr().String()
+	}
+	if sc.opts != nil {
+		sc.opts(&o)
+	}
+	if o.IOBurstMB > 0 {
+		o.IODir = t.TempDir()
+	}
+	w := fakegpu.Start(t, s.paths, o)
+	if sc.trouble != nil {
+		sc.trouble(t, s, w)
+	}
+	released := time.Now()
+	if err := w.Release(); err != nil {
+		t.Fatal(err)
+	}
+	r := result{scenario: sc, tid: w.Tid}
+	var expected *chain
+	deadline := released.Add(2*window + 10*time.Second)
+	for time.Now().Before(deadline) {
+		time.Sleep(500 * time.Millisecond)
+		r.chains = s.chainsOf(t, w.Pid)
+		for i, c := range r.chains {
+			if c.RootCause == sc.cause && expected == nil {
+				expected = &r.chains[i]
+			}
+		}
+		select {
+		case <-w.Exited():
+			// Its last intervals reach the gateway within a second or two.
+			if time.Until(deadline) > 3*time.Second {
+				deadline = time.Now().Add(3 * time.Second)
+			}
+		default:
+		}
+		if sc.cause != "" && expected != nil && time.Since(released) > 2*window {
+			break
+		}
+	}
+	w.Kill()
+	if expected != nil {
+		// The chain's first record: its since is when its costly interval began,
+		// the record's own time is when the node wrote it.
+		first := s.firstRecord(t, expected.ID)
+		r.found = first.Sub(released)
+	}
+	if len(r.chains) > 0 {
+		r.top = r.chains[0].RootCause
+	}
+	for _, c := range r.chains {
+		if c.RootCause != sc.cause && (c.Severity == "HIGH" || c.Severity == "MEDIUM") {
+			r.others = append(r.others, c.RootCause+" "+c.Severity)
+		}
+	}
+	return r
+}
+
+// firstRecord is the time of a chain's first record, from the store over SQL.
+func (s *suite) firstRecord(t *testing.T, id string) time.Time {
+	t.Helper()
+	body := fmt.Sprintf(`{"sql":"SELECT min(ts) FROM events WHERE name = 'fathom.causal_chain' AND json_extract_string(attributes, '$.\"fathom.chain.id\"') = '%s'"}`, id)
+	req, _ := http.NewRequest(http.MethodPost, "http://"+s.api+"/api/v1/sql", strings.NewReader(body))
+	req.Header.Set("Authorization", "Bearer "+agentToken)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var out struct {
+		Rows [][]any `json:"rows"`
+	}
+	raw, _ := io.ReadAll(resp.Body)
+	if err := json.Unmarshal(raw, &out); err != nil || len(out.Rows) != 1 {
+		t.Fatalf("sql answered %d: %s", resp.StatusCode, raw)
+	}
+	ts, err := time.Parse(time.RFC3339Nano, fmt.Sprint(out.Rows[0][0]))
+	if err != nil {
+		t.Fatalf("min(ts) %v: %v", out.Rows[0][0], err)
+	}
+	return ts
+}
+
+func TestScenariosYieldTheirRootCauseOverMCP(t *testing.T) {
+	s := startSuite(t)
+	var results []result
+	for _, sc := range scenarios {
+		t.Run(strings.ReplaceAll(sc.name, " ", "_"), func(t *testing.T) {
+			r := s.run(t, sc)
+			results = append(results, r)
+			for _, c := range r.chains {
+				t.Logf("%s %s %s cost %.3f: %v", c.RootCause, c.Severity, c.State, c.cost(), c.Attributes["fathom.chain.evidence"])
+			}
+			if sc.cause == "" {
+				if len(r.others) > 0 {
+					t.Errorf("the healthy baseline has HIGH or MEDIUM chains: %v", r.others)
+				}
+				return
+			}
+			if r.top != sc.cause {
+				t.Fatalf("top chain %q, want %q", r.top, sc.cause)
+			}
+			top := r.chains[0]
+			if top.Node != "node-chains" || top.Process != "fakegpu-workload" {
+				t.Errorf("the chain names node %q process %q", top.Node, top.Process)
+			}
+			if tid, _ := top.Attributes["thread.id"].(float64); sc.thread && int(tid) != r.tid {
+				t.Errorf("the chain names thread %v, want the dispatcher %d", top.Attributes["thread.id"], r.tid)
+			}
+			if ev, _ := top.Attributes["fathom.chain.evidence"].(string); !strings.Contains(ev, sc.evidence) {
+				t.Errorf("the evidence %q does not say %q", ev, sc.evidence)
+			}
+			if r.found > 2*window {
+				t.Errorf("the chain came %s after the cause began, more than two windows", r.found)
+			}
+			t.Logf("found in %s", r.found)
+		})
+	}
+	writeReport(t, results)
+}
+
+// writeReport prints precision, recall and the time to each chain, and writes them to
+// FATHOM_CHAIN_REPORT when set (make bench).
+func writeReport(t *testing.T, results []result) {
+	var tp, fp, fn int
+	var b strings.Builder
+	b.WriteString("| scenario | expected | top chain | found after | other HIGH/MEDIUM chains |\n|---|---|---|---|---|\n")
+	for _, r := range results {
+		found := "-"
+		switch {
+		case r.scenario.cause == "":
+		case r.top == r.scenario.cause:
+			tp++
+			found = r.found.Round(100 * time.Millisecond).String()
+		default:
+			fn++
+		}
+		fp += len(r.others)
+		if r.scenario.cause != "" && r.top != "" && r.top != r.scenario.cause {
+			fp++
+		}
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s |\n", r.scenario.name, or(r.scenario.cause, "none"), or(r.top, "none"), found, or(strings.Join(r.others, ", "), "none"))
+	}
+	precision, recall := ratio(tp, tp+fp), ratio(tp, tp+fn)
+	fmt.Fprintf(&b, "\nprecision %.0f%% (%d of %d chains named), recall %.0f%% (%d of %d causes found)\n", 100*precision, tp, tp+fp, 100*recall, tp, tp+fn)
+	t.Log("\n" + b.String())
+	if path := os.Getenv("FATHOM_CHAIN_REPORT"); path != "" {
+		if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
+			t.Error(err)
+		}
+	}
+}
+
+func or(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
+}
+
+func ratio(a, b int) float64 {
+	if b == 0 {
+		return 1
+	}
+	return float64(a) / float64(b)
+}
