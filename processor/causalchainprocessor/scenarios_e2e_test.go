@@ -285,6 +285,7 @@ type chain struct {
 	Node       string         `json:"node"`
 	PID        *int64         `json:"pid"`
 	Process    string         `json:"process"`
+	Thread     *int64         `json:"thread"`
 	RootCause  string         `json:"root_cause"`
 	Severity   string         `json:"severity"`
 	Fix        string         `json:"fix"`
@@ -440,8 +441,8 @@ func TestScenariosYieldTheirRootCauseOverMCP(t *testing.T) {
 			if top.Node != "node-chains" || top.Process != "fakegpu-workload" {
 				t.Errorf("the chain names node %q process %q", top.Node, top.Process)
 			}
-			if tid, _ := top.Attributes["thread.id"].(float64); sc.thread && int(tid) != r.tid {
-				t.Errorf("the chain names thread %v, want the dispatcher %d", top.Attributes["thread.id"], r.tid)
+			if sc.thread && (top.Thread == nil || *top.Thread != int64(r.tid)) {
+				t.Errorf("the chain names thread %v, want the dispatcher %d", top.Thread, r.tid)
 			}
 			if ev, _ := top.Attributes["fathom.chain.evidence"].(string); !strings.Contains(ev, sc.evidence) {
 				t.Errorf("the evidence %q does not say %q", ev, sc.evidence)

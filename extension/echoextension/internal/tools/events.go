@@ -189,6 +189,7 @@ type CausalChain struct {
 	Rank       *int64         `json:"rank,omitempty"`
 	PID        *int64         `json:"pid,omitempty"`
 	Process    string         `json:"process,omitempty"`
+	Thread     *int64         `json:"thread,omitempty"`
 	RootCause  string         `json:"root_cause"`
 	Severity   string         `json:"severity"`
 	Fix        string         `json:"fix"`
@@ -226,9 +227,9 @@ func causalChainsTool(env *Env) (*Tool, error) {
 			}
 			// Each chain's latest record in the window; a record without an id (older
 			// writers) is a chain of its own.
-			q := fmt.Sprintf(`SELECT ts, cluster, node, rank, pid, process, root, severity, fix, id, state, attributes FROM (
+			q := fmt.Sprintf(`SELECT ts, cluster, node, rank, pid, process, thread_id, root, severity, fix, id, state, attributes FROM (
 					SELECT * FROM (
-						SELECT ts, cluster, node, rank, pid, process, rowid AS rid,
+						SELECT ts, cluster, node, rank, pid, process, thread_id, rowid AS rid,
 							coalesce(json_extract_string(attributes, '$."%s"'), '') AS root,
 							coalesce(json_extract_string(attributes, '$."%s"'), '') AS severity,
 							coalesce(json_extract_string(attributes, '$."%s"'), '') AS fix,
@@ -250,13 +251,13 @@ func causalChainsTool(env *Env) (*Tool, error) {
 				var c CausalChain
 				var ts time.Time
 				var cluster, node, process sql.NullString
-				var rank, pid sql.NullInt64
+				var rank, pid, thread sql.NullInt64
 				var attrs string
-				if err := rows.Scan(&ts, &cluster, &node, &rank, &pid, &process, &c.RootCause, &c.Severity, &c.Fix, &c.ID, &c.State, &attrs); err != nil {
+				if err := rows.Scan(&ts, &cluster, &node, &rank, &pid, &process, &thread, &c.RootCause, &c.Severity, &c.Fix, &c.ID, &c.State, &attrs); err != nil {
 					return out, fmt.Errorf("get_causal_chains: %w", err)
 				}
 				c.Time, c.Cluster, c.Node, c.Rank = ts.UTC().Format(time.RFC3339Nano), cluster.String, node.String, ip(rank)
-				c.PID, c.Process = ip(pid), process.String
+				c.PID, c.Process, c.Thread = ip(pid), process.String, ip(thread)
 				c.Attributes = map[string]any{}
 				_ = json.Unmarshal([]byte(attrs), &c.Attributes)
 				for _, k := range []string{echoschema.AttrChainRoot, echoschema.AttrChainSeverity, echoschema.AttrChainFix, echoschema.AttrChainID, echoschema.AttrChainState} {
