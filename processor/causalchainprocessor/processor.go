@@ -57,6 +57,23 @@ type process struct {
 	intervals  []interval
 	series     map[seriesKey]*series
 	chains     map[string]*chain // open chains by root cause
+	// healthyRates are the process's launch rates (per second) in its last intervals
+	// no rule fired in; their median is its baseline, so a symptom can say how far the
+	// rate fell (an interval at the cause's onset, before a rule fires, moves no median).
+	healthyRates []float64
+}
+
+// healthyIntervals bounds the launch rates kept for the baseline.
+const healthyIntervals = 10
+
+// launchBaseline is the median of the process's healthy launch rates, 0 if none.
+func (p *process) launchBaseline() float64 {
+	if len(p.healthyRates) == 0 {
+		return 0
+	}
+	r := append([]float64(nil), p.healthyRates...)
+	sort.Float64s(r)
+	return r[len(r)/2]
 }
 
 // chain is one open finding: it keeps its identity while the cause persists.
@@ -364,6 +381,7 @@ func label(r pcommon.Resource) string {
 func (c *chains) evaluate(p *process) []written {
 	now := p.lastEnd
 	v := p.viewOf(now.Add(-c.cfg.Window), now)
+	v.launchBaseline = p.launchBaseline()
 	found := map[string]finding{}
 	for _, r := range rules {
 		if f := r.judge(c.cfg, v); f.fired {
@@ -372,6 +390,15 @@ func (c *chains) evaluate(p *process) []written {
 	}
 	if _, ok := found[CauseDataloader]; ok {
 		delete(found, CauseCPUContention)
+	}
+	if len(found) == 0 && len(p.chains) == 0 {
+		last := p.intervals[len(p.intervals)-1]
+		if lv := p.viewOf(last.end.Add(-time.Nanosecond), last.end); lv.wall > 0 {
+			p.healthyRates = append(p.healthyRates, lv.calls(launchAPIs...)/lv.wall)
+			if len(p.healthyRates) > healthyIntervals {
+				p.healthyRates = p.healthyRates[1:]
+			}
+		}
 	}
 	var out []written
 	causes := make([]string, 0, len(found))

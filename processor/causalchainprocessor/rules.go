@@ -332,7 +332,12 @@ func launchSymptom(v *view) string {
 	if api == "" || h == nil || h.Count == 0 {
 		return "no kernel launches in the window"
 	}
-	return tail(api, h) + fmt.Sprintf(", %.0f launches/s", n/v.wall)
+	total := v.calls(launchAPIs...) / v.wall
+	s := tail(api, h) + fmt.Sprintf(", %.0f launches/s", total)
+	if b := v.launchBaseline; b > 0 && total < 0.9*b {
+		s += fmt.Sprintf(" (down %.0f%% from its healthy %.0f/s)", 100*(1-total/b), b)
+	}
+	return s
 }
 
 // ncclSymptom is the tail of the process's slowest NCCL operation, or its launch tail.

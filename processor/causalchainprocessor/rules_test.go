@@ -238,6 +238,32 @@ func TestAChainIsOpenedUpdatedAndResolvedUnderOneID(t *testing.T) {
 	}
 }
 
+// A launch rate that fell is part of the symptom, against the process's rate in the
+// intervals no rule fired in.
+func TestTheSymptomSaysHowFarTheLaunchRateFell(t *testing.T) {
+	cfg := testConfig()
+	cfg.UpdateEvery = time.Second // a record each interval: the last one is the full window's
+	l := newLoop(t, cfg)
+	s := newSim(4121, 3, time.Now().Add(-time.Minute).Truncate(time.Second))
+	for i := range 30 {
+		if i < 15 {
+			s.healthy(dispatcher)
+		} else {
+			s.call("cudaLaunchKernel", "", 400, 20*time.Microsecond, 0)
+			s.preempted(dispatcher, "hog", false, 400, time.Millisecond, 1)
+		}
+		l.feed(s.export(time.Second))
+	}
+	recs := l.chainRecords()
+	if len(recs) == 0 {
+		t.Fatal("no chain")
+	}
+	last := recs[len(recs)-1]
+	if want := "400 launches/s (down 60% from its healthy 1000/s)"; !strings.Contains(last.symptom, want) {
+		t.Errorf("symptom %q lacks %q", last.symptom, want)
+	}
+}
+
 // The rules read delta series as they read cumulative ones: the same records, at the
 // same times, with the same costs.
 func TestDeltaTemporalityFindsTheSameChains(t *testing.T) {

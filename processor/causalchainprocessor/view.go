@@ -13,6 +13,8 @@ type view struct {
 	// early: the span includes the process's first interval (start-up work, such as a
 	// first graph capture, is not a finding).
 	early bool
+	// launchBaseline is the process's launch rate when healthy (0: not known yet).
+	launchBaseline float64
 
 	apiCalls    map[string]float64              // by cuda.api.name, all directions
 	apiDirCalls map[[2]string]float64           // by (api, direction)
