@@ -117,7 +117,7 @@ type scenario struct {
 	// evidence must hold.
 	thread   bool
 	evidence string
-	opts   func(o *fakegpu.Options)
+	opts     func(o *fakegpu.Options)
 	// trouble starts what the workload does not do itself (hogs, a lossy link), after
 	// the workload reached its gate; it returns when the trouble is in place.
 	trouble func(t *testing.T, s *suite, w *fakegpu.Workload)
