@@ -130,11 +130,18 @@ SOAK_DURATION ?= 30m
 soak: deps build
 	FATHOM_SOAK_DURATION=$(SOAK_DURATION) FATHOM_BIN=$(abspath $(BIN)) $(GO) test -tags duckdb_arrow,soak -count=1 -v -run '^TestSoak$$' -timeout 0 ./cmd/fathom
 
-# Until the demo lands: build and start a node collector on the example config.
+# Start a node collector on the example config (it needs a gateway at FATHOM_GATEWAY).
 run-node: build
 	./$(BIN) --config deploy/configs/node.yaml
 
-demo: run-node
+# The README's run command: a gateway and four node collectors on a fake GPU job, one
+# rank slowed, and what Fathom finds (internal/demo). Root runs it with real BPF; without,
+# it says so and uses the synthetic receiver. DEMO_FLAGS=--short ends after the answers.
+demo:
+	@echo "== building bin/fathom and the fake GPU stack (the first build on a fresh machine takes about 10 minutes)"
+	@$(MAKE) -s build
+	@$(MAKE) -s -C internal/fakegpu
+	./$(BIN) demo $(DEMO_FLAGS)
 
 clean:
 	rm -rf bin $(BUILD_DIR)

@@ -4,9 +4,11 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"syscall"
@@ -198,10 +200,34 @@ func StartDDP(t testing.TB, p Paths, o DDPOptions) *DDPRun {
 	if o.Ranks < 1 {
 		t.Fatal("DDPOptions.Ranks must be at least 1")
 	}
+	gateDir := ""
+	if o.Gate {
+		gateDir = t.TempDir()
+	}
+	run, err := LaunchDDP(p, o, gateDir)
+	if run != nil {
+		t.Cleanup(func() {
+			run.kill()
+			<-run.done
+		})
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return run
+}
+
+// LaunchDDP is StartDDP for programs other than tests (the demo): the gate's files go in
+// gateDir, and the caller kills the run (Kill) when done with it.
+func LaunchDDP(p Paths, o DDPOptions, gateDir string) (*DDPRun, error) {
+	if o.Ranks < 1 {
+		return nil, errors.New("DDPOptions.Ranks must be at least 1")
+	}
 	args := o.Args()
 	run := &DDPRun{done: make(chan struct{})}
 	if o.Gate {
-		run.gate = newGate(t)
+		run.gate = gate{waitFile: filepath.Join(gateDir, "go"), ready: filepath.Join(gateDir, "ready")}
+		_ = os.Remove(run.gate.waitFile)
 		args = append(args, run.gate.args()...)
 	}
 	run.Cmd = exec.Command(p.DDP, args...)
@@ -213,33 +239,38 @@ func StartDDP(t testing.TB, p Paths, o DDPOptions) *DDPRun {
 	run.Cmd.Stderr = &run.stderr
 	run.Cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := run.Cmd.Start(); err != nil {
-		t.Fatalf("starting %s: %v", p.DDP, err)
+		return nil, fmt.Errorf("starting %s: %w", p.DDP, err)
 	}
 	go func() {
 		run.waitErr = run.Cmd.Wait()
 		close(run.done)
 	}()
-	t.Cleanup(func() {
-		run.kill()
-		<-run.done
-	})
 	if o.Gate {
 		deadline := time.Now().Add(gateTimeout)
 		for r := 0; r < o.Ranks; r++ {
-			data, err := waitForFile(run.gate.ready+"."+strconv.Itoa(r), run.done, time.Until(deadline))
+			ready := run.gate.ready + "." + strconv.Itoa(r)
+			data, err := waitForFile(ready, run.done, time.Until(deadline))
 			if err != nil {
 				run.kill()
 				<-run.done
-				t.Fatalf("rank %d never reached its gate: %v\nstderr:\n%s", r, err, run.stderr.String())
+				return run, fmt.Errorf("rank %d never reached its gate: %w\nstderr:\n%s", r, err, run.stderr.String())
 			}
+			_ = os.Remove(ready)
 			var rp RankProcess
 			if err := json.Unmarshal(data, &rp); err != nil {
-				t.Fatalf("bad ready file of rank %d: %q", r, data)
+				run.kill()
+				return run, fmt.Errorf("bad ready file of rank %d: %q", r, data)
 			}
 			run.Ranks = append(run.Ranks, rp)
 		}
 	}
-	return run
+	return run, nil
+}
+
+// Kill stops the launcher and its ranks and waits until they are gone.
+func (d *DDPRun) Kill() {
+	d.kill()
+	<-d.done
 }
 
 // kill stops the launcher and its ranks. The launcher leads its own process group, which

@@ -94,6 +94,12 @@ func build() (Paths, error) {
 	if output, err := cmd.CombinedOutput(); err != nil {
 		return Paths{}, fmt.Errorf("%s: %w\n%s", cmd, err, output)
 	}
+	return PathsIn(out), nil
+}
+
+// PathsIn is where a build of the fake GPU stack in out (make -C internal/fakegpu
+// OUT=out) put each file.
+func PathsIn(out string) Paths {
 	lib := filepath.Join(out, "lib")
 	return Paths{
 		Out:      out,
@@ -106,7 +112,7 @@ func build() (Paths, error) {
 		Workload: filepath.Join(out, "bin", "fakegpu-workload"),
 		DDP:      filepath.Join(out, "bin", "fakegpu-ddp"),
 		Hog:      filepath.Join(out, "bin", "fakegpu-hog"),
-	}, nil
+	}
 }
 
 // RuntimeAPIs are the CUDA runtime entry points libcudart.so.12 exports.

@@ -7,6 +7,8 @@ import (
 	"os"
 	"syscall"
 	"testing"
+
+	"github.com/fathom-gpu/fathom/internal/bpfhost"
 )
 
 // EnvRequire names the switch that turns skips into failures.
@@ -15,15 +17,7 @@ const EnvRequire = "FATHOM_REQUIRE_PRIVILEGED"
 // Require stops the test unless it runs as root on a kernel with BTF and tracefs.
 func Require(t testing.TB) {
 	t.Helper()
-	var missing string
-	switch {
-	case os.Geteuid() != 0:
-		missing = "root (loading BPF and attaching uprobes)"
-	case !exists("/sys/kernel/btf/vmlinux"):
-		missing = "kernel BTF (/sys/kernel/btf/vmlinux)"
-	case !exists("/sys/kernel/tracing/events") && !exists("/sys/kernel/debug/tracing/events"):
-		missing = "tracefs (mount -t tracefs tracefs /sys/kernel/tracing)"
-	}
+	missing := bpfhost.Missing()
 	if missing == "" {
 		return
 	}
@@ -31,11 +25,6 @@ func Require(t testing.TB) {
 		t.Fatalf("this test needs %s, and %s=1 makes that a failure", missing, EnvRequire)
 	}
 	t.Skipf("needs %s; set %s=1 to make this a failure", missing, EnvRequire)
-}
-
-func exists(path string) bool {
-	_, err := os.Stat(path)
-	return err == nil
 }
 
 // RequireBPFFS is Require, and a bpf file system at /sys/fs/bpf, where kernel state is

@@ -171,7 +171,7 @@ func (c *chains) processMetrics(ctx context.Context, md pmetric.Metrics) (pmetri
 	c.mu.Lock()
 	var out []written
 	var hostResource pcommon.Resource
-	hasHost := false
+	hasHost, ingested := false, false
 	rms := md.ResourceMetrics()
 	for i := 0; i < rms.Len(); i++ {
 		rm := rms.At(i)
@@ -185,11 +185,14 @@ func (c *chains) processMetrics(ctx context.Context, md pmetric.Metrics) (pmetri
 		host, _ := rm.Resource().Attributes().Get(semconv.HostName)
 		p := c.ingest(ctx, processID{host.AsString(), pid.Int()}, rm)
 		if p != nil {
+			ingested = true
 			out = append(out, c.evaluate(p)...)
 		}
 	}
 	out = append(out, c.forget(ctx)...)
-	if hasHost {
+	// The gauge rides on an export of the node's processes (the receiver's, with its
+	// host resource), not on whatever else passes through the pipeline.
+	if hasHost && ingested {
 		c.appendGauge(md, hostResource)
 	}
 	ld := c.recordsOf(out)

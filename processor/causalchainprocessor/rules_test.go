@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"go.opentelemetry.io/collector/pdata/pmetric"
 )
 
 const dispatcher = 4125
@@ -344,5 +346,24 @@ func TestProcessesAreBounded(t *testing.T) {
 	}
 	if resolved != 1 {
 		t.Errorf("%d chains resolved for the process gone quiet, want 1", resolved)
+	}
+}
+
+// What is not a traced process's export (a workload's own OTLP through the node) passes
+// through as it came: no point added, none taken.
+func TestOtherMetricsPassThroughUntouched(t *testing.T) {
+	l := newLoop(t, testConfig())
+	md := pmetric.NewMetrics()
+	rm := md.ResourceMetrics().AppendEmpty()
+	rm.Resource().Attributes().PutStr("service.name", "trainer")
+	g := rm.ScopeMetrics().AppendEmpty().Metrics().AppendEmpty()
+	g.SetName("loss")
+	dps := g.SetEmptyGauge().DataPoints()
+	for i := range 7 {
+		dps.AppendEmpty().SetDoubleValue(float64(i))
+	}
+	l.feed(md)
+	if n := l.out.DataPointCount(); n != 7 {
+		t.Errorf("%d points went on, want the 7 that came", n)
 	}
 }

@@ -163,6 +163,13 @@ static int spawn_ranks(int argc, char **argv)
 	int fds[MAX_SPAWN];
 	char *out[MAX_SPAWN];
 	size_t out_len[MAX_SPAWN];
+	/* The ranks exec this program by its own path, not /proc/self/exe, so each rank's
+	 * thread name (comm) is fakegpu-ddp, as a real launcher's ranks keep python3's. */
+	char self[4096];
+	ssize_t self_len = readlink("/proc/self/exe", self, sizeof(self) - 1);
+	if (self_len <= 0)
+		die(1, "readlink /proc/self/exe: %s", strerror(errno));
+	self[self_len] = 0;
 	fflush(NULL);
 	for (int r = 0; r < n; r++) {
 		int p[2];
@@ -182,7 +189,7 @@ static int spawn_ranks(int argc, char **argv)
 			setenv("FAKENCCL_UNIQUE_ID", hex, 1);
 			if (opt.rank_env)
 				set_rank_env(opt.rank_env, r);
-			execv("/proc/self/exe", child_argv);
+			execv(self, child_argv);
 			_exit(127);
 		}
 		close(p[1]);

@@ -1,0 +1,98 @@
+package demo
+
+// The demo's collector configs: the deploy/configs pipelines cut down to one machine,
+// plaintext on loopback, 1 s intervals so the story takes a minute, not ten.
+
+const gatewayConfig = `
+extensions:
+  health_check:
+    endpoint: 127.0.0.1:${env:HEALTH_PORT}
+  thresholds:
+  echo:
+    path: ${env:ECHO_DB}
+    server:
+      endpoint: 127.0.0.1:${env:API_PORT}
+      insecure_allow_plaintext: true # loopback only, and a token all the same
+      tokens:
+        - {name: demo, env: FATHOM_DEMO_TOKEN, scopes: [tools, sql]}
+receivers:
+  otlp:
+    protocols:
+      grpc:
+        endpoint: 127.0.0.1:${env:OTLP_PORT}
+        middlewares: [{id: thresholds}]
+processors:
+  straggler:
+    evaluation_interval: 1s
+    silent_after: 10s
+exporters:
+  duckdb:
+    store: echo
+service:
+  extensions: [health_check, echo, thresholds]
+  telemetry:
+    metrics:
+      level: none
+  pipelines:
+    metrics:
+      receivers: [otlp]
+      processors: [straggler]
+      exporters: [duckdb]
+    logs:
+      receivers: [otlp]
+      processors: [straggler]
+      exporters: [duckdb]
+`
+
+// nodeConfig: RANK_PIDS is replaced by the node's rank pids (a list is not a value the
+// collector's variables expand to).
+const nodeConfig = `
+extensions:
+  health_check:
+    endpoint: 127.0.0.1:${env:HEALTH_PORT}
+  thresholds:
+    ttl: 10s
+receivers:
+  gpuebpf:
+    mode: ${env:RECEIVER_MODE}
+    collection_interval: 1s
+    cluster_name: demo
+    host_name: ${env:NODE_NAME}
+    targets:
+      all: false
+      pids: [RANK_PIDS]
+    logs:
+      policy: notable
+      nccl:
+        sample_every: 8
+processors:
+  causalchain:
+    window: 5s
+    resolve_after: 10s
+  straggler:
+    mode: node
+    thresholds: thresholds
+    evaluation_interval: 250ms
+  batch:
+    timeout: 200ms
+exporters:
+  otlp_grpc/gateway:
+    endpoint: 127.0.0.1:${env:OTLP_PORT}
+    tls:
+      insecure: true
+    middlewares: [{id: thresholds}]
+service:
+  extensions: [health_check, thresholds]
+  telemetry:
+    metrics:
+      level: none
+  pipelines:
+    metrics:
+      receivers: [gpuebpf]
+      processors: [causalchain, straggler, batch]
+      exporters: [otlp_grpc/gateway]
+    logs:
+      receivers: [gpuebpf]
+      processors: [causalchain, straggler, batch]
+      exporters: [otlp_grpc/gateway]
+`
