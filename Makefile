@@ -11,7 +11,7 @@ export GOFLAGS += -tags=duckdb_arrow
 BIN       := bin/fathom
 BUILD_DIR := build
 
-.PHONY: all deps build generate generate-ocb check-generated test fuzz lint bench soak demo run-node clean
+.PHONY: all deps build generate generate-ocb generate-deploy check-generated test fuzz lint bench soak demo run-node clean
 
 all: build
 
@@ -33,7 +33,7 @@ build:
 
 # Regenerates every committed generated file. CI runs `make check-generated`, which
 # fails when the committed files differ from what these generators produce.
-generate: generate-ocb
+generate: generate-ocb generate-deploy
 	rm -rf $(BPF_GENERATE_ROOT) && mkdir -p $(BPF_GENERATE_ROOT)/internal
 	cp -r go.mod go.sum bpf $(BPF_GENERATE_ROOT)/
 	cp -r internal/probes $(BPF_GENERATE_ROOT)/internal/
@@ -55,8 +55,18 @@ generate-ocb:
 	$(GO) tool builder --config builder-config.yaml --skip-compilation --skip-get-modules >$(BUILD_DIR)/ocb.log 2>&1 || (cat $(BUILD_DIR)/ocb.log; exit 1)
 	gofmt < $(BUILD_DIR)/ocb/components.go > cmd/fathom/components.go
 
+# The Helm chart carries the example configs, and the plain manifests are the chart
+# rendered with secrets the operator makes (deploy/manifests/README.md). Helm is pinned as
+# a Go tool in deploy/helm/tools, a module of its own.
+generate-deploy:
+	cp deploy/configs/node.yaml deploy/configs/gateway.yaml deploy/helm/fathom/files/
+	@mkdir -p deploy/manifests
+	cd deploy/helm/tools && GOFLAGS= $(GO) tool helm template fathom ../fathom --namespace fathom \
+	  --set gateway.tokens.existingSecret=fathom-tokens,gateway.tls.existingSecret=fathom-tls \
+	  > ../../manifests/fathom.yaml
+
 check-generated: generate
-	@git diff --exit-code --stat -- cmd bpf receiver processor exporter extension internal docs || \
+	@git diff --exit-code --stat -- cmd bpf receiver processor exporter extension internal docs deploy || \
 	  (echo "generated files are out of date: run 'make generate' and commit the result"; exit 1)
 
 # Runs every test. Under CI (FATHOM_REQUIRE_PRIVILEGED=1) tests that need BPF fail
