@@ -96,7 +96,7 @@ func TestTheChartRendersValidObjects(t *testing.T) {
 	o := decode(t, helm(t, "template", "obs", chart, "--namespace", "gpu-obs",
 		"--set", "exporters.otlp.enabled=true,exporters.otlp.endpoint=otlp.example:4317",
 		"--set", "exporters.prometheusRemoteWrite.enabled=true,exporters.prometheusRemoteWrite.endpoint=http://prom:9090/api/v1/write"))
-	if len(o.daemonSets) != 1 || len(o.statefulSets) != 1 || len(o.services) != 2 || len(o.configMaps) != 2 || len(o.secrets) != 2 || len(o.accounts) != 2 {
+	if len(o.daemonSets) != 1 || len(o.statefulSets) != 1 || len(o.services) != 2 || len(o.configMaps) != 3 || len(o.secrets) != 2 || len(o.accounts) != 2 {
 		t.Fatalf("rendered %d daemon sets, %d stateful sets, %d services, %d config maps, %d secrets, %d service accounts",
 			len(o.daemonSets), len(o.statefulSets), len(o.services), len(o.configMaps), len(o.secrets), len(o.accounts))
 	}

@@ -52,5 +52,6 @@ func demoCommand() *cobra.Command {
 	f.IntVar(&o.APIPort, "api-port", 8765, "the gateway's Echo API and MCP port (loopback)")
 	f.BoolVar(&o.Short, "short", false, "a shorter warm-up, and stop once the answers are shown")
 	f.BoolVar(&synthetic, "synthetic", false, "use the synthetic receiver even where BPF works")
+	f.StringVar(&o.RemoteWrite, "prometheus-remote-write", "", "also send every metric to this Prometheus remote-write URL (what the Grafana dashboard reads)")
 	return cmd
 }

@@ -96,3 +96,11 @@ service:
       processors: [causalchain, straggler, batch]
       exporters: [otlp_grpc/gateway]
 `
+
+// remoteWriteExporter is added to the gateway's exporters with --prometheus-remote-write;
+// resource attributes become labels, as the Grafana dashboard's queries expect.
+const remoteWriteExporter = `  prometheusremotewrite:
+    endpoint: ${env:REMOTE_WRITE}
+    resource_to_telemetry_conversion:
+      enabled: true
+`

@@ -44,6 +44,9 @@ type Options struct {
 	Short bool
 	// Synthetic runs the nodes' receivers on made-up data (no BPF).
 	Synthetic bool
+	// RemoteWrite, when set, is a Prometheus remote-write URL the gateway also sends
+	// every metric to (what the Grafana dashboard reads).
+	RemoteWrite string
 	// Out is where the story is told.
 	Out io.Writer
 }
@@ -216,7 +219,12 @@ func (d *demo) startGateway(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	cmd, err := d.collector("gateway", gatewayConfig, []string{
+	config := gatewayConfig
+	if d.o.RemoteWrite != "" {
+		config = strings.NewReplacer("exporters:\n", "exporters:\n"+remoteWriteExporter,
+			"exporters: [duckdb]\n    logs:", "exporters: [duckdb, prometheusremotewrite]\n    logs:").Replace(config)
+	}
+	cmd, err := d.collector("gateway", config, []string{"REMOTE_WRITE=" + d.o.RemoteWrite,
 		"ECHO_DB=" + filepath.Join(d.o.Dir, "echo.duckdb"), "API_PORT=" + strconv.Itoa(d.o.APIPort),
 		"OTLP_PORT=" + strconv.Itoa(d.o.OTLPPort), "HEALTH_PORT=" + strconv.Itoa(health), "FATHOM_DEMO_TOKEN=" + d.token})
 	if err != nil {

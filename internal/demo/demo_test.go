@@ -4,7 +4,12 @@ package demo_test
 
 import (
 	"bytes"
+	"encoding/json"
 	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
 	"os/exec"
 	"strconv"
 	"strings"
@@ -17,18 +22,20 @@ import (
 )
 
 // The README's run command in its short mode: the real binary's `fathom demo --short`
-// with real BPF, four node collectors and a gateway. It must find the slow rank (its
-// own node flags it, the gateway's record names it), explain it with a causal chain on
-// that node, and the MCP answers it prints must name them; then every process it
-// started is gone.
+// with real BPF, four node collectors and a gateway that also sends every metric by
+// remote write into a real Prometheus. It must find the slow rank (its own node flags
+// it, the gateway's record names it), explain it with a causal chain on that node, and
+// the MCP answers it prints must name them; then every process it started is gone, and
+// every query of the Grafana dashboard returns data for the run.
 func TestTheDemoTellsTheWholeStory(t *testing.T) {
 	privtest.Require(t)
 	paths := fakegpu.Build(t)
 	bin := collectortest.Binary(t)
+	prom := startPrometheus(t)
 	otlp, api := collectortest.FreePort(t), collectortest.FreePort(t)
 	var out bytes.Buffer
 	cmd := exec.Command(bin, "demo", "--short", "--dir", t.TempDir(), "--fakegpu", paths.Out,
-		"--otlp-port", strconv.Itoa(otlp), "--api-port", strconv.Itoa(api))
+		"--otlp-port", strconv.Itoa(otlp), "--api-port", strconv.Itoa(api), "--prometheus-remote-write", prom+"/api/v1/write")
 	cmd.Stdout, cmd.Stderr = &out, &out
 	start := time.Now()
 	err := cmd.Run()
@@ -59,6 +66,97 @@ func TestTheDemoTellsTheWholeStory(t *testing.T) {
 	ps, _ := exec.Command("pgrep", "-f", "fakegpu-ddp|fakegpu-hog --name batch-etl").Output()
 	if len(bytes.TrimSpace(ps)) > 0 {
 		t.Errorf("processes left behind: %s", ps)
+	}
+	checkDashboard(t, prom, start)
+}
+
+// startPrometheus runs Debian's prometheus with the remote-write receiver and native
+// histograms (what the gateway's exponential histograms become), on a free port.
+func startPrometheus(t *testing.T) string {
+	t.Helper()
+	bin, err := exec.LookPath("prometheus")
+	if err != nil {
+		if os.Getenv(privtest.EnvRequire) == "1" {
+			t.Fatalf("prometheus is not installed (apt-get install prometheus), and %s=1 makes that a failure", privtest.EnvRequire)
+		}
+		t.Skip("prometheus is not installed (apt-get install prometheus)")
+	}
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "prometheus.yml")
+	if err := os.WriteFile(cfg, []byte("global:\n  scrape_interval: 15s\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	addr := collectortest.Addr(t)
+	cmd := exec.Command(bin, "--config.file="+cfg, "--storage.tsdb.path="+filepath.Join(dir, "data"), "--web.listen-address="+addr,
+		"--web.enable-remote-write-receiver", "--enable-feature=native-histograms")
+	var log bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &log, &log
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	url := "http://" + addr
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if resp, err := http.Get(url + "/-/ready"); err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return url
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("prometheus did not get ready:\n%s", log.String())
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// checkDashboard runs every query of the Grafana dashboard over the demo's run, with
+// its variables at All, and wants data from each.
+func checkDashboard(t *testing.T, prom string, since time.Time) {
+	t.Helper()
+	raw, err := os.ReadFile(filepath.Join(collectortest.RepoRoot(t), "deploy", "helm", "fathom", "files", "dashboards", "fathom.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dash struct {
+		Panels []struct {
+			Title   string `json:"title"`
+			Targets []struct {
+				Expr string `json:"expr"`
+			} `json:"targets"`
+		} `json:"panels"`
+	}
+	if err := json.Unmarshal(raw, &dash); err != nil {
+		t.Fatal(err)
+	}
+	vars := strings.NewReplacer("$__rate_interval", "1m", "$cluster", ".*", "$api", ".*")
+	queries := 0
+	for _, p := range dash.Panels {
+		for _, target := range p.Targets {
+			queries++
+			q := url.Values{"query": {vars.Replace(target.Expr)}, "start": {strconv.FormatInt(since.Unix(), 10)},
+				"end": {strconv.FormatInt(time.Now().Unix(), 10)}, "step": {"5"}}
+			resp, err := http.Get(prom + "/api/v1/query_range?" + q.Encode())
+			if err != nil {
+				t.Fatal(err)
+			}
+			var res struct {
+				Status string `json:"status"`
+				Error  string `json:"error"`
+				Data   struct {
+					Result []json.RawMessage `json:"result"`
+				} `json:"data"`
+			}
+			err = json.NewDecoder(resp.Body).Decode(&res)
+			resp.Body.Close()
+			if err != nil || res.Status != "success" || len(res.Data.Result) == 0 {
+				t.Errorf("panel %q: %s returned no data (%v %s)", p.Title, target.Expr, err, res.Error)
+			}
+		}
+	}
+	if queries < 10 {
+		t.Errorf("the dashboard has %d queries", queries)
 	}
 }
 
