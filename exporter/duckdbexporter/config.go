@@ -13,8 +13,11 @@ import (
 // collector's own queue, retry and timeout settings.
 type Config struct {
 	exporterhelper.TimeoutConfig `mapstructure:",squash"`
-	QueueConfig                  configoptional.Optional[exporterhelper.QueueBatchConfig] `mapstructure:"sending_queue"`
-	RetryConfig                  configretry.BackOffConfig                                `mapstructure:"retry_on_failure"`
+	// QueueConfig is the collector's sending queue (exporterhelper): batches wait
+	// here while the store writes.
+	QueueConfig configoptional.Optional[exporterhelper.QueueBatchConfig] `mapstructure:"sending_queue"`
+	// RetryConfig is the collector's retry of a refused write (exporterhelper).
+	RetryConfig configretry.BackOffConfig `mapstructure:"retry_on_failure"`
 
 	// Store is the component ID of the echo extension that owns the DuckDB file.
 	Store component.ID `mapstructure:"store"`

@@ -30,8 +30,11 @@ type Config struct {
 
 // RetentionConfig bounds the store by age and by size. Zero disables a bound.
 type RetentionConfig struct {
-	MaxAge        time.Duration `mapstructure:"max_age"`
-	MaxSizeMiB    int64         `mapstructure:"max_size_mib"`
+	// MaxAge: rows older than this are deleted; 0 keeps them.
+	MaxAge time.Duration `mapstructure:"max_age"`
+	// MaxSizeMiB: the oldest rows are deleted while the store is larger; 0: no bound.
+	MaxSizeMiB int64 `mapstructure:"max_size_mib"`
+	// CheckInterval: how often retention runs.
 	CheckInterval time.Duration `mapstructure:"check_interval"`
 }
 
@@ -58,8 +61,10 @@ type ServerConfig struct {
 type TokenConfig struct {
 	// Name identifies the caller in the audit log.
 	Name string `mapstructure:"name"`
+	// File holds the token (one line); one of file and env.
 	File string `mapstructure:"file"`
-	Env  string `mapstructure:"env"`
+	// Env names the environment variable that holds the token.
+	Env string `mapstructure:"env"`
 	// Scopes: "tools" (every tool but run_analysis) and "sql" (run_analysis and
 	// POST /api/v1/sql).
 	Scopes []string `mapstructure:"scopes"`
@@ -70,16 +75,22 @@ type TokenConfig struct {
 
 // RateLimitConfig is a token bucket per caller.
 type RateLimitConfig struct {
+	// RequestsPerSecond allowed per token, sustained.
 	RequestsPerSecond float64 `mapstructure:"requests_per_second"`
-	Burst             int     `mapstructure:"burst"`
+	// Burst: requests allowed at once above the sustained rate.
+	Burst int `mapstructure:"burst"`
 }
 
 // SQLConfig bounds run_analysis and POST /api/v1/sql.
 type SQLConfig struct {
-	MaxRows       int           `mapstructure:"max_rows"`
-	MaxBytes      int           `mapstructure:"max_bytes"`
-	Timeout       time.Duration `mapstructure:"timeout"`
-	MaxConcurrent int           `mapstructure:"max_concurrent"`
+	// MaxRows a query answers with; more are cut (and the answer says so).
+	MaxRows int `mapstructure:"max_rows"`
+	// MaxBytes of an answer; more are cut.
+	MaxBytes int `mapstructure:"max_bytes"`
+	// Timeout: a query running longer is cancelled.
+	Timeout time.Duration `mapstructure:"timeout"`
+	// MaxConcurrent queries; more wait their turn or are refused.
+	MaxConcurrent int `mapstructure:"max_concurrent"`
 }
 
 var validScopes = map[string]bool{"tools": true, "sql": true}

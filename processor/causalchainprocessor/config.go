@@ -29,14 +29,20 @@ type Config struct {
 
 // SeverityConfig: cost ≥ High is HIGH, ≥ Medium is MEDIUM, anything lower LOW.
 type SeverityConfig struct {
-	High   float64 `mapstructure:"high"`
+	// High: a cost at least this share of the window is HIGH.
+	High float64 `mapstructure:"high"`
+	// Medium: a cost at least this share (and under High) is MEDIUM; lower is LOW.
 	Medium float64 `mapstructure:"medium"`
 }
 
 // LimitsConfig bounds the state; what the caps refuse is counted.
 type LimitsConfig struct {
-	MaxProcesses         int `mapstructure:"max_processes"`
-	MaxSeriesPerProcess  int `mapstructure:"max_series_per_process"`
+	// MaxProcesses tracked at once; further processes are not (process_cap).
+	MaxProcesses int `mapstructure:"max_processes"`
+	// MaxSeriesPerProcess read per process; further series are not (series_cap).
+	MaxSeriesPerProcess int `mapstructure:"max_series_per_process"`
+	// MaxIntervalsInWindow kept per series, whatever the window: a short collection
+	// interval with a long window keeps only the latest this many.
 	MaxIntervalsInWindow int `mapstructure:"max_intervals_in_window"`
 }
 
@@ -54,7 +60,9 @@ type RulesConfig struct {
 
 // ShareRule fires when its cost is at least MinShare of the window.
 type ShareRule struct {
-	Enabled  bool    `mapstructure:"enabled"`
+	// Enabled: the rule is judged (default true).
+	Enabled bool `mapstructure:"enabled"`
+	// MinShare: the least cost, as a share of the window, the rule fires at.
 	MinShare float64 `mapstructure:"min_share"`
 }
 
@@ -68,39 +76,49 @@ type CPUContentionRule struct {
 // lose at least MinShare of the window waiting for a CPU, or while it allocates at least
 // MinPagesPerSecond.
 type DataloaderRule struct {
-	ShareRule         `mapstructure:",squash"`
+	ShareRule `mapstructure:",squash"`
+	// MinForksPerSecond: the least fork rate of the process that makes a fork storm.
 	MinForksPerSecond float64 `mapstructure:"min_forks_per_second"`
+	// MinPagesPerSecond: page allocations per second that fire the rule with the forks
+	// even when the CUDA threads lose less than min_share.
 	MinPagesPerSecond float64 `mapstructure:"min_pages_per_second"`
 }
 
 // HiddenSyncRule: blocking device-to-host copies of at most MaxBytes on average (a
 // .item(), .cpu(), .numpy()), at least MinPerSecond, costing at least MinShare.
 type HiddenSyncRule struct {
-	ShareRule    `mapstructure:",squash"`
+	ShareRule `mapstructure:",squash"`
+	// MinPerSecond: the least rate of blocking device-to-host reads.
 	MinPerSecond float64 `mapstructure:"min_per_second"`
-	MaxBytes     float64 `mapstructure:"max_bytes"`
+	// MaxBytes: reads larger than this on average are copies, not a hidden sync.
+	MaxBytes float64 `mapstructure:"max_bytes"`
 }
 
 // NetworkRetransmitsRule: at least MinRetransmits from the process's own sockets in the
 // window; each is priced at CostPerRetransmit of stalled collective (Linux's smallest
 // retransmission timeout is 200 ms).
 type NetworkRetransmitsRule struct {
-	Enabled           bool          `mapstructure:"enabled"`
-	MinRetransmits    float64       `mapstructure:"min_retransmits"`
+	// Enabled: the rule is judged (default true).
+	Enabled bool `mapstructure:"enabled"`
+	// MinRetransmits in the window from the process's own sockets.
+	MinRetransmits float64 `mapstructure:"min_retransmits"`
+	// CostPerRetransmit: the stall each retransmit is priced at.
 	CostPerRetransmit time.Duration `mapstructure:"cost_per_retransmit"`
 }
 
 // GraphRecaptureRule: at least MinCaptures graph captures or instantiations in the
 // window, after the process's first window (a capture at start-up is normal).
 type GraphRecaptureRule struct {
-	ShareRule   `mapstructure:",squash"`
+	ShareRule `mapstructure:",squash"`
+	// MinCaptures: the least stream captures (or instantiations) in the window.
 	MinCaptures float64 `mapstructure:"min_captures"`
 }
 
 // AllocatorChurnRule: device allocations and frees at least MinPerSecond, costing at
 // least MinShare (cudaFree synchronises the device).
 type AllocatorChurnRule struct {
-	ShareRule    `mapstructure:",squash"`
+	ShareRule `mapstructure:",squash"`
+	// MinPerSecond: the least rate of allocations and frees.
 	MinPerSecond float64 `mapstructure:"min_per_second"`
 }
 

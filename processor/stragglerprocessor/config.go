@@ -77,6 +77,7 @@ type Config struct {
 
 // SignalConfig names one compared metric.
 type SignalConfig struct {
+	// Metric is the per-rank metric's name.
 	Metric string `mapstructure:"metric"`
 	// Worse is "higher" or "lower": which side of the median is the straggler's.
 	Worse string `mapstructure:"worse"`
@@ -87,20 +88,25 @@ type SignalConfig struct {
 
 // MADFloorConfig: the MAD used is max(MAD, Relative x |median|, the signal's floor).
 type MADFloorConfig struct {
+	// Relative floors the MAD at this share of the cohort's |median|.
 	Relative float64 `mapstructure:"relative"`
 }
 
 // PersistenceConfig is "Beyond of the last Of samples".
 type PersistenceConfig struct {
+	// Beyond: how many of the rank's last Of samples must be past the line to flag it.
 	Beyond int `mapstructure:"beyond"`
-	Of     int `mapstructure:"of"`
+	// Of: how many of the rank's latest samples are looked at.
+	Of int `mapstructure:"of"`
 }
 
 // ArrivalLagConfig: an instance waits MatchWindow for all its ranks' records (then it is
 // dropped as incomplete); at most MaxInstances wait at once.
 type ArrivalLagConfig struct {
-	MatchWindow  time.Duration `mapstructure:"match_window"`
-	MaxInstances int           `mapstructure:"max_instances"`
+	// MatchWindow: how long an instance waits for every rank's record before it is dropped as incomplete.
+	MatchWindow time.Duration `mapstructure:"match_window"`
+	// MaxInstances waiting at once; more are dropped (instance_cap).
+	MaxInstances int `mapstructure:"max_instances"`
 }
 
 // gatewayOnly are the signals the gateway makes itself from what several nodes send; a
@@ -110,7 +116,9 @@ var gatewayOnly = map[string]bool{semconv.MetricRankArrivalLag: true}
 // LimitsConfig bounds the state. Cohorts over the cap evict the one heard from least
 // recently; ranks over a cohort's cap are not tracked. Both are counted.
 type LimitsConfig struct {
-	MaxCohorts        int `mapstructure:"max_cohorts"`
+	// MaxCohorts held; over it the cohort heard from least recently is evicted (counted).
+	MaxCohorts int `mapstructure:"max_cohorts"`
+	// MaxRanksPerCohort held; further ranks are not tracked (rank_cap).
 	MaxRanksPerCohort int `mapstructure:"max_ranks_per_cohort"`
 }
 

@@ -38,8 +38,10 @@ type VerdictsConfig struct {
 
 // WebhookConfig is an HTTP endpoint that receives verdicts.
 type WebhookConfig struct {
-	Endpoint string        `mapstructure:"endpoint"`
-	Timeout  time.Duration `mapstructure:"timeout"`
+	// Endpoint: the URL each verdict is POSTed to as JSON; empty: no webhook.
+	Endpoint string `mapstructure:"endpoint"`
+	// Timeout of each POST.
+	Timeout time.Duration `mapstructure:"timeout"`
 }
 
 func (c VerdictsConfig) enabled() bool { return c.UnixSocket != "" || c.Webhook.Endpoint != "" }

@@ -189,7 +189,8 @@ type SyntheticConfig struct {
 	// CallsPerSecond per rank.
 	CallsPerSecond int `mapstructure:"calls_per_second"`
 	// SlowRank, if ≥ 0, is a rank whose synchronizations take SlowFactor times longer.
-	SlowRank   int     `mapstructure:"slow_rank"`
+	SlowRank int `mapstructure:"slow_rank"`
+	// SlowFactor multiplies the slow rank's synchronization times.
 	SlowFactor float64 `mapstructure:"slow_factor"`
 }
 
