@@ -263,8 +263,14 @@ func (c *chains) ingest(ctx context.Context, id processID, rm pmetric.ResourceMe
 			c.ingestMetric(ctx, p, m, endTime)
 		}
 	}
-	for _, s := range p.series {
+	// A series not heard from for two windows (an exited thread, a preemptor gone)
+	// is let go, so a long-lived process's churn does not fill its cap.
+	stale := endTime.Add(-2 * c.cfg.Window)
+	for k, s := range p.series {
 		s.keepDeltas(from, c.cfg.Limits.MaxIntervalsInWindow)
+		if s.seen.Before(stale) {
+			delete(p.series, k)
+		}
 	}
 	return p
 }
@@ -282,6 +288,7 @@ func (c *chains) seriesOf(ctx context.Context, p *process, k seriesKey) *series 
 		s = &series{}
 		p.series[k] = s
 	}
+	s.seen = p.lastEnd
 	return s
 }
 

@@ -367,3 +367,33 @@ func TestOtherMetricsPassThroughUntouched(t *testing.T) {
 		t.Errorf("%d points went on, want the 7 that came", n)
 	}
 }
+
+// The series of a thread that is gone are let go two windows after its last point, so
+// a long-lived process whose threads come and go stays under its series cap.
+func TestSeriesOfGoneThreadsAreLetGo(t *testing.T) {
+	cfg := testConfig()
+	cfg.Limits.MaxSeriesPerProcess = 40
+	cfg.UpdateEvery = time.Second // a record each interval, naming the thread then
+	l := newLoop(t, cfg)
+	s := newSim(4121, 3, time.Now().Add(-10*time.Minute).Truncate(time.Second))
+	s.delta = true
+	for i := range 300 {
+		// A new CUDA thread every 10 s, preempted by the hog: 5 series each.
+		s.healthy(dispatcher).preempted(int64(5000+i/10), "hog", false, 400, time.Millisecond, 1)
+		l.feed(s.export(time.Second))
+	}
+	c := instances.byID[l.id].chains
+	c.mu.Lock()
+	n := len(c.processes[processID{"node-a", 4121}].series)
+	c.mu.Unlock()
+	if n > 40 {
+		t.Errorf("%d series held, over the cap of 40", n)
+	}
+	recs := l.chainRecords()
+	if len(recs) == 0 {
+		t.Fatal("no chain")
+	}
+	if last := recs[len(recs)-1]; last.state == StateResolved || last.tid != 5029 || !strings.Contains(last.evidence, "hog") {
+		t.Errorf("the last thread's contention is not the open chain: %s (thread %d)", last.body, last.tid)
+	}
+}

@@ -40,6 +40,8 @@ type series struct {
 	prevOffset  int32
 	prevBuckets []uint64
 	deltas      []delta
+	// seen is the end of the last interval that carried a point of this series.
+	seen time.Time
 }
 
 // keepDeltas drops what ended before from, and the oldest beyond max.
