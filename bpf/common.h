@@ -141,15 +141,25 @@ struct call_stats {
 	__u32 buckets[DURATION_BUCKETS];    /* wrap at 2^32: userspace reads deltas every second */
 };
 
+/* What a traced thread waited for a CPU after, at its switch-in (sched_event.wait_kind). */
+enum sched_wait {
+	SCHED_WAIT_NONE = 0,      /* switched out blocked, and no wakeup seen: no wait known */
+	SCHED_WAIT_PREEMPTED = 1, /* switched out still runnable: off CPU waiting from then */
+	SCHED_WAIT_WOKEN = 2,     /* switched out blocked, woken, then waited in the run queue */
+};
+
 struct sched_event {
 	struct event_header hdr;  /* ts_ns is the switch-in time */
 	__u64 off_cpu_ns;         /* switch-out to switch-in */
 	__u64 runq_ns;            /* runnable (woken or preempted) to switch-in; 0 if unknown */
 	__u8 preempted;           /* switched out while still runnable (prev_state == TASK_RUNNING) */
-	__u8 _pad[3];
-	/* Preempted switch-ins only (0 and empty otherwise): the task that took the CPU when
-	 * the thread was switched out, next in that sched_switch. Its tgid, 0 = the idle
-	 * task or unknown, and its thread name (comm, NUL-padded, not always terminated). */
+	__u8 wait_kind;           /* enum sched_wait */
+	__u8 _pad[2];
+	/* The task the thread waited behind for a CPU: when preempted, the task that took the
+	 * CPU at the switch-out (next in that sched_switch); when woken, the task that held
+	 * the CPU until this switch-in (prev in this one). Its tgid, 0 = the idle task or
+	 * none (no wait known), and its thread name (comm, NUL-padded, not always
+	 * terminated; empty with pid 0 when woken, swapper/N when preempted). */
 	__u32 preemptor_pid;
 	char preemptor_comm[16];
 };

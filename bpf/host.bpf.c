@@ -32,6 +32,7 @@ enum host_counter {
 const enum host_hist *unused_host_hist __attribute__((unused));
 const enum host_counter *unused_host_counter __attribute__((unused));
 const struct sched_event *unused_sched_event __attribute__((unused));
+const enum sched_wait *unused_sched_wait __attribute__((unused));
 const struct process_event *unused_process_event __attribute__((unused));
 const struct block_io_event *unused_block_io_event __attribute__((unused));
 const struct tcp_retransmit_event *unused_tcp_retransmit_event __attribute__((unused));
@@ -184,10 +185,21 @@ int BPF_PROG(on_sched_switch, bool preempt, struct task_struct *prev, struct tas
 		ev->preempted = s->preempted;
 		__u64 *comm = (__u64 *)ev->preemptor_comm;
 		if (s->preempted) {
+			ev->wait_kind = SCHED_WAIT_PREEMPTED;
 			ev->preemptor_pid = s->preemptor_pid;
 			comm[0] = s->preemptor_comm[0];
 			comm[1] = s->preemptor_comm[1];
+		} else if (runq && prev->pid) {
+			/* Woken, then waited in the run queue while prev held the CPU: that is
+			 * whom it waited behind. prev is a trusted BTF pointer like next. */
+			const __u64 *prev_comm = (const __u64 *)prev->comm;
+			ev->wait_kind = SCHED_WAIT_WOKEN;
+			ev->preemptor_pid = prev->tgid;
+			comm[0] = prev_comm[0];
+			comm[1] = prev_comm[1];
 		} else {
+			/* Blocked with no wakeup seen, or woken onto an idle CPU: nobody to name. */
+			ev->wait_kind = runq ? SCHED_WAIT_WOKEN : SCHED_WAIT_NONE;
 			ev->preemptor_pid = 0;
 			comm[0] = 0;
 			comm[1] = 0;

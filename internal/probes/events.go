@@ -174,8 +174,24 @@ func (ev *ProcessIdentity) Executable() string {
 	return Comm(ev.Comm)
 }
 
-// PreemptorName is the thread name (comm) of the task that took the thread's CPU when it
-// was switched out still runnable; "" unless Preempted.
+// SchedWait is enum sched_wait: what a traced thread's wait for a CPU followed, at its
+// switch-in (SchedSwitchIn.WaitKind).
+type SchedWait uint8
+
+const (
+	// WaitNone: switched out blocked, and no wakeup seen; no preemptor.
+	WaitNone = SchedWait(hostSchedWaitSCHED_WAIT_NONE)
+	// WaitPreempted: switched out still runnable; the preemptor is the task that took
+	// the CPU then, and the wait is the off-CPU time.
+	WaitPreempted = SchedWait(hostSchedWaitSCHED_WAIT_PREEMPTED)
+	// WaitWoken: switched out blocked, woken, then waited in the run queue (RunqNs); the
+	// preemptor is the task that held the CPU until the switch-in, none (pid 0) if the
+	// CPU was idle.
+	WaitWoken = SchedWait(hostSchedWaitSCHED_WAIT_WOKEN)
+)
+
+// PreemptorName is the thread name (comm) of the task the thread waited behind for a
+// CPU (see WaitKind); "" when it names none.
 func (ev *SchedSwitchIn) PreemptorName() string { return Comm(ev.PreemptorComm) }
 
 // Comm returns a NUL-terminated kernel comm as a string.

@@ -89,10 +89,19 @@ type hostSchedEvent struct {
 	OffCpuNs      uint64
 	RunqNs        uint64
 	Preempted     uint8
-	Pad           [3]uint8
+	WaitKind      uint8
+	Pad           [2]uint8
 	PreemptorPid  uint32
 	PreemptorComm [16]int8
 }
+
+type hostSchedWait uint32
+
+const (
+	hostSchedWaitSCHED_WAIT_NONE      hostSchedWait = 0
+	hostSchedWaitSCHED_WAIT_PREEMPTED hostSchedWait = 1
+	hostSchedWaitSCHED_WAIT_WOKEN     hostSchedWait = 2
+)
 
 type hostTcpRetransmitEvent struct {
 	_   structs.HostLayout
@@ -174,6 +183,7 @@ const (
 	hostVarUnusedHostHist           = "unused_host_hist"
 	hostVarUnusedProcessEvent       = "unused_process_event"
 	hostVarUnusedSchedEvent         = "unused_sched_event"
+	hostVarUnusedSchedWait          = "unused_sched_wait"
 	hostVarUnusedTcpRetransmitEvent = "unused_tcp_retransmit_event"
 )
 
@@ -256,6 +266,7 @@ type hostVariableSpecs struct {
 	UnusedHostHist           *ebpf.VariableSpec `ebpf:"unused_host_hist"`
 	UnusedProcessEvent       *ebpf.VariableSpec `ebpf:"unused_process_event"`
 	UnusedSchedEvent         *ebpf.VariableSpec `ebpf:"unused_sched_event"`
+	UnusedSchedWait          *ebpf.VariableSpec `ebpf:"unused_sched_wait"`
 	UnusedTcpRetransmitEvent *ebpf.VariableSpec `ebpf:"unused_tcp_retransmit_event"`
 }
 
@@ -315,6 +326,7 @@ type hostVariables struct {
 	UnusedHostHist           *ebpf.Variable `ebpf:"unused_host_hist"`
 	UnusedProcessEvent       *ebpf.Variable `ebpf:"unused_process_event"`
 	UnusedSchedEvent         *ebpf.Variable `ebpf:"unused_sched_event"`
+	UnusedSchedWait          *ebpf.Variable `ebpf:"unused_sched_wait"`
 	UnusedTcpRetransmitEvent *ebpf.Variable `ebpf:"unused_tcp_retransmit_event"`
 }
 

@@ -32,14 +32,15 @@ type threadSeries struct {
 	offCPUVoluntary expohisto.Histogram
 	offCPUPreempted expohisto.Histogram
 	runQueue        expohisto.Histogram
-	// preemptors are the tasks that took the CPU of a thread that calls CUDA when it
-	// was preempted, by name; the "other" threads keep none.
+	// preemptors are the tasks a thread that calls CUDA waited behind for a CPU, by
+	// name: the task that took its CPU when it was preempted, or the task that held the
+	// CPU while it waited in the run queue after a wakeup. The "other" threads keep none.
 	preemptors []preemptorSeries
 }
 
 // The preemptors of one CUDA thread are bounded: its first maxPreemptorNames names
 // each get a series, and later names are counted together under otherPreemptors, so
-// no preemption goes uncounted. Each name remembers up to maxPreemptorProcesses
+// no wait goes uncounted. Each name remembers up to maxPreemptorProcesses
 // distinct processes; its count of them saturates there.
 const (
 	maxPreemptorNames     = 8
@@ -47,16 +48,16 @@ const (
 	otherPreemptors       = "other"
 )
 
-// preemptorSeries is what one name took from one CUDA thread at its preemptions.
-// Preemptions by the collector's own process are kept apart from any other process of
-// the same name (self), so that downstream can tell the collector's cost from the
-// node's.
+// preemptorSeries is what one name took from one CUDA thread: the thread's waits for
+// a CPU that a task of that name held. Waits behind the collector's own process are
+// kept apart from any other process of the same name (self), so that downstream can
+// tell the collector's cost from the node's.
 type preemptorSeries struct {
 	comm        [16]int8 // as the kernel wrote it, NUL-padded; zero for the other bucket
 	other       bool     // the bucket of names past maxPreemptorNames
 	self        bool
-	preemptions uint64
-	seconds     float64  // off-CPU time of those preemptions
+	preemptions uint64   // waits: preemptions, and woken waits in the run queue
+	seconds     float64  // their time: preempted off-CPU time, woken run-queue time
 	pids        []uint32 // distinct preemptor processes (tgids), up to maxPreemptorProcesses
 }
 
@@ -81,10 +82,10 @@ func commOf(name string) (c [16]int8) {
 	return c
 }
 
-// preemptedBy counts a preemption of the thread by process pid under comm, off CPU
-// for seconds. It reports false when the name's set of processes was full and pid was
-// not in it: the preemption is counted, the process is not.
-func (t *threadSeries) preemptedBy(comm [16]int8, pid uint32, seconds float64, self bool) bool {
+// waitedBehind counts a wait of the thread for a CPU held by process pid under comm,
+// of seconds. It reports false when the name's set of processes was full and pid was
+// not in it: the wait is counted, the process is not.
+func (t *threadSeries) waitedBehind(comm [16]int8, pid uint32, seconds float64, self bool) bool {
 	// The kernel pads a comm with NULs (strscpy_pad); whatever follows a NUL is not
 	// part of the name, and must not split one name into two series.
 	if i := slices.Index(comm[:], 0); i >= 0 {
@@ -371,17 +372,24 @@ func (a *aggregator) Sched(ev *probes.SchedSwitchIn) {
 			p.threads[ev.Hdr.Tid] = t
 		}
 	}
-	offCPU := float64(ev.OffCpuNs) / 1e9
+	offCPU, runq := float64(ev.OffCpuNs)/1e9, float64(ev.RunqNs)/1e9
+	// What the thread waited for a CPU, and behind whom: a preempted thread all its
+	// off-CPU time, behind the task that took its CPU; a woken one its run-queue time,
+	// behind the task that held the CPU until it got it (none if the CPU was idle).
+	var waited float64
+	var named bool
 	if ev.Preempted != 0 {
 		t.offCPUPreempted.Record(offCPU)
-		if t != &p.other && !t.preemptedBy(ev.PreemptorComm, ev.PreemptorPid, offCPU, ev.PreemptorPid == a.selfPID) {
-			a.drops.add("preemptor_processes", 1)
-		}
+		waited, named = offCPU, true
 	} else {
 		t.offCPUVoluntary.Record(offCPU)
+		waited, named = runq, probes.SchedWait(ev.WaitKind) == probes.WaitWoken && ev.PreemptorPid != 0
+	}
+	if named && t != &p.other && !t.waitedBehind(ev.PreemptorComm, ev.PreemptorPid, waited, ev.PreemptorPid == a.selfPID) {
+		a.drops.add("preemptor_processes", 1)
 	}
 	if ev.RunqNs != 0 {
-		t.runQueue.Record(float64(ev.RunqNs) / 1e9)
+		t.runQueue.Record(runq)
 	}
 }
 

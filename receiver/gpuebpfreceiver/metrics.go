@@ -430,9 +430,9 @@ func emitThread(set *metricSet, t *threadSeries, role string, tid int64) {
 			put(attrs).PutStr(semconv.PreemptorName, name)
 			attrs.PutBool(semconv.PreemptorSelf, s.self)
 		}
-		putPreemptor(set.sum(semconv.MetricThreadPreemptions, "{preemption}", "Times the thread was switched out while runnable, by the name of the task that took its CPU", s.preemptions))
-		putPreemptor(set.sumDouble(semconv.MetricThreadPreemptTime, "s", "Off-CPU time of the thread's preemptions, by the name of the task that took its CPU", s.seconds))
-		putPreemptor(set.gaugeInt(semconv.MetricThreadPreemptors, "{process}", "Distinct processes that preempted the thread under that name", int64(len(s.pids))))
+		putPreemptor(set.sum(semconv.MetricThreadPreemptions, "{preemption}", "Times the thread waited for a CPU, preempted or woken into the run queue, by the name of the task it waited behind", s.preemptions))
+		putPreemptor(set.sumDouble(semconv.MetricThreadPreemptTime, "s", "Time the thread waited for a CPU, preempted (off CPU) or woken (in the run queue), by the name of the task it waited behind", s.seconds))
+		putPreemptor(set.gaugeInt(semconv.MetricThreadPreemptors, "{process}", "Distinct processes the thread waited behind for a CPU under that name", int64(len(s.pids))))
 	}
 }
 

@@ -228,6 +228,100 @@ func TestPreemptionsByTheCollectorAreMarkedSelf(t *testing.T) {
 	}
 }
 
+// wokenWait is a switch-in of a thread that was woken and then waited runq in the run
+// queue behind process preemptor (0: the idle task, which leaves comm empty).
+func wokenWait(pid, tid, preemptor uint32, comm string, runq time.Duration) *probes.SchedSwitchIn {
+	var ev probes.SchedSwitchIn
+	ev.Hdr.Pid, ev.Hdr.Tid = pid, tid
+	ev.WaitKind = uint8(probes.WaitWoken)
+	ev.OffCpuNs = uint64(runq + 5*time.Millisecond)
+	ev.RunqNs = uint64(runq)
+	ev.PreemptorPid = preemptor
+	ev.PreemptorComm = commOf(comm)
+	return &ev
+}
+
+// A CUDA thread's waits in the run queue after a wakeup are attributed, their
+// run-queue time, to the task that held the CPU until it got it, in the same table as
+// its preemptions (their off-CPU time): the series add up to the preemptions plus the
+// woken waits behind a task. A wait woken onto an idle CPU, and a switch-in after no
+// known wait, name nobody; the run-queue histogram still holds them.
+func TestWokenWaitsGoToTheTaskThatHeldTheCPU(t *testing.T) {
+	const pid, tid, otherTID = 8000, 8001, 8002
+	cfg := createDefaultConfig()
+	cfg.Discovery.ProcRoot = t.TempDir()
+	a := newAggregator(cfg, &wallClock{}, nil, false)
+	a.selfPID = 9000
+	a.CUDAThread(&probes.EventHeader{Pid: pid, Tid: tid})
+
+	preempted := preemption(pid, tid, 8100, "batch-etl", 4*time.Millisecond)
+	preempted.WaitKind = uint8(probes.WaitPreempted)
+	preempted.RunqNs = uint64(4 * time.Millisecond)
+	a.Sched(preempted)
+	a.Sched(wokenWait(pid, tid, 8100, "batch-etl", time.Millisecond))
+	a.Sched(wokenWait(pid, tid, 8101, "batch-etl", 2*time.Millisecond))
+	a.Sched(wokenWait(pid, tid, 9000, "fathom", 500*time.Microsecond))
+	a.Sched(wokenWait(pid, tid, 0, "", 3*time.Millisecond)) // onto an idle CPU
+	blocked := wokenWait(pid, tid, 0, "", 0)                // no wakeup seen
+	blocked.WaitKind = uint8(probes.WaitNone)
+	a.Sched(blocked)
+	a.Sched(wokenWait(pid, otherTID, 8100, "batch-etl", time.Millisecond))
+
+	md := a.emit(time.Now(), 0, hostTotals{}, &hostTotals{}, hostIdentity("", false))
+	got := preemptorPoints(t, md, pid, tid)
+	want := map[string]preemptorPoint{
+		"batch-etl self=false": {preemptions: 3, seconds: 7e-3, processes: 2},
+		"fathom self=true":     {preemptions: 1, seconds: 0.5e-3, processes: 1},
+	}
+	if len(got) != len(want) {
+		t.Errorf("series %v, want %d", keysOf(got), len(want))
+	}
+	var waits int64
+	var seconds float64
+	for key, w := range want {
+		p := got[key]
+		if p == nil || p.preemptions != w.preemptions || math.Abs(p.seconds-w.seconds) > 1e-9 || p.processes != w.processes {
+			t.Errorf("%s = %+v, want %+v", key, p, w)
+			continue
+		}
+		waits += p.preemptions
+		seconds += p.seconds
+	}
+	// One preemption (4 ms) and three woken waits behind a task (3.5 ms).
+	if waits != 1+3 || math.Abs(seconds-7.5e-3) > 1e-9 {
+		t.Errorf("series add up to %d waits, %.4f s; want 4, 0.0075 s", waits, seconds)
+	}
+	if other := preemptorPoints(t, md, pid, otherTID); len(other) != 0 {
+		t.Errorf("a thread that does not call CUDA has preemptor series: %v", keysOf(other))
+	}
+	runq := threadHistogram(md, pid, tid, semconv.MetricThreadRunQueue)
+	if runq.Count() != 5 || math.Abs(runq.Sum()-10.5e-3) > 1e-9 {
+		t.Errorf("run-queue histogram %d waits, %.4f s; want 5, 0.0105 s", runq.Count(), runq.Sum())
+	}
+}
+
+// threadHistogram is the histogram named name of thread tid of process pid.
+func threadHistogram(md pmetric.Metrics, pid, tid int64, name string) pmetric.ExponentialHistogramDataPoint {
+	for i := 0; i < md.ResourceMetrics().Len(); i++ {
+		rm := md.ResourceMetrics().At(i)
+		if p, ok := rm.Resource().Attributes().Get(semconv.ProcessPID); !ok || p.Int() != pid {
+			continue
+		}
+		ms := rm.ScopeMetrics().At(0).Metrics()
+		for j := 0; j < ms.Len(); j++ {
+			if m := ms.At(j); m.Name() == name {
+				dps := m.ExponentialHistogram().DataPoints()
+				for k := 0; k < dps.Len(); k++ {
+					if th, ok := dps.At(k).Attributes().Get(semconv.ThreadID); ok && th.Int() == tid {
+						return dps.At(k)
+					}
+				}
+			}
+		}
+	}
+	return pmetric.NewExponentialHistogramDataPoint()
+}
+
 func keysOf[V any](m map[string]V) []string {
 	var out []string
 	for k := range m {

@@ -83,6 +83,7 @@ func (s *syntheticSource) run(ctx context.Context, h probes.Handler) {
 			sched.OffCpuNs = uint64(50_000 + rng.IntN(200_000))
 			if slow {
 				sched.Preempted = 1 // the slow rank's dispatcher loses its CPU
+				sched.WaitKind = uint8(probes.WaitPreempted)
 				sched.RunqNs = uint64(500_000 + rng.IntN(2_000_000))
 				// to one of four made-up data-loading processes beside it
 				sched.PreemptorPid = syntheticPIDBase + 1000 + uint32(rng.IntN(4))
