@@ -104,3 +104,11 @@ const remoteWriteExporter = `  prometheusremotewrite:
     resource_to_telemetry_conversion:
       enabled: true
 `
+
+// syntheticSignals replace the straggler processors' signals in synthetic mode: the
+// synthetic receiver's slow rank loses its CPU to made-up data loaders (its run-queue
+// share), while its made-up syncs do not follow asynchronous NCCL's timing, so device
+// wait would not name it.
+const syntheticSignals = `    signals:
+      - {metric: fathom.rank.run_queue.time, worse: higher, mad_floor: 0.01}
+`

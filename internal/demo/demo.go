@@ -220,6 +220,9 @@ func (d *demo) startGateway(ctx context.Context) error {
 		return err
 	}
 	config := gatewayConfig
+	if d.o.Synthetic {
+		config = strings.Replace(config, "  straggler:\n", "  straggler:\n"+syntheticSignals, 1)
+	}
 	if d.o.RemoteWrite != "" {
 		config = strings.NewReplacer("exporters:\n", "exporters:\n"+remoteWriteExporter,
 			"exporters: [duckdb]\n    logs:", "exporters: [duckdb, prometheusremotewrite]\n    logs:").Replace(config)
@@ -284,6 +287,7 @@ func (d *demo) startJobAndNodes(ctx context.Context) error {
 		if d.o.Synthetic {
 			mode = "synthetic"
 			config = strings.Replace(config, "    targets:\n      all: false\n      pids: []\n", fmt.Sprintf("    synthetic:\n      ranks: %d\n      slow_rank: %d\n", ranks, d.slowR), 1)
+			config = strings.Replace(config, "  straggler:\n", "  straggler:\n"+syntheticSignals, 1)
 		}
 		cmd, err := d.collector(name, config, []string{"NODE_NAME=" + name, "OTLP_PORT=" + strconv.Itoa(d.o.OTLPPort),
 			"HEALTH_PORT=" + strconv.Itoa(health), "RECEIVER_MODE=" + mode})

@@ -177,3 +177,31 @@ func TestTheDemoSaysWhichPortIsInUse(t *testing.T) {
 		t.Errorf("the demo said:\n%s\nwant %q", out, want)
 	}
 }
+
+// Without BPF the demo runs the synthetic receiver and still tells the story: the slow
+// rank's node flags it, the gateway names it, a causal chain says why, and the MCP
+// answers name it. No privileges needed.
+func TestTheDemoWithoutBPFStillTellsTheStory(t *testing.T) {
+	bin := collectortest.Binary(t)
+	otlp, api := collectortest.FreePort(t), collectortest.FreePort(t)
+	out, err := exec.Command(bin, "demo", "--short", "--synthetic", "--dir", t.TempDir(),
+		"--otlp-port", strconv.Itoa(otlp), "--api-port", strconv.Itoa(api)).CombinedOutput()
+	t.Logf("%s", out)
+	if err != nil {
+		t.Fatalf("fathom demo --short --synthetic: %v", err)
+	}
+	for _, want := range []string{
+		"SYNTHETIC receiver",
+		"node-0 flags its own rank 5 as the straggler",
+		"The gateway's record names rank 5 on node-0",
+		"node-0 explains why, as a causal chain: ",
+		"find_outlier_nodes {signal: fathom.straggler.score, by: rank} -> rank 5 on node-0",
+		"cpu_contention on node-0 rank 5",
+		"data_loader",
+		"Stopped every process the demo started.",
+	} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("the demo did not say %q", want)
+		}
+	}
+}

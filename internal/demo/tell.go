@@ -77,6 +77,9 @@ func (d *demo) tell(ctx context.Context) (*Story, error) {
 	}
 	released := time.Now()
 	var incidentAt time.Time
+	if d.o.Synthetic {
+		d.say("INCIDENT (synthetic): rank %d's dispatcher loses its CPU to made-up data loaders from the start", d.slowR)
+	}
 	joined, lines := 0, false
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
@@ -113,7 +116,7 @@ func (d *demo) tell(ctx context.Context) (*Story, error) {
 					r[1], m, num(r[0]))
 			}
 		}
-		if incidentAt.IsZero() && time.Since(released) >= warmup {
+		if incidentAt.IsZero() && !d.o.Synthetic && time.Since(released) >= warmup {
 			if err := d.incident(); err != nil {
 				return story, err
 			}
@@ -132,8 +135,12 @@ func (d *demo) tell(ctx context.Context) (*Story, error) {
 		if story.NodeFlagged == "" {
 			if r := d.first(ctx, fmt.Sprintf(stragglerQuery, since, "node")); r != nil {
 				story.NodeFlagged = fmt.Sprint(r[0])
-				d.say("%s flags its own rank %v as the straggler on %s: %s against its cohort's line %s, %.1f s after the incident began, from the line in the answer to its own export",
-					r[0], r[1], short(r[3]), short(r[4]), short(r[5]), time.Since(incidentAt).Seconds())
+				began, what := incidentAt, "the incident began"
+				if began.IsZero() {
+					began, what = released, "the job started"
+				}
+				d.say("%s flags its own rank %v as the straggler on %s: %s against its cohort's line %s, %.1f s after %s, from the line in the answer to its own export",
+					r[0], r[1], short(r[3]), short(r[4]), short(r[5]), time.Since(began).Seconds(), what)
 			}
 		}
 		if story.GatewayFlagged == "" {
@@ -195,7 +202,11 @@ func (d *demo) answers(ctx context.Context, story *Story) error {
 		if i == 3 {
 			break
 		}
-		lines = append(lines, fmt.Sprintf("rank %s on %s (score %.1f)", rankOf(o.Rank), o.Node, o.Score))
+		score := fmt.Sprintf("%.1f", o.Score)
+		if o.Score > 1000 {
+			score = "over 1000: its peers agree exactly"
+		}
+		lines = append(lines, fmt.Sprintf("rank %s on %s (score %s)", rankOf(o.Rank), o.Node, score))
 	}
 	story.Answers["find_outlier_nodes"] = strings.Join(lines, "; ")
 	fmt.Fprintf(d.out, "  find_outlier_nodes {signal: fathom.straggler.score, by: rank} -> %s\n", or(story.Answers["find_outlier_nodes"], "no outlier"))
