@@ -151,6 +151,7 @@ demo:
 	@echo "== building bin/fathom and the fake GPU stack (the first build on a fresh machine takes about 10 minutes)"
 	@$(MAKE) -s build
 	@$(MAKE) -s -C internal/fakegpu
+	@if [ "$$(id -u)" = 0 ] && [ ! -e /sys/kernel/tracing/events ]; then mount -t tracefs tracefs /sys/kernel/tracing; fi
 	./$(BIN) demo $(DEMO_FLAGS)
 
 clean:
