@@ -38,6 +38,10 @@ const (
 	SeverityLow    = "LOW"
 )
 
+// minWindowShare: a process is judged once its window covers 1/minWindowShare of the
+// configured span.
+const minWindowShare = 5
+
 // timelineIntervals is how many of the window's last intervals a record's timeline shows.
 const timelineIntervals = 5
 
@@ -393,9 +397,14 @@ func (c *chains) evaluate(p *process) []written {
 	v := p.viewOf(now.Add(-c.cfg.Window), now)
 	v.launchBaseline = p.launchBaseline()
 	found := map[string]finding{}
-	for _, r := range rules {
-		if f := r.judge(c.cfg, v); f.fired {
-			found[r.cause] = f
+	// Shares and rates over a sliver of time are noise: a process's first export can
+	// cover a few milliseconds of its start-up. Nothing is judged until the window
+	// holds a fifth of its span.
+	if v.wall >= c.cfg.Window.Seconds()/minWindowShare {
+		for _, r := range rules {
+			if f := r.judge(c.cfg, v); f.fired {
+				found[r.cause] = f
+			}
 		}
 	}
 	if _, ok := found[CauseDataloader]; ok {

@@ -313,7 +313,8 @@ func judgeAllocatorChurn(c *Config, v *view) finding {
 	}
 	in := v.seconds(allocAPIs...)
 	f.cost = in / v.wall
-	f.fired = r.Enabled && n/v.wall >= r.MinPerSecond && f.cost >= r.MinShare
+	// Allocating at start-up (loading a model) is not churn.
+	f.fired = r.Enabled && !v.early && n/v.wall >= r.MinPerSecond && f.cost >= r.MinShare
 	f.symptom = fmt.Sprintf("%.0f device allocations and frees (%.0f/s)", n, n/v.wall)
 	f.evidence = fmt.Sprintf("%s in them (%s of the window); cudaFree waits for the device", seconds(in), percent(f.cost))
 	return f

@@ -397,3 +397,20 @@ func TestSeriesOfGoneThreadsAreLetGo(t *testing.T) {
 		t.Errorf("the last thread's contention is not the open chain: %s (thread %d)", last.body, last.tid)
 	}
 }
+
+// A process's first export can cover a few milliseconds of its start-up: ten
+// allocations there are not churn at 3,000 a second, nor a thread's one wait a CPU
+// shortage. Nothing is judged until the window covers a fifth of its span.
+func TestStartUpSliversAreNotJudged(t *testing.T) {
+	l := newLoop(t, testConfig())
+	s := newSim(4121, 3, time.Now().Add(-time.Minute).Truncate(time.Second))
+	s.call("cudaMalloc", "", 10, 100*time.Microsecond, 0).call("cudaFree", "", 10, 200*time.Microsecond, 0)
+	s.preempted(dispatcher, "kworker/0:1", false, 1, time.Millisecond, 1)
+	l.feed(s.export(3 * time.Millisecond))
+	for range 20 {
+		l.feed(s.healthy(dispatcher).export(time.Second))
+	}
+	if recs := l.chainRecords(); len(recs) != 0 {
+		t.Errorf("start-up made chains: %s", recs[0].body)
+	}
+}
