@@ -11,13 +11,13 @@ package causalchainprocessor
 
 import (
 	"context"
-	"sync"
 
 	"go.opentelemetry.io/collector/component"
 	"go.opentelemetry.io/collector/consumer"
 	"go.opentelemetry.io/collector/processor"
 	"go.opentelemetry.io/collector/processor/processorhelper"
 
+	"github.com/fathom-gpu/fathom/internal/sharedinstance"
 	"github.com/fathom-gpu/fathom/processor/causalchainprocessor/internal/metadata"
 )
 
@@ -31,40 +31,13 @@ func NewFactory() processor.Factory {
 // instances holds one processor per component ID, so that the metrics pipeline (which
 // reads the series) and the logs pipeline (which carries the records) share it; the
 // last Shutdown removes it.
-var instances = struct {
-	sync.Mutex
-	byID map[component.ID]*shared
-}{byID: map[component.ID]*shared{}}
-
-type shared struct {
-	*chains
-	users int
-}
+var instances sharedinstance.Map[*chains]
 
 func acquire(set processor.Settings, cfg *Config) (*chains, error) {
-	instances.Lock()
-	defer instances.Unlock()
-	if sh := instances.byID[set.ID]; sh != nil {
-		sh.users++
-		return sh.chains, nil
-	}
-	c, err := newChains(cfg, set)
-	if err != nil {
-		return nil, err
-	}
-	instances.byID[set.ID] = &shared{chains: c, users: 1}
-	return c, nil
+	return instances.Acquire(set.ID, func() (*chains, error) { return newChains(cfg, set) })
 }
 
-func release(id component.ID) {
-	instances.Lock()
-	defer instances.Unlock()
-	if sh := instances.byID[id]; sh != nil {
-		if sh.users--; sh.users == 0 {
-			delete(instances.byID, id)
-		}
-	}
-}
+func release(id component.ID) { instances.Release(id) }
 
 func createMetrics(ctx context.Context, set processor.Settings, cfg component.Config, next consumer.Metrics) (processor.Metrics, error) {
 	c, err := acquire(set, cfg.(*Config))

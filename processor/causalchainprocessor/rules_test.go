@@ -327,7 +327,7 @@ func TestProcessesAreBounded(t *testing.T) {
 	if fmt.Sprint(pids) != "map[1:true 2:true]" {
 		t.Errorf("chains for %v, want pids 1 and 2 only", pids)
 	}
-	c := instances.byID[l.id].chains
+	c, _ := instances.Get(l.id)
 	c.mu.Lock()
 	c.now = func() time.Time { return time.Now().Add(time.Hour) }
 	c.mu.Unlock()
@@ -382,7 +382,7 @@ func TestSeriesOfGoneThreadsAreLetGo(t *testing.T) {
 		s.healthy(dispatcher).preempted(int64(5000+i/10), "hog", false, 400, time.Millisecond, 1)
 		l.feed(s.export(time.Second))
 	}
-	c := instances.byID[l.id].chains
+	c, _ := instances.Get(l.id)
 	c.mu.Lock()
 	n := len(c.processes[processID{"node-a", 4121}].series)
 	c.mu.Unlock()

@@ -317,9 +317,7 @@ func newGatewayLoop(b *testing.B, start time.Time) *gatewayLoop {
 		}
 		g.started = append(g.started, c)
 	}
-	instances.Lock()
-	g.s = instances.byID[set.ID].straggler
-	instances.Unlock()
+	g.s, _ = instances.Get(set.ID)
 	g.s.now = func() time.Time { return g.clock }
 	receiver := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		g.consumeErr = g.metrics.ConsumeMetrics(r.Context(), g.pending)

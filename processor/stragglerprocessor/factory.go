@@ -9,13 +9,13 @@ package stragglerprocessor
 
 import (
 	"context"
-	"sync"
 
 	"go.opentelemetry.io/collector/component"
 	"go.opentelemetry.io/collector/consumer"
 	"go.opentelemetry.io/collector/processor"
 	"go.opentelemetry.io/collector/processor/processorhelper"
 
+	"github.com/fathom-gpu/fathom/internal/sharedinstance"
 	"github.com/fathom-gpu/fathom/processor/stragglerprocessor/internal/metadata"
 )
 
@@ -28,40 +28,13 @@ func NewFactory() processor.Factory {
 
 // instances holds one straggler per component ID, so that the metrics and logs
 // pipelines naming `straggler` share its cohorts; the last Shutdown removes it.
-var instances = struct {
-	sync.Mutex
-	byID map[component.ID]*sharedStraggler
-}{byID: map[component.ID]*sharedStraggler{}}
-
-type sharedStraggler struct {
-	*straggler
-	users int
-}
+var instances sharedinstance.Map[*straggler]
 
 func acquire(set processor.Settings, cfg *Config) (*straggler, error) {
-	instances.Lock()
-	defer instances.Unlock()
-	if sh := instances.byID[set.ID]; sh != nil {
-		sh.users++
-		return sh.straggler, nil
-	}
-	s, err := newStraggler(cfg, set)
-	if err != nil {
-		return nil, err
-	}
-	instances.byID[set.ID] = &sharedStraggler{straggler: s, users: 1}
-	return s, nil
+	return instances.Acquire(set.ID, func() (*straggler, error) { return newStraggler(cfg, set) })
 }
 
-func release(id component.ID) {
-	instances.Lock()
-	defer instances.Unlock()
-	if sh := instances.byID[id]; sh != nil {
-		if sh.users--; sh.users == 0 {
-			delete(instances.byID, id)
-		}
-	}
-}
+func release(id component.ID) { instances.Release(id) }
 
 func createMetrics(ctx context.Context, set processor.Settings, cfg component.Config, next consumer.Metrics) (processor.Metrics, error) {
 	s, err := acquire(set, cfg.(*Config))

@@ -62,9 +62,7 @@ func TestAThrottledGPUNamesItsRankWithTheCause(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { _ = mp.Shutdown(ctx); _ = lp.Shutdown(ctx) }()
-	instances.Lock()
-	s := instances.byID[set.ID].straggler
-	instances.Unlock()
+	s, _ := instances.Get(set.ID)
 	var clock time.Time
 	s.now = func() time.Time { return clock }
 

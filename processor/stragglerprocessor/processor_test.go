@@ -200,9 +200,7 @@ func TestTheGatewayFlagsASlowRankThroughItsPipelines(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	instances.Lock()
-	defer instances.Unlock()
-	if len(instances.byID) != 0 {
+	if instances.Len() != 0 {
 		t.Errorf("the shared instance outlived both pipelines")
 	}
 }
@@ -300,9 +298,7 @@ func startPipelines(t *testing.T, set processor.Settings, cfg *Config) *pipeline
 			t.Fatal(err)
 		}
 	}
-	instances.Lock()
-	p.s = instances.byID[set.ID].straggler
-	instances.Unlock()
+	p.s, _ = instances.Get(set.ID)
 	p.s.now = func() time.Time { return p.clock }
 	return p
 }

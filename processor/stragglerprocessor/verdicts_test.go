@@ -53,9 +53,7 @@ func TestVerdictsReachTheSocketAndTheWebhook(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer mp.Shutdown(ctx)
-	instances.Lock()
-	s := instances.byID[set.ID].straggler
-	instances.Unlock()
+	s, _ := instances.Get(set.ID)
 	var clock time.Time
 	s.now = func() time.Time { return clock }
 
