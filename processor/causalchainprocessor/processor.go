@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"hash/fnv"
+	"math"
 	"sort"
 	"strings"
 	"sync"
@@ -412,7 +413,7 @@ func (c *chains) evaluate(p *process) []written {
 	}
 	if len(found) == 0 && len(p.chains) == 0 {
 		last := p.intervals[len(p.intervals)-1]
-		if lv := p.viewOf(last.end.Add(-time.Nanosecond), last.end); lv.wall > 0 {
+		if lv := p.intervalView(last); lv.wall > 0 {
 			p.healthyRates = append(p.healthyRates, lv.calls(launchAPIs...)/lv.wall)
 			if len(p.healthyRates) > healthyIntervals {
 				p.healthyRates = p.healthyRates[1:]
@@ -460,7 +461,7 @@ func (c *chains) causeStart(p *process, cause string, now time.Time) time.Time {
 		if !iv.end.After(from) {
 			continue
 		}
-		if f := r.judge(c.cfg, p.viewOf(iv.start.Add(-time.Nanosecond), iv.end)); f.cost > 0 {
+		if f := r.judge(c.cfg, p.intervalView(iv)); f.cost > 0 {
 			return iv.start
 		}
 	}
@@ -479,7 +480,7 @@ func (c *chains) timeline(p *process, cause string, now time.Time) string {
 		if iv.end.Before(now.Add(-c.cfg.Window)) {
 			continue
 		}
-		f := r.judge(c.cfg, p.viewOf(iv.end.Add(-time.Nanosecond), iv.end))
+		f := r.judge(c.cfg, p.intervalView(iv))
 		parts = append(parts, fmt.Sprintf("%s %s", iv.end.UTC().Format("15:04:05"), percent(f.cost)))
 	}
 	return strings.Join(parts, ", ")
@@ -618,8 +619,6 @@ func describe(w written, f finding) string {
 }
 
 func roundTo(v float64, digits int) float64 {
-	s := fmt.Sprintf("%.*f", digits, v)
-	var r float64
-	fmt.Sscanf(s, "%g", &r)
-	return r
+	scale := math.Pow(10, float64(digits))
+	return math.Round(v*scale) / scale
 }

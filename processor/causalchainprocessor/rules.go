@@ -69,6 +69,24 @@ var (
 
 const deviceToHost = "device_to_host"
 
+// blockingReads sums the blocking device-to-host reads: their calls, bytes and time.
+// Durations are per API, not per direction, so their time is the API's time times the
+// reads' share of its calls.
+func (v *view) blockingReads() (calls, bytes, seconds float64) {
+	for _, api := range blockingReadAPIs {
+		n := v.apiDirCalls[[2]string{api, deviceToHost}]
+		if n == 0 {
+			continue
+		}
+		calls += n
+		bytes += v.apiDirBytes[[2]string{api, deviceToHost}]
+		if all := v.apiCalls[api]; all > 0 {
+			seconds += v.seconds(api) * n / all
+		}
+	}
+	return calls, bytes, seconds
+}
+
 // cpuLoss is how long a CUDA thread was runnable but off its CPU, less what the
 // collector itself took from it: the collector is never a cause.
 func cpuLoss(t *threadView) float64 {
@@ -174,19 +192,7 @@ func judgeHiddenSync(c *Config, v *view) finding {
 	if v.wall <= 0 {
 		return f
 	}
-	var reads, bytes, blocked float64
-	for _, api := range blockingReadAPIs {
-		n := v.apiDirCalls[[2]string{api, deviceToHost}]
-		if n == 0 {
-			continue
-		}
-		reads += n
-		bytes += v.apiDirBytes[[2]string{api, deviceToHost}]
-		// Durations are per API, not per direction: the reads' share of the calls.
-		if all := v.apiCalls[api]; all > 0 {
-			blocked += v.seconds(api) * n / all
-		}
-	}
+	reads, bytes, blocked := v.blockingReads()
 	if reads == 0 {
 		return f
 	}
@@ -205,13 +211,9 @@ func judgeMemcpyBound(c *Config, v *view) finding {
 	if v.wall <= 0 {
 		return f
 	}
-	in := v.seconds(memcpyAPIs...)
 	// Small blocking reads are the hidden-sync rule's.
-	for _, api := range blockingReadAPIs {
-		if all := v.apiCalls[api]; all > 0 {
-			in -= v.seconds(api) * v.apiDirCalls[[2]string{api, deviceToHost}] / all
-		}
-	}
+	_, _, reads := v.blockingReads()
+	in := v.seconds(memcpyAPIs...) - reads
 	var h2d, d2h float64
 	for k, b := range v.apiDirBytes {
 		switch k[1] {

@@ -101,6 +101,11 @@ func (p *process) viewOf(from, to time.Time) *view {
 	return v
 }
 
+// intervalView is one interval of the process on its own.
+func (p *process) intervalView(iv interval) *view {
+	return p.viewOf(iv.end.Add(-time.Nanosecond), iv.end)
+}
+
 func (v *view) add(k seriesKey, d delta) {
 	switch k.metric {
 	case semconv.MetricCUDAAPIDuration:
