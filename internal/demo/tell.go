@@ -68,9 +68,6 @@ const stragglerQuery = `SELECT node, rank, ts,
 func (d *demo) tell(ctx context.Context) (*Story, error) {
 	story := &Story{Answers: map[string]string{}}
 	ranks := d.o.Nodes * d.o.RanksPerNode
-	if d.o.Synthetic {
-		ranks = d.o.Nodes * d.o.RanksPerNode
-	}
 	warmup := 30 * time.Second
 	if d.o.Short {
 		warmup = 15 * time.Second
