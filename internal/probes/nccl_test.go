@@ -219,10 +219,10 @@ func testNCCLSlowRankPerCall(t *testing.T, mode string) {
 	privtest.Require(t)
 	paths := fakegpu.Build(t)
 	p := loadNCCL(t, paths, traceNamed)
-	const ranks, steps, slow = 8, 100, 5
+	const ranks, steps, slow, delay = 8, 100, 5, 40 * time.Millisecond
 	run := fakegpu.StartDDP(t, paths, fakegpu.DDPOptions{
 		Ranks: ranks, Steps: steps, BucketBytes: 64 << 10, KernelTime: 10 * time.Microsecond, Gate: true, NCCLMode: mode,
-		Slow: &fakegpu.Slowness{Rank: slow, Delay: 40 * time.Millisecond, Mode: "stall"},
+		Slow: &fakegpu.Slowness{Rank: slow, Delay: delay, Mode: "stall"},
 	})
 	rec := newNCCLRecorder()
 	for _, r := range run.Ranks {
@@ -285,9 +285,11 @@ func testNCCLSlowRankPerCall(t *testing.T, mode string) {
 	if mode == fakegpu.NCCLBlocking && (d < 30 || d > 50) {
 		t.Errorf("others' all-reduces last %.2f ms longer than rank %d's, want 30-50 ms", d, slow)
 	}
-	// A mean over 700 calls: a rank preempted now and then on a shared CPU stays far
-	// below the 40 ms a call that waited for rank 5 would take.
-	if mode == fakegpu.NCCLAsync && (othersMean > 1 || slowMean > 1) {
+	// A call that waited for rank 5 would take its 40 ms. One that did not still shares
+	// this machine's two cores with seven peers: rank 5's enqueue wakes all seven from
+	// their wait for it, and they can take its CPU before its call returns (CI saw rank
+	// 5's mean at 1.56 ms). A quarter of the delay tells the two apart with room.
+	if limit := float64(delay/time.Millisecond) / 4; mode == fakegpu.NCCLAsync && (othersMean > limit || slowMean > limit) {
 		t.Errorf("all-reduces last %.2f ms (others) and %.2f ms (rank %d) on average: they wait for peers", othersMean, slowMean, slow)
 	}
 }

@@ -430,9 +430,15 @@ func TestAHealthyRealJobFlagsNobodyAndAKilledRankIsSilent(t *testing.T) {
 	if len(lags) != jobRanks {
 		t.Fatalf("arrival lags of %d ranks, want %d: %v", len(lags), jobRanks, lags)
 	}
+	// The arrival-lag line lies at least 2.2 ms past the median (its 0.5 ms MAD floor).
+	// Healthy ranks sharing two cores enter up to about a millisecond apart on average
+	// (CI saw node-3's two ranks at 1.1 and 1.25 ms once in six runs); uncorrected,
+	// node-3's would be 50 ms late.
 	for _, row := range lags {
-		if lag := row[1].(float64); math.Abs(lag) > 0.001 {
-			t.Errorf("rank %v enters %.6f s after the median on average, want within 1 ms", row[0], lag)
+		lag := row[1].(float64)
+		t.Logf("rank %v: mean arrival lag %.6f s", row[0], lag)
+		if math.Abs(lag) > 0.002 {
+			t.Errorf("rank %v enters %.6f s after the median on average, want within 2 ms", row[0], lag)
 		}
 	}
 	if err := syscall.Kill(j.run.Ranks[3].Pid, syscall.SIGKILL); err != nil {
