@@ -23,7 +23,8 @@ receivers:
         middlewares: [{id: thresholds}]
 processors:
   straggler:
-    evaluation_interval: 1s
+    evaluation_interval: 250ms
+    persistence: {beyond: 5, of: 6}
     silent_after: 10s
 exporters:
   duckdb:
@@ -56,6 +57,8 @@ receivers:
   gpuebpf:
     mode: ${env:RECEIVER_MODE}
     collection_interval: 1s
+    rank_signals:
+      interval: 250ms
     cluster_name: demo
     host_name: ${env:NODE_NAME}
     targets:
@@ -73,6 +76,7 @@ processors:
     mode: node
     thresholds: thresholds
     evaluation_interval: 250ms
+    persistence: {beyond: 5, of: 6}
   batch:
     timeout: 200ms
 exporters:

@@ -71,6 +71,14 @@ const (
 	ReceiverMode     = "fathom.receiver.mode"
 )
 
+// RankSignalsScope is the instrumentation scope of the rank-signal samples the
+// gpuebpf receiver emits between its collections (rank_signals.interval): exports that
+// carry only fathom.rank.device_wait.time, host_lead.time, launches and run_queue.time.
+// A consumer that takes each export of a process as one interval of everything (the
+// causalchain processor) leaves them out; the cumulative points of the next collection
+// cover the same time.
+const RankSignalsScope = "github.com/fathom-gpu/fathom/receiver/gpuebpfreceiver/ranksignals"
+
 // Data point and log attributes.
 const (
 	ThreadID          = "thread.id"

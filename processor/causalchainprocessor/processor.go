@@ -187,6 +187,9 @@ func (c *chains) processMetrics(ctx context.Context, md pmetric.Metrics) (pmetri
 			}
 			continue
 		}
+		if onlyRankSamples(rm) {
+			continue
+		}
 		host, _ := rm.Resource().Attributes().Get(semconv.HostName)
 		p := c.ingest(ctx, processID{host.AsString(), pid.Int()}, rm)
 		if p != nil {
@@ -212,6 +215,20 @@ func (c *chains) processMetrics(ctx context.Context, md pmetric.Metrics) (pmetri
 		}
 	}
 	return md, nil
+}
+
+// onlyRankSamples says whether rm is a rank-signal sample the receiver sent between
+// its collections (semconv.RankSignalsScope). Each export of a process is one interval
+// here, and a sample carries a few signals of a fraction of one: the next collection's
+// cumulative points cover its time.
+func onlyRankSamples(rm pmetric.ResourceMetrics) bool {
+	sms := rm.ScopeMetrics()
+	for i := 0; i < sms.Len(); i++ {
+		if sms.At(i).Scope().Name() != semconv.RankSignalsScope {
+			return false
+		}
+	}
+	return sms.Len() > 0
 }
 
 // ingest adds one export of one process; nil when nothing new came.

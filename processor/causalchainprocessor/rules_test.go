@@ -6,7 +6,10 @@ import (
 	"testing"
 	"time"
 
+	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.opentelemetry.io/collector/pdata/pmetric"
+
+	"github.com/fathom-gpu/fathom/internal/semconv"
 )
 
 const dispatcher = 4125
@@ -413,4 +416,58 @@ func TestStartUpSliversAreNotJudged(t *testing.T) {
 	if recs := l.chainRecords(); len(recs) != 0 {
 		t.Errorf("start-up made chains: %s", recs[0].body)
 	}
+}
+
+// The receiver's rank-signal samples between collections (semconv.RankSignalsScope)
+// pass through and open no interval: each export of a process is an interval of
+// everything here, and a sample is a few signals of a fraction of one.
+func TestRankSamplesBetweenCollectionsOpenNoInterval(t *testing.T) {
+	l := newLoop(t, testConfig())
+	s := newSim(4121, 3, time.Now().Add(-time.Minute).Truncate(time.Second))
+	sample := func(at time.Time) pmetric.Metrics {
+		md := pmetric.NewMetrics()
+		rm := md.ResourceMetrics().AppendEmpty()
+		rm.Resource().Attributes().PutStr(semconv.HostName, "node-a")
+		rm.Resource().Attributes().PutInt(semconv.ProcessPID, 4121)
+		sm := rm.ScopeMetrics().AppendEmpty()
+		sm.Scope().SetName(semconv.RankSignalsScope)
+		m := sm.Metrics().AppendEmpty()
+		m.SetName(semconv.MetricRankLaunches)
+		m.SetEmptySum().SetAggregationTemporality(pmetric.AggregationTemporalityCumulative)
+		dp := m.Sum().DataPoints().AppendEmpty()
+		dp.SetTimestamp(pcommon.NewTimestampFromTime(at))
+		dp.SetIntValue(1)
+		return md
+	}
+	for range 5 {
+		l.feed(s.healthy(dispatcher).export(time.Second))
+		for q := 1; q <= 3; q++ {
+			l.feed(sample(s.t.Add(time.Duration(q) * 250 * time.Millisecond)))
+		}
+	}
+	c, _ := instances.Get(l.id)
+	c.mu.Lock()
+	n := len(c.processes[processID{"node-a", 4121}].intervals)
+	c.mu.Unlock()
+	if n != 5 {
+		t.Errorf("%d intervals, want the 5 collections", n)
+	}
+	if got := samplePoints(l.out.AllMetrics()); got != 15 {
+		t.Errorf("%d sample points went on, want the 15 that came", got)
+	}
+}
+
+func samplePoints(mds []pmetric.Metrics) int {
+	n := 0
+	for _, md := range mds {
+		for i := 0; i < md.ResourceMetrics().Len(); i++ {
+			sms := md.ResourceMetrics().At(i).ScopeMetrics()
+			for j := 0; j < sms.Len(); j++ {
+				if sms.At(j).Scope().Name() == semconv.RankSignalsScope {
+					n += sms.At(j).Metrics().At(0).Sum().DataPoints().Len()
+				}
+			}
+		}
+	}
+	return n
 }

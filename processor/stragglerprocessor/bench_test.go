@@ -115,27 +115,36 @@ type fleet struct {
 	// receiver does.
 	requests []pmetric.Metrics
 	encoded  [][]byte
+	// samplesPerInterval > 1 sends, before each node's request, that many less one
+	// rank-signal samples (the rank signals alone, under semconv.RankSignalsScope, as
+	// with the receiver's rank_signals.interval), each followed by an evaluation.
+	samplesPerInterval int
+	samples            []pmetric.Metrics
+	samplesEncoded     [][]byte
 	// totals are each rank's cumulative signal values, by node, then slot and signal.
 	totals [][]float64
 	start  time.Time
 	jitter *rand.Rand
 }
 
-func newFleet(b *testing.B, layout [][]rankSlot, decode bool) *fleet {
+func newFleet(b *testing.B, layout [][]rankSlot, decode bool, samplesPerInterval int) *fleet {
 	b.Helper()
-	f := &fleet{layout: layout, start: time.Unix(1_800_000_000, 0), jitter: rand.New(rand.NewPCG(18, 1024))}
-	for n, slots := range layout {
-		req := nodeExport(n, slots, f.start)
-		f.totals = append(f.totals, make([]float64, len(slots)*len(rankSignals)))
-		if !decode {
-			f.requests = append(f.requests, req)
-			continue
-		}
-		raw, err := pmetricotlp.NewExportRequestFromMetrics(req).MarshalProto()
+	f := &fleet{layout: layout, start: time.Unix(1_800_000_000, 0), jitter: rand.New(rand.NewPCG(18, 1024)), samplesPerInterval: max(samplesPerInterval, 1)}
+	encode := func(md pmetric.Metrics) []byte {
+		raw, err := pmetricotlp.NewExportRequestFromMetrics(md).MarshalProto()
 		if err != nil {
 			b.Fatal(err)
 		}
-		f.encoded = append(f.encoded, raw)
+		return raw
+	}
+	for n, slots := range layout {
+		req, sample := nodeExport(n, slots, f.start), nodeSample(n, slots, f.start)
+		f.totals = append(f.totals, make([]float64, len(slots)*len(rankSignals)))
+		if !decode {
+			f.requests, f.samples = append(f.requests, req), append(f.samples, sample)
+			continue
+		}
+		f.encoded, f.samplesEncoded = append(f.encoded, encode(req)), append(f.samplesEncoded, encode(sample))
 	}
 	return f
 }
@@ -201,23 +210,49 @@ func nodeExport(node int, slots []rankSlot, start time.Time) pmetric.Metrics {
 	return md
 }
 
+// nodeSample is one node's rank-signal sample between collections: the same resources,
+// the rank signals alone.
+func nodeSample(node int, slots []rankSlot, start time.Time) pmetric.Metrics {
+	md := nodeExport(node, slots, start)
+	for i := 0; i < md.ResourceMetrics().Len(); i++ {
+		sm := md.ResourceMetrics().At(i).ScopeMetrics().At(0)
+		sm.Scope().SetName(semconv.RankSignalsScope)
+		sm.Metrics().RemoveIf(func(m pmetric.Metric) bool { return !isRankSignal(m.Name()) })
+	}
+	return md
+}
+
+func isRankSignal(name string) bool {
+	for _, s := range rankSignals {
+		if s.metric == name {
+			return true
+		}
+	}
+	return false
+}
+
 func signalPoint(md pmetric.Metrics, slot, signal int) pmetric.NumberDataPoint {
 	ms := md.ResourceMetrics().At(slot).ScopeMetrics().At(0).Metrics()
 	return ms.At(ms.Len() - len(rankSignals) + signal).Sum().DataPoints().At(0)
 }
 
-// send returns node n's request for the interval ending at now: each rank has gained
-// its signal's healthy rate ±5% (slowRank the slow rate).
-func (f *fleet) send(b *testing.B, n int, now time.Time) pmetric.Metrics {
+// send returns node n's request (or its rank-signal sample) for the span ending at now
+// (a whole interval, or one sample's share of it): each rank has gained its signal's
+// healthy rate ±5% (slowRank the slow rate).
+func (f *fleet) send(b *testing.B, n int, now time.Time, sample bool) pmetric.Metrics {
 	var md pmetric.Metrics
-	if f.encoded != nil {
+	requests, encoded := f.requests, f.encoded
+	if sample {
+		requests, encoded = f.samples, f.samplesEncoded
+	}
+	if encoded != nil {
 		req := pmetricotlp.NewExportRequest()
-		if err := req.UnmarshalProto(f.encoded[n]); err != nil {
+		if err := req.UnmarshalProto(encoded[n]); err != nil {
 			b.Fatal(err)
 		}
 		md = req.Metrics()
 	} else {
-		md = f.requests[n]
+		md = requests[n]
 	}
 	ts := pcommon.NewTimestampFromTime(now)
 	for i, slot := range f.layout[n] {
@@ -227,7 +262,7 @@ func (f *fleet) send(b *testing.B, n int, now time.Time) pmetric.Metrics {
 				rate = signal.slow
 			}
 			total := &f.totals[n][i*len(rankSignals)+sig]
-			*total += rate
+			*total += rate / float64(f.samplesPerInterval)
 			dp := signalPoint(md, i, sig)
 			dp.SetTimestamp(ts)
 			dp.SetDoubleValue(*total)
@@ -352,18 +387,23 @@ func (g *gatewayLoop) exchange(b *testing.B, n int, md pmetric.Metrics) string {
 	return g.answer.header.Get(pushback.HTTPHeader)
 }
 
-// interval is one second of the fleet: every node's request, then the evaluation. It
-// returns the header bytes the answers carried and the wall time the evaluation took.
+// interval is one second of the fleet: every node's samples, each round followed by an
+// evaluation, and then every node's request and the evaluation. It returns the header
+// bytes the answers to the requests carried and the wall time the evaluations took.
 func (g *gatewayLoop) interval(b *testing.B, f *fleet) (answerBytes int, evaluation time.Duration) {
-	g.clock = g.clock.Add(time.Second)
-	for n := range f.layout {
-		if v := g.exchange(b, n, f.send(b, n, g.clock)); v != "" {
-			answerBytes += headerLineBytes(v)
+	for k := 1; k <= f.samplesPerInterval; k++ {
+		g.clock = g.clock.Add(time.Second / time.Duration(f.samplesPerInterval))
+		sample := k < f.samplesPerInterval
+		for n := range f.layout {
+			if v := g.exchange(b, n, f.send(b, n, g.clock, sample)); v != "" && !sample {
+				answerBytes += headerLineBytes(v)
+			}
 		}
+		start := time.Now()
+		g.s.evaluate(context.Background())
+		evaluation += time.Since(start)
 	}
-	start := time.Now()
-	g.s.evaluate(context.Background())
-	return answerBytes, time.Since(start)
+	return answerBytes, evaluation
 }
 
 // nodeAddrs are the nodes' addresses, made once: the benchmark times the loop, not
@@ -416,16 +456,18 @@ const warmupIntervals = 8
 // rank state holds strings of its own and not the fleet's (the honest heap figure).
 func BenchmarkGatewayInterval(b *testing.B) {
 	for _, c := range []struct {
-		name   string
-		jobs   int
-		decode bool
+		name    string
+		jobs    int
+		decode  bool
+		samples int
 	}{
-		{"ranks=1024", 1, false},
-		{"ranks=16384", 16, false},
-		{"ranks=16384/otlp-decode", 16, true},
+		{"ranks=1024", 1, false, 1},
+		{"ranks=16384", 16, false, 1},
+		{"ranks=16384/otlp-decode", 16, true, 1},
+		{"ranks=16384/otlp-decode/rank-samples-250ms", 16, true, 4},
 	} {
 		b.Run(c.name, func(b *testing.B) {
-			f := newFleet(b, jobsOnWholeNodes(c.jobs), c.decode)
+			f := newFleet(b, jobsOnWholeNodes(c.jobs), c.decode, c.samples)
 			before := liveHeap()
 			g := newGatewayLoop(b, f.start)
 			defer g.close()
@@ -477,7 +519,7 @@ func BenchmarkPushbackAnswer(b *testing.B) {
 	maxValue := thresholdsextension.NewFactory().CreateDefaultConfig().(*thresholdsextension.Config).MaxResponseBytes
 	for _, cohortsPerNode := range []int{1, 2, 4, 8} {
 		b.Run(fmt.Sprintf("cohorts-per-node=%d", cohortsPerNode), func(b *testing.B) {
-			f := newFleet(b, jobsSharingNodes(32, cohortsPerNode), false)
+			f := newFleet(b, jobsSharingNodes(32, cohortsPerNode), false, 1)
 			g := newGatewayLoop(b, f.start)
 			defer g.close()
 			for range warmupIntervals {
@@ -493,7 +535,7 @@ func BenchmarkPushbackAnswer(b *testing.B) {
 			for range b.N {
 				g.clock = g.clock.Add(time.Second)
 				for n := range f.layout {
-					v := g.exchange(b, n, f.send(b, n, g.clock))
+					v := g.exchange(b, n, f.send(b, n, g.clock, false))
 					lines, err := pushback.Decode(v)
 					if err != nil || len(lines) == 0 {
 						b.Fatalf("answer %q carries no lines the node can read: %v", v, err)

@@ -84,6 +84,19 @@ type SignalConfig struct {
 	// MADFloor is an absolute floor for the MAD, in the metric's unit per second (a
 	// sum's) or in its unit (a gauge's, judged as it is).
 	MADFloor float64 `mapstructure:"mad_floor"`
+	// Persistence, when set, is this signal's own; unset, the processor's. Persistence
+	// counts samples, and a node samples the rank signals (device wait, host lead,
+	// launches, run-queue time) every rank_signals.interval but the GPU and fabric
+	// signals only with each collection: the default list gives those 3 of 4.
+	Persistence *PersistenceConfig `mapstructure:"persistence"`
+}
+
+// persistence is the signal's own, else the processor's.
+func (c *Config) persistence(sig int) PersistenceConfig {
+	if p := c.Signals[sig].Persistence; p != nil {
+		return *p
+	}
+	return c.Persistence
 }
 
 // MADFloorConfig: the MAD used is max(MAD, Relative x |median|, the signal's floor).
@@ -99,6 +112,8 @@ type PersistenceConfig struct {
 	// Of: how many of the rank's latest samples are looked at.
 	Of int `mapstructure:"of"`
 }
+
+func (p PersistenceConfig) valid() bool { return p.Beyond >= 1 && p.Of >= p.Beyond && p.Of <= 64 }
 
 // ArrivalLagConfig: an instance waits MatchWindow for all its ranks' records (then it is
 // dropped as incomplete); at most MaxInstances wait at once.
@@ -122,6 +137,11 @@ type LimitsConfig struct {
 	MaxRanksPerCohort int `mapstructure:"max_ranks_per_cohort"`
 }
 
+// perCollection is the persistence of the signals a node sends only with each
+// collection (GPU, fabric, TCP), whatever the processor's: with the rank signals
+// sampled faster, the processor's counts those samples.
+func perCollection() *PersistenceConfig { return &PersistenceConfig{Beyond: 3, Of: 4} }
+
 func createDefaultConfig() *Config {
 	return &Config{
 		Mode:        ModeGateway,
@@ -139,25 +159,25 @@ func createDefaultConfig() *Config {
 			// NVML: a cohort at full clock has a median of 0, so the 2% floor puts the
 			// line at about 9% below the cohort (3 x 1.4826 x 0.02). Nodes without
 			// NVML do not send it, and their cohorts are judged on the others.
-			Metric: semconv.MetricRankGPUClockDeficit, Worse: WorseHigher, MADFloor: 0.02,
+			Metric: semconv.MetricRankGPUClockDeficit, Worse: WorseHigher, MADFloor: 0.02, Persistence: perCollection(),
 		}, {
 			// PCIe replays and ECC errors per second of the rank's GPU: none on a
 			// healthy GPU, so the floor puts the line near 0.44/s.
-			Metric: semconv.MetricRankGPUErrors, Worse: WorseHigher, MADFloor: 0.1,
+			Metric: semconv.MetricRankGPUErrors, Worse: WorseHigher, MADFloor: 0.1, Persistence: perCollection(),
 		}, {
 			// Error counts per second of the RDMA ports a rank may use: a healthy
 			// cohort counts none, so the floor puts the line near 0.44 errors/s.
-			Metric: semconv.MetricRankRDMAErrors, Worse: WorseHigher, MADFloor: 0.1,
+			Metric: semconv.MetricRankRDMAErrors, Worse: WorseHigher, MADFloor: 0.1, Persistence: perCollection(),
 		}, {
 			// Credit-wait ticks per second of the same ports. A tick's length is the
 			// NIC's own; 10,000/s is a starting floor for an idle fabric, and a busy
 			// one sets its own MAD.
-			Metric: semconv.MetricRankRDMAXmitWait, Worse: WorseHigher, MADFloor: 10000,
+			Metric: semconv.MetricRankRDMAXmitWait, Worse: WorseHigher, MADFloor: 10000, Persistence: perCollection(),
 		}, {
 			// TCP segments retransmitted per second from the rank's own sockets
 			// (NCCL's socket transport, RoCE's TCP side): none on a healthy network,
 			// so the floor puts the line near 0.44/s.
-			Metric: semconv.MetricRankTCPRetransmits, Worse: WorseHigher, MADFloor: 0.1,
+			Metric: semconv.MetricRankTCPRetransmits, Worse: WorseHigher, MADFloor: 0.1, Persistence: perCollection(),
 		}, {
 			// Seconds a rank enters the sampled collectives after the median rank,
 			// clocks corrected (gateway only). A 0.5 ms floor puts the line about
@@ -211,6 +231,9 @@ func (c *Config) Validate() error {
 		if !(s.MADFloor >= 0) || math.IsInf(s.MADFloor, 0) {
 			errs = append(errs, fmt.Errorf("straggler: signals[%d].mad_floor must be a finite number >= 0", i))
 		}
+		if p := s.Persistence; p != nil && !p.valid() {
+			errs = append(errs, fmt.Errorf("straggler: signals[%d].persistence needs 1 <= beyond <= of <= 64", i))
+		}
 	}
 	if !(c.K > 0) || math.IsInf(c.K, 0) {
 		errs = append(errs, errors.New("straggler: `k` must be a finite number > 0"))
@@ -224,7 +247,7 @@ func (c *Config) Validate() error {
 	if c.Warmup < 0 {
 		errs = append(errs, errors.New("straggler: `warmup` must be >= 0"))
 	}
-	if p := c.Persistence; p.Beyond < 1 || p.Of < p.Beyond || p.Of > 64 {
+	if !c.Persistence.valid() {
 		errs = append(errs, errors.New("straggler: `persistence` needs 1 <= beyond <= of <= 64"))
 	}
 	if c.EvaluationInterval <= 0 {

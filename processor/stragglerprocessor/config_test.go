@@ -19,15 +19,29 @@ func TestLoadConfig(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(def.Signals) != 8 || def.Signals[0] != (SignalConfig{Metric: semconv.MetricRankDeviceWait, Worse: WorseLower, MADFloor: 0.01}) ||
-		def.Signals[1] != (SignalConfig{Metric: semconv.MetricRankHostLead, Worse: WorseHigher, MADFloor: 0.01}) ||
-		def.Signals[2] != (SignalConfig{Metric: semconv.MetricRankGPUClockDeficit, Worse: WorseHigher, MADFloor: 0.02}) ||
-		def.Signals[3] != (SignalConfig{Metric: semconv.MetricRankGPUErrors, Worse: WorseHigher, MADFloor: 0.1}) ||
-		def.Signals[4] != (SignalConfig{Metric: semconv.MetricRankRDMAErrors, Worse: WorseHigher, MADFloor: 0.1}) ||
-		def.Signals[5] != (SignalConfig{Metric: semconv.MetricRankRDMAXmitWait, Worse: WorseHigher, MADFloor: 10000}) ||
-		def.Signals[6] != (SignalConfig{Metric: semconv.MetricRankTCPRetransmits, Worse: WorseHigher, MADFloor: 0.1}) ||
-		def.Signals[7] != (SignalConfig{Metric: semconv.MetricRankArrivalLag, Worse: WorseHigher, MADFloor: 0.0005}) ||
-		def.ArrivalLag != (ArrivalLagConfig{MatchWindow: 10 * time.Second, MaxInstances: 4096}) ||
+	// The signals a node sends only with each collection keep 3 of 4 whatever the
+	// processor's persistence; the rank signals (and the gateway's arrival lag) take it.
+	wantSignals := []struct {
+		metric, worse string
+		floor         float64
+		own           bool
+	}{
+		{semconv.MetricRankDeviceWait, WorseLower, 0.01, false}, {semconv.MetricRankHostLead, WorseHigher, 0.01, false},
+		{semconv.MetricRankGPUClockDeficit, WorseHigher, 0.02, true}, {semconv.MetricRankGPUErrors, WorseHigher, 0.1, true},
+		{semconv.MetricRankRDMAErrors, WorseHigher, 0.1, true}, {semconv.MetricRankRDMAXmitWait, WorseHigher, 10000, true},
+		{semconv.MetricRankTCPRetransmits, WorseHigher, 0.1, true}, {semconv.MetricRankArrivalLag, WorseHigher, 0.0005, false},
+	}
+	if len(def.Signals) != len(wantSignals) {
+		t.Fatalf("%d default signals, want %d", len(def.Signals), len(wantSignals))
+	}
+	for i, w := range wantSignals {
+		s := def.Signals[i]
+		if s.Metric != w.metric || s.Worse != w.worse || s.MADFloor != w.floor || (s.Persistence != nil) != w.own ||
+			def.persistence(i) != (PersistenceConfig{Beyond: 3, Of: 4}) {
+			t.Errorf("default signal %d: %+v (persistence %+v), want %+v", i, s, def.persistence(i), w)
+		}
+	}
+	if def.ArrivalLag != (ArrivalLagConfig{MatchWindow: 10 * time.Second, MaxInstances: 4096}) ||
 		def.K != 3 || def.Quorum != 3 || def.Persistence != (PersistenceConfig{Beyond: 3, Of: 4}) || def.EvaluationInterval != time.Second {
 		t.Fatalf("default config: %+v", def)
 	}
@@ -35,7 +49,8 @@ func TestLoadConfig(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(custom.Signals) != 2 || custom.Signals[1] != (SignalConfig{Metric: "fathom.rank.host_lead.time", Worse: WorseHigher}) ||
+	if len(custom.Signals) != 2 || custom.Signals[1].Metric != "fathom.rank.host_lead.time" || custom.Signals[1].Worse != WorseHigher ||
+		custom.persistence(0) != (PersistenceConfig{Beyond: 2, Of: 3}) || custom.persistence(1) != (PersistenceConfig{Beyond: 4, Of: 6}) ||
 		custom.K != 4 || custom.Quorum != 8 || custom.MADFloor.Relative != 0.1 || custom.Warmup != 5 ||
 		custom.Persistence != (PersistenceConfig{Beyond: 2, Of: 3}) || custom.SilentAfter != 10*time.Second ||
 		custom.EvaluationInterval != 500*time.Millisecond || custom.Limits != (LimitsConfig{MaxCohorts: 64, MaxRanksPerCohort: 1024}) ||
@@ -43,7 +58,8 @@ func TestLoadConfig(t *testing.T) {
 		t.Fatalf("custom config: %+v", custom)
 	}
 	for name, wants := range map[string][]string{
-		"bad_signal":   {`signals[0].worse is "sideways"; want "higher" or "lower"`, `signal "fathom.rank.device_wait.time" is listed twice`},
+		"bad_signal": {`signals[0].worse is "sideways"; want "higher" or "lower"`, `signal "fathom.rank.device_wait.time" is listed twice`,
+			"signals[1].persistence needs 1 <= beyond <= of <= 64"},
 		"bad_verdicts": {"`verdicts.queue_size` must be between 1 and 65536", "`verdicts.webhook.endpoint` \"ftp://example.com/hook\" is not an http(s) URL"},
 		"bad_numbers": {"`k` must be a finite number > 0", "`quorum` must be at least 3", "`persistence` needs 1 <= beyond <= of <= 64",
 			"`silent_after` must be at least `evaluation_interval`", "`forget_after` must be longer than `silent_after`",

@@ -29,8 +29,9 @@ import (
 // slowdowns add 4, 2 and 1 ms (20%, 10%, 5%).
 //
 // FATHOM_BENCH_TRIALS (default 20) and FATHOM_BENCH_SLOWDOWNS (default 20,10,5, in
-// percent) change the run, and FATHOM_BENCH_PERSISTENCE ("{beyond: 2, of: 3}") the
-// processors' persistence; the table is printed and written to build/straggler-bench.md.
+// percent) change the run, FATHOM_BENCH_PERSISTENCE ("{beyond: 2, of: 3}") the
+// processors' persistence, and FATHOM_BENCH_RANK_SIGNALS ("0s", default 250ms) the
+// nodes' rank_signals.interval; the table is printed and written to build/straggler-bench.md.
 func TestStragglerDetectionReport(t *testing.T) {
 	trials := 20
 	if v, err := strconv.Atoi(os.Getenv("FATHOM_BENCH_TRIALS")); err == nil && v > 0 {
@@ -55,7 +56,7 @@ func TestStragglerDetectionReport(t *testing.T) {
 			if p := os.Getenv("FATHOM_BENCH_PERSISTENCE"); p != "" {
 				settings = append(settings, "persistence: "+p)
 			}
-			j := startJob(t, jobOptions{settings: settings,
+			j := startJob(t, jobOptions{settings: settings, rankSignals: os.Getenv("FATHOM_BENCH_RANK_SIGNALS"),
 				ncclMode: fakegpu.NCCLAsync, slowMode: "compute", ranks: ranks, perNode: perNode, slowRank: slow,
 				hostCompute: hostCompute, slowBy: hostCompute * time.Duration(pct) / 100,
 				transport: func(node int) string { return []string{"grpc", "http"}[node%2] },
@@ -116,6 +117,9 @@ func TestStragglerDetectionReport(t *testing.T) {
 	table := "| slowdown | detected | p50 | p95 | max | false positives | gateway CPU |\n|---|---|---|---|---|---|---|\n" + strings.Join(rows, "\n") + "\n"
 	if p := os.Getenv("FATHOM_BENCH_PERSISTENCE"); p != "" {
 		table = "persistence: " + p + "\n\n" + table
+	}
+	if r := os.Getenv("FATHOM_BENCH_RANK_SIGNALS"); r != "" {
+		table = "rank_signals.interval: " + r + "\n\n" + table
 	}
 	fmt.Print(table)
 	out := filepath.Join(collectortest.RepoRoot(t), "build", "straggler-bench.md")

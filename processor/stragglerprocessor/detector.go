@@ -43,7 +43,11 @@ type series struct {
 	haveLast        bool
 
 	latest sample
-	fresh  bool // latest not yet judged
+	// unjudged are the samples that came since the last judgement, oldest first, at
+	// most maxUnjudged: a node that samples its ranks faster than the processor
+	// evaluates (rank_signals.interval) sends several between two evaluations, and
+	// each one counts towards persistence.
+	unjudged []sample
 	// waitingSince is when the oldest sample not yet judged came (node mode): a node
 	// waits for a newer line at most lineWait from then, however many samples follow.
 	waitingSince time.Time
@@ -63,6 +67,7 @@ type verdict struct {
 type rankState struct {
 	node     string
 	job      string
+	pid      int64
 	series   []series // by signal index
 	lastSeen time.Time
 	silent   bool
@@ -79,8 +84,9 @@ type cohort struct {
 	// lines are each signal's last median and line (gateway), pushed back to nodes.
 	lines []line
 	// pushed says, per signal, whether a pushed-back line was held at the last
-	// evaluation (node), so that losing it is said once.
+	// evaluation (node), so that losing it is said once; heldAt is when it last was.
 	pushed []bool
+	heldAt []time.Time
 }
 
 type line struct {
@@ -181,7 +187,7 @@ func (d *detector) observe(p point, now time.Time) {
 			d.evictOldestCohort()
 		}
 		c = &cohort{key: p.cohort, ranks: map[int64]*rankState{}, evaluations: make([]int, len(d.cfg.Signals)),
-			lines: make([]line, len(d.cfg.Signals)), pushed: make([]bool, len(d.cfg.Signals))}
+			lines: make([]line, len(d.cfg.Signals)), pushed: make([]bool, len(d.cfg.Signals)), heldAt: make([]time.Time, len(d.cfg.Signals))}
 		d.cohorts[p.cohort] = c
 	}
 	c.lastSeen = now
@@ -194,7 +200,7 @@ func (d *detector) observe(p point, now time.Time) {
 		r = &rankState{series: make([]series, len(d.cfg.Signals))}
 		c.ranks[p.rank] = r
 	}
-	r.node, r.job, r.lastSeen = p.node, p.job, now
+	r.node, r.job, r.pid, r.lastSeen = p.node, p.job, p.pid, now
 	s := &r.series[p.signal]
 	var value, span float64
 	var ok bool
@@ -203,6 +209,9 @@ func (d *detector) observe(p point, now time.Time) {
 		// once per new point.
 		if !s.haveLast || s.pid != p.pid || p.ts > s.lastTime {
 			value, ok = p.value, true
+			if s.haveLast && s.pid == p.pid {
+				span = float64(p.ts-s.lastTime) / 1e9 // how often it comes, for staleness
+			}
 		}
 		s.lastTime, s.pid, s.haveLast = p.ts, p.pid, true
 	} else if p.cumulative {
@@ -220,8 +229,41 @@ func (d *detector) observe(p point, now time.Time) {
 		return
 	}
 	s.latest = sample{value: value, at: time.Unix(0, p.ts), received: now, gauge: p.gauge, detail: p.detail, span: span, seconds: p.seconds}
-	s.fresh = true
+	if len(s.unjudged) == maxUnjudged {
+		s.unjudged = s.unjudged[1:]
+		d.drops["unjudged"]++
+	}
+	s.unjudged = append(s.unjudged, s.latest)
 }
+
+// sampledSince says whether a rank of c sent a sample of signal sig after t.
+func sampledSince(c *cohort, sig int, t time.Time) bool {
+	for _, r := range c.ranks {
+		if r.series[sig].latest.received.After(t) {
+			return true
+		}
+	}
+	return false
+}
+
+// behind says whether a sample ended too long before the newest of its cohort to be
+// judged against the line drawn from the others' latest, or to be part of it. The
+// ranks of a job move together (a gateway starting up takes CPU from all of them), so
+// samples are compared only with samples of about the same time. A node's queue
+// replayed after the gateway was away brings seconds of old samples at once: judged
+// against the others' line of now, a healthy node's ranks were twice flagged for a
+// second after a restart. Twice the sample's own interval and half a second leaves
+// room for nodes exporting out of phase and for clocks apart.
+func (sm sample) behind(newest time.Time) bool {
+	return newest.Sub(sm.at) > 2*time.Duration(sm.span*float64(time.Second))+aligned
+}
+
+const aligned = 500 * time.Millisecond
+
+// maxUnjudged bounds the samples a series holds between two judgements: more than the
+// 2 s a node waits for a newer line (lineWait) of 100 ms samples, as often as a
+// receiver samples.
+const maxUnjudged = 32
 
 // evictOldestCohort makes room for a new cohort by dropping the one heard from least
 // recently; its ranks are forgotten (counted).
@@ -283,14 +325,26 @@ func (d *detector) line(key cohortKey, sig int) (line, bool) {
 func (d *detector) evaluateSignal(c *cohort, sig int, now time.Time, out *evaluation) {
 	cfg := d.cfg
 	signal := cfg.Signals[sig]
+	// The newest sample of the cohort says what time the line is drawn for.
+	var newest time.Time
+	for _, r := range c.ranks {
+		if s := &r.series[sig]; !s.latest.received.IsZero() && now.Sub(s.latest.received) <= cfg.SilentAfter && s.latest.at.After(newest) {
+			newest = s.latest.at
+		}
+	}
 	var values []float64
 	for _, r := range c.ranks {
 		s := &r.series[sig]
-		if !s.latest.received.IsZero() && now.Sub(s.latest.received) <= cfg.SilentAfter {
+		if !s.latest.received.IsZero() && now.Sub(s.latest.received) <= cfg.SilentAfter && !s.latest.behind(newest) {
 			values = append(values, s.latest.value)
 		}
 	}
 	if len(values) < cfg.Quorum {
+		// Nothing is judged without a quorum; what came meanwhile is not held over
+		// for the first line drawn once there is one.
+		for _, r := range c.ranks {
+			r.series[sig].unjudged = r.series[sig].unjudged[:0]
+		}
 		return
 	}
 	median := medianOf(values)
@@ -341,34 +395,34 @@ func (d *detector) evaluateSignal(c *cohort, sig int, now time.Time, out *evalua
 			ev.state, ev.since = "resolved", r.silentSince
 			out.events = append(out.events, ev)
 		}
-		if !s.fresh {
-			continue
+		// Every sample since the last evaluation is judged against this line, in order.
+		for _, sm := range s.unjudged {
+			if sm.behind(newest) {
+				d.drops["stale"]++
+				continue
+			}
+			score := worse * (sm.value - median) / spread
+			if state := s.judge(sm, score > cfg.K, warm, cfg.persistence(sig)); state != "" {
+				ev.state, ev.since, ev.value, ev.score = state, s.since, sm.value, score
+				out.events = append(out.events, ev)
+				out.ranks[len(out.ranks)-1].flagged = s.flagged
+			}
+			if lag := worse * (sm.value - median); s.flagged && sm.seconds && lag > 0 && sm.span > 0 {
+				span := time.Duration(sm.span * 1e9)
+				out.lost = append(out.lost, timeLost{cohort: c.key, job: r.job, node: r.node, rank: rank, signal: sig,
+					gpuSeconds: lag * sm.span * float64(peers), peers: peers, start: sm.at.Add(-span), end: sm.at})
+			}
 		}
-		switch s.judge(score > cfg.K, warm, cfg.Persistence) {
-		case "straggler":
-			ev.state, ev.since = "straggler", s.since
-			out.events = append(out.events, ev)
-			out.ranks[len(out.ranks)-1].flagged = true
-		case "resolved":
-			ev.state, ev.since = "resolved", s.since
-			out.events = append(out.events, ev)
-			out.ranks[len(out.ranks)-1].flagged = false
-		}
-		if lag := worse * (s.latest.value - median); s.flagged && s.latest.seconds && lag > 0 && s.latest.span > 0 {
-			span := time.Duration(s.latest.span * 1e9)
-			out.lost = append(out.lost, timeLost{cohort: c.key, job: r.job, node: r.node, rank: rank, signal: sig,
-				gpuSeconds: lag * s.latest.span * float64(peers), peers: peers, start: s.latest.at.Add(-span), end: s.latest.at})
-		}
+		s.unjudged = s.unjudged[:0]
 	}
 }
 
-// judge records the verdict on the latest sample and returns the state change it
-// makes, if any: flagged when p.Beyond of the last p.Of samples were beyond, resolved
-// when no more than p.Of-p.Beyond were. Before the warm-up ends verdicts are kept but
-// change nothing.
-func (s *series) judge(beyond, warm bool, p PersistenceConfig) string {
-	s.fresh = false
-	s.verdicts = append(s.verdicts, verdict{beyond: beyond, at: s.latest.at})
+// judge records the verdict on one sample and returns the state change it makes, if
+// any: flagged when p.Beyond of the last p.Of samples were beyond, resolved when no
+// more than p.Of-p.Beyond were. Before the warm-up ends verdicts are kept but change
+// nothing.
+func (s *series) judge(sm sample, beyond, warm bool, p PersistenceConfig) string {
+	s.verdicts = append(s.verdicts, verdict{beyond: beyond, at: sm.at})
 	if len(s.verdicts) > p.Of {
 		s.verdicts = s.verdicts[1:]
 	}
@@ -406,7 +460,15 @@ func (d *detector) evaluateAgainst(src pushback.Source, now time.Time) evaluatio
 			}
 			t, ok := src.Threshold(pushback.Key{Cluster: c.key.cluster, Cohort: c.key.cohort, Signal: signal.Metric}, now)
 			if !ok {
-				if c.pushed[sig] {
+				// No line to judge by: samples are not held over for one that comes.
+				for _, r := range c.ranks {
+					r.series[sig].unjudged, r.series[sig].waitingSince = r.series[sig].unjudged[:0], time.Time{}
+				}
+				// Said once a sample came that no line judges. A cohort whose ranks
+				// send nothing more (a job's cohort its ranks left for their
+				// communicator's, once their node saw it) lost nothing worth a record
+				// when its line ran out.
+				if c.pushed[sig] && sampledSince(c, sig, c.heldAt[sig]) {
 					c.pushed[sig] = false
 					// Said for the cohort, not a rank; the node is this collector's.
 					var node, job string
@@ -418,28 +480,37 @@ func (d *detector) evaluateAgainst(src pushback.Source, now time.Time) evaluatio
 				}
 				continue
 			}
-			c.pushed[sig] = true
+			c.pushed[sig], c.heldAt[sig] = true, now
 			for rank, r := range c.ranks {
 				s := &r.series[sig]
 				if s.latest.received.IsZero() || now.Sub(s.latest.received) > d.cfg.SilentAfter {
 					continue
 				}
 				g := rankGauge{cohort: c.key, job: r.job, node: r.node, rank: rank, signal: sig, flagged: s.flagged}
-				if s.fresh {
-					if s.waitingSince.IsZero() {
-						s.waitingSince = s.latest.received
+				if len(s.unjudged) > 0 && s.waitingSince.IsZero() {
+					s.waitingSince = s.unjudged[0].received
+				}
+				// The samples the held line is new enough for are judged, oldest
+				// first; the rest wait for the next answer (or until lineWait).
+				judged := 0
+				for _, sm := range s.unjudged {
+					if waitForNewerLine(t, sm.received, s.waitingSince, now) {
+						break
 					}
-					if waitForNewerLine(t, s.latest.received, s.waitingSince, now) {
-						out.ranks = append(out.ranks, g)
-						continue
-					}
-					s.waitingSince = time.Time{}
-					ev := event{cohort: c.key, job: r.job, node: r.node, rank: rank, signal: sig, value: s.latest.value,
-						median: t.Median, threshold: t.Line, at: now, gauge: s.latest.gauge, detail: s.latest.detail}
-					if state := s.judge(t.Beyond(s.latest.value), true, d.cfg.Persistence); state != "" {
+					judged++
+					ev := event{cohort: c.key, job: r.job, node: r.node, rank: rank, signal: sig, value: sm.value,
+						median: t.Median, threshold: t.Line, at: now, gauge: sm.gauge, detail: sm.detail}
+					if state := s.judge(sm, t.Beyond(sm.value), true, d.cfg.persistence(sig)); state != "" {
 						ev.state, ev.since = state, s.since
 						out.events = append(out.events, ev)
 						g.flagged = s.flagged
+					}
+				}
+				if judged > 0 {
+					s.unjudged = slices.Delete(s.unjudged, 0, judged)
+					s.waitingSince = time.Time{}
+					if len(s.unjudged) > 0 {
+						s.waitingSince = s.unjudged[0].received
 					}
 				}
 				out.ranks = append(out.ranks, g)

@@ -25,6 +25,8 @@ type cluster struct {
 	pids       map[int64]int64
 	events     []event
 	last       evaluation
+	// every is the length of an interval (1 s unless a test sets it).
+	every time.Duration
 }
 
 func newCluster(t *testing.T, cfg *Config, cumulative bool) *cluster {
@@ -35,21 +37,31 @@ func newCluster(t *testing.T, cfg *Config, cumulative bool) *cluster {
 // step reports one interval: rates[rank] seconds waited per second (a rank missing
 // from rates sends nothing), then evaluates.
 func (c *cluster) step(rates map[int64]float64) evaluation {
+	end := c.report(rates)
+	ev := c.det.evaluate(end)
+	c.events = append(c.events, ev.events...)
+	c.last = ev
+	return ev
+}
+
+// report sends one interval's points without evaluating, and returns its end.
+func (c *cluster) report(rates map[int64]float64) time.Time {
+	every := c.every
+	if every == 0 {
+		every = time.Second
+	}
 	c.interval++
-	end := c.start.Add(time.Duration(c.interval) * time.Second)
+	end := c.start.Add(time.Duration(c.interval) * every)
 	for rank, rate := range rates {
-		c.totals[rank] += rate
-		p := point{cohort: c.key, node: fmt.Sprintf("node-%d", rank/2), rank: rank, pid: 1000 + rank + c.pids[rank], value: rate,
-			start: end.Add(-time.Second).UnixNano(), ts: end.UnixNano()}
+		c.totals[rank] += rate * every.Seconds()
+		p := point{cohort: c.key, node: fmt.Sprintf("node-%d", rank/2), rank: rank, pid: 1000 + rank + c.pids[rank], value: rate * every.Seconds(),
+			start: end.Add(-every).UnixNano(), ts: end.UnixNano()}
 		if c.cumulative {
 			p.cumulative, p.value, p.start = true, c.totals[rank], c.start.UnixNano()
 		}
 		c.det.observe(p, end)
 	}
-	ev := c.det.evaluate(end)
-	c.events = append(c.events, ev.events...)
-	c.last = ev
-	return ev
+	return end
 }
 
 func (c *cluster) describeEvents() string {
@@ -131,6 +143,81 @@ func TestHealthyJitterFlagsNobody(t *testing.T) {
 	}
 }
 
+// A node that samples its ranks every 250 ms (rank_signals.interval) sends four samples
+// to each of the gateway's 1 s evaluations. Each counts towards persistence, in order:
+// with 5 of 6, rank 5, slow from the sample ending at 10.25 s, is flagged at the first
+// evaluation after its fifth sample beyond (11.25 s), at 12 s, since 10.25 s. Judging
+// only the latest sample of each evaluation, it would take five evaluations.
+func TestSamplesBetweenEvaluationsEachCount(t *testing.T) {
+	cfg := createDefaultConfig()
+	cfg.Persistence = PersistenceConfig{Beyond: 5, Of: 6}
+	c := newCluster(t, cfg, true)
+	c.every = 250 * time.Millisecond
+	rng := rand.New(rand.NewPCG(7, 8))
+	for i := 1; i <= 64; i++ { // 16 s
+		rates := jittered(rng, 8, 0.30, 0.05)
+		if i > 40 {
+			rates[5] = 0.05
+		}
+		end := c.report(rates)
+		if i%4 == 0 {
+			c.events = append(c.events, c.det.evaluate(end).events...)
+		}
+	}
+	if len(c.events) != 1 || c.events[0].rank != 5 || c.events[0].state != "straggler" {
+		t.Fatalf("events: %s, want rank 5 flagged alone", c.describeEvents())
+	}
+	if at, since := c.events[0].at.Sub(c.start), c.events[0].since.Sub(c.start); at != 12*time.Second || since != 10250*time.Millisecond {
+		t.Errorf("flagged at %v since %v, want at 12s since 10.25s", at, since)
+	}
+}
+
+// Healthy ranks sampled every 250 ms, judged at every sample with persistence 5 of 6:
+// 16 ranks at ±15% (a quarter second holds fewer steps than a second, so it is
+// noisier than the ±10% of TestHealthyJitterFlagsNobody), and about 1 sample in 10 one
+// rank stalls for 1 to 4 samples running (up to a whole second). Nobody is flagged in
+// 500 s (nor with any of 100 seeds); a rank slowed for good is flagged at its fifth
+// sample beyond the line. At ±20%, a healthy sample now and then falls beyond the line
+// next to a whole-second stall, and 26 seeds in 100 flagged a rank.
+func TestHealthyJitterAtQuarterSecondSamplesFlagsNobody(t *testing.T) {
+	cfg := createDefaultConfig()
+	cfg.Persistence = PersistenceConfig{Beyond: 5, Of: 6}
+	c := newCluster(t, cfg, true)
+	c.every = 250 * time.Millisecond
+	rng := rand.New(rand.NewPCG(9, 10))
+	stalled, stallLeft, sinceStall := int64(-1), 0, 0
+	for range 2000 {
+		rates := jittered(rng, 16, 0.30, 0.15)
+		// Stalls are apart by two samples at least: two stalls running on one rank
+		// are one stall of more than a second, which a 2 s detection must flag.
+		if stallLeft == 0 && sinceStall >= 2 && rng.IntN(10) == 0 {
+			stalled, stallLeft = int64(rng.IntN(16)), 1+rng.IntN(4)
+		}
+		sinceStall++
+		if stallLeft > 0 {
+			rates[stalled] = 0.02
+			stallLeft--
+			sinceStall = 0
+		}
+		c.step(rates)
+	}
+	if len(c.events) != 0 {
+		t.Fatalf("a healthy cohort raised events: %s", c.describeEvents())
+	}
+	first := c.interval
+	for range 8 {
+		rates := jittered(rng, 16, 0.30, 0.15)
+		rates[3] = 0.05
+		c.step(rates)
+	}
+	if len(c.events) != 1 || c.events[0].rank != 3 || c.interval-first < 5 {
+		t.Fatalf("events: %s, want rank 3 flagged at its fifth sample", c.describeEvents())
+	}
+	if got := int(c.events[0].at.Sub(c.start)/c.every) - first; got != 5 {
+		t.Errorf("rank 3 flagged at its sample %d beyond, want 5", got)
+	}
+}
+
 // A rank that stops reporting while its cohort keeps a quorum is reported silent once,
 // with the end of its last interval, and resolved when it reports again.
 func TestASilentRankIsReportedAndResolved(t *testing.T) {
@@ -206,7 +293,10 @@ func TestStateIsBounded(t *testing.T) {
 	d := newDetector(cfg)
 	t0 := time.Unix(1_800_000_000, 0)
 	obs := func(cohort string, rank int64, at time.Time) {
-		d.observe(point{cohort: cohortKey{cohort: cohort}, rank: rank, value: 1, start: at.Add(-time.Second).UnixNano(), ts: at.UnixNano()}, at)
+		// Each cohort's ranks are processes of their own (a rank moves between
+		// cohorts only as one process).
+		d.observe(point{cohort: cohortKey{cohort: cohort}, rank: rank, pid: int64(cohort[0])*100 + rank, value: 1,
+			start: at.Add(-time.Second).UnixNano(), ts: at.UnixNano()}, at)
 	}
 	obs("a", 0, t0)
 	obs("b", 0, t0.Add(time.Second))
@@ -335,8 +425,9 @@ func TestANodeJudgesAFreshSampleAgainstTheNextLine(t *testing.T) {
 
 // The gateway evaluates just before each of the node's exports arrives, so every line
 // a node holds was drawn more than lineSkew before its latest sample, and each second a
-// new sample comes. The node still judges, lineWait after the first sample it left
-// unjudged, and flags a rank beyond the line with the usual persistence.
+// new sample comes. Each sample is judged against the first line drawn after it came,
+// which comes with the next second's answer, and the rank is flagged with the usual
+// persistence, one second late.
 func TestANodeWhoseLinesAreAlwaysOldStillJudges(t *testing.T) {
 	cfg := createDefaultConfig()
 	cfg.Mode = ModeNode
@@ -361,10 +452,101 @@ func TestANodeWhoseLinesAreAlwaysOldStillJudges(t *testing.T) {
 			}
 		}
 	}
-	// The first rate comes at 1 s and waits; it is judged at 3 s, lineWait later. The
-	// next sample (4 s) is judged at 6 s, the next (7 s) at 9 s: the third verdict
-	// beyond flags it at 9 s. Counted from each new sample, the wait never ended.
-	if flaggedAt != 9*time.Second {
-		t.Fatalf("flagged at %v after the first point, want 9s (never: 0s)", flaggedAt)
+	// The first rate comes at 1 s and is judged at 2 s (against the line drawn at
+	// 1.3 s), the next at 3 s, the third at 4 s: its verdict beyond flags the rank.
+	// When a node held only its latest sample, each was replaced before a line new
+	// enough for it came, and only lineWait made the node judge at all (at 9 s).
+	if flaggedAt != 4*time.Second {
+		t.Fatalf("flagged at %v after the first point, want 4s (never: 0s)", flaggedAt)
+	}
+}
+
+// A rank known by its job until its node saw its communicator moves to the
+// communicator's cohort. When the job's line then runs out on the node, no sample of
+// the job's cohort is left to judge, and the node says nothing of it (no
+// no_thresholds), while the communicator's line judges the ranks. CI's healthy job once
+// wrote three such records at start-up.
+func TestARankThatMovesToItsCommunicatorLosesNoLine(t *testing.T) {
+	cfg := createDefaultConfig()
+	cfg.Mode = ModeNode
+	d := newDetector(cfg)
+	t0 := time.Unix(1_800_000_000, 0)
+	byJob, byComm := cohortKey{cluster: "c1", cohort: "job:train"}, cohortKey{cluster: "c1", cohort: "comm-1"}
+	observe := func(key cohortKey, i int) {
+		at := t0.Add(time.Duration(i) * time.Second)
+		for rank := range int64(2) {
+			d.observe(point{cohort: key, node: "node-0", rank: rank, pid: 100 + rank, cumulative: true, value: 0.3 * float64(i),
+				start: t0.UnixNano(), ts: at.UnixNano()}, at)
+		}
+	}
+	line := func(key cohortKey, at time.Time) pushback.Threshold {
+		return pushback.Threshold{Cluster: "c1", Cohort: key.cohort, Signal: cfg.Signals[0].Metric, Median: 0.3, Line: 0.1,
+			Worse: "lower", At: at.UnixMilli()}
+	}
+	lines := heldLines{}
+	for i := 0; i <= 3; i++ {
+		observe(byJob, i)
+		at := t0.Add(time.Duration(i) * time.Second)
+		lines[pushback.Key{Cluster: "c1", Cohort: byJob.cohort, Signal: cfg.Signals[0].Metric}] = line(byJob, at)
+		d.evaluateAgainst(lines, at.Add(200*time.Millisecond))
+	}
+	for i := 4; i <= 12; i++ {
+		observe(byComm, i)
+		at := t0.Add(time.Duration(i) * time.Second)
+		if i == 8 { // the job's line runs out
+			delete(lines, pushback.Key{Cluster: "c1", Cohort: byJob.cohort, Signal: cfg.Signals[0].Metric})
+		}
+		lines[pushback.Key{Cluster: "c1", Cohort: byComm.cohort, Signal: cfg.Signals[0].Metric}] = line(byComm, at)
+		if ev := d.evaluateAgainst(lines, at.Add(200*time.Millisecond)); len(ev.events) != 0 {
+			t.Fatalf("second %d: events %+v, want none", i, ev.events)
+		}
+	}
+	if len(d.cohorts[byComm].ranks) != 2 {
+		t.Errorf("comm-1 holds %d ranks, want 2", len(d.cohorts[byComm].ranks))
+	}
+}
+
+// A node's queue replayed after the gateway was away brings seconds of samples at once.
+// The gateway judges none of them against the line it draws now (they are counted as
+// stale), and leaves them out of the line: eight low samples of rank 5, three seconds
+// old, flag nobody, where judged they would have.
+func TestReplayedSamplesAreNotJudgedAgainstTodaysLine(t *testing.T) {
+	cfg := createDefaultConfig()
+	cfg.Persistence = PersistenceConfig{Beyond: 5, Of: 6}
+	c := newCluster(t, cfg, true)
+	c.every = 250 * time.Millisecond
+	rng := rand.New(rand.NewPCG(11, 12))
+	for range 40 {
+		c.step(jittered(rng, 8, 0.30, 0.05))
+	}
+	// Rank 5's next 8 samples (2 s) come in one burst 3 s after the last of them ended;
+	// the others' come on time.
+	var held []point
+	for range 8 {
+		rates := jittered(rng, 8, 0.30, 0.05)
+		c.totals[5] += 0.05 * c.every.Seconds()
+		end := c.start.Add(time.Duration(c.interval+1) * c.every)
+		held = append(held, point{cohort: c.key, node: "node-2", rank: 5, pid: 1005, cumulative: true, value: c.totals[5],
+			start: c.start.UnixNano(), ts: end.UnixNano()})
+		delete(rates, 5)
+		c.step(rates)
+	}
+	for range 12 { // 3 s more of the others
+		rates := jittered(rng, 8, 0.30, 0.05)
+		delete(rates, 5)
+		c.step(rates)
+	}
+	// The others' samples of this interval come, then rank 5's burst, then the gateway evaluates.
+	rates := jittered(rng, 8, 0.30, 0.05)
+	delete(rates, 5)
+	late := c.report(rates)
+	for _, p := range held {
+		c.det.observe(p, late)
+	}
+	if ev := c.det.evaluate(late); len(ev.events) != 0 || len(c.events) != 0 {
+		t.Fatalf("events %+v %s, want none", ev.events, c.describeEvents())
+	}
+	if c.det.drops["stale"] != 8 {
+		t.Errorf("%d samples counted stale, want 8", c.det.drops["stale"])
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -40,6 +41,8 @@ extensions:
 receivers:
   gpuebpf:
     collection_interval: 1s
+    rank_signals:
+      interval: RANK_SIGNALS
     cluster_name: e2e
     host_name: ${env:NODE_NAME}
     targets:
@@ -121,6 +124,10 @@ type jobOptions struct {
 	// into every straggler processor's config ("signals: [...]").
 	noNCCL   bool
 	settings []string
+	// rankSignals is the nodes' rank_signals.interval (default 250ms, as
+	// deploy/configs/node.yaml has it; "0s": with each collection only). With samples
+	// that short the processors' persistence is 5 of 6 unless settings name one.
+	rankSignals string
 }
 
 func (o *jobOptions) defaults() {
@@ -129,6 +136,12 @@ func (o *jobOptions) defaults() {
 	}
 	if o.hostCompute == 0 {
 		o.hostCompute, o.slowBy = 5*time.Millisecond, time.Millisecond
+	}
+	if o.rankSignals == "" {
+		o.rankSignals = "250ms"
+	}
+	if o.rankSignals != "0s" && !slices.ContainsFunc(o.settings, func(s string) bool { return strings.HasPrefix(s, "persistence:") }) {
+		o.settings = append(o.settings, "persistence: {beyond: 5, of: 6}")
 	}
 }
 
@@ -163,7 +176,7 @@ func startJob(t testing.TB, o jobOptions) *job {
 		// Put in by the test, like the exporter: the collector expands variables in
 		// values, and a list of pids is not one.
 		config := strings.NewReplacer("EXPORTER", map[string]string{"grpc": "otlp_grpc", "http": "otlp_http"}[transport],
-			"RANK_PIDS", strings.Join(pids, ", ")).Replace(withSettings(ranksNodeConfig, o.settings))
+			"RANK_PIDS", strings.Join(pids, ", "), "RANK_SIGNALS", o.rankSignals).Replace(withSettings(ranksNodeConfig, o.settings))
 		health := collectortest.Addr(t)
 		sysfs := o.sysfs
 		if sysfs == "" {

@@ -36,6 +36,9 @@ type Config struct {
 	Mode string `mapstructure:"mode"`
 	// CollectionInterval is how often metrics are emitted.
 	CollectionInterval time.Duration `mapstructure:"collection_interval"`
+	// RankSignals samples the signals the straggler loop compares more often than the
+	// collection interval.
+	RankSignals RankSignalsConfig `mapstructure:"rank_signals"`
 	// Temporality of sums and histograms: "cumulative" (default, with start times) or "delta".
 	Temporality string `mapstructure:"temporality"`
 	// ClusterName, when set, is stamped on every resource as fathom.cluster.name.
@@ -156,6 +159,36 @@ type NVMLConfig struct {
 	LibraryPath string `mapstructure:"library_path"`
 }
 
+// RankSignalsConfig: the per-rank signals the straggler loop compares
+// (fathom.rank.device_wait.time, host_lead.time, launches and run_queue.time) of the
+// processes whose rank is known, emitted every Interval as an export of their own,
+// under the scope semconv.RankSignalsScope, between the collections that carry
+// everything. A slow rank is then found in a few short samples, not in a few whole
+// collection intervals (docs/straggler.md, Detection).
+type RankSignalsConfig struct {
+	// Interval between rank-signal samples; collection_interval must be a whole
+	// multiple of it. 0 (default): the rank signals go only with each collection.
+	Interval time.Duration `mapstructure:"interval"`
+}
+
+func (c *Config) validateRankSignals() []error {
+	iv := c.RankSignals.Interval
+	switch {
+	case iv == 0:
+		return nil
+	case iv < 100*time.Millisecond:
+		return []error{fmt.Errorf("rank_signals.interval must be 0 (with each collection) or at least 100ms, got %s", iv)}
+	case c.CollectionInterval%iv != 0:
+		return []error{fmt.Errorf("collection_interval (%s) must be a whole multiple of rank_signals.interval (%s): every collection carries a rank-signal sample", c.CollectionInterval, iv)}
+	case c.Temporality == TemporalityDelta:
+		// A delta sample between collections would leave the collection's own point
+		// covering only the time since that sample, and consumers that take each
+		// collection as one interval (the causalchain processor) would undercount.
+		return []error{errors.New("rank_signals.interval needs temporality: cumulative; with delta, leave it 0")}
+	}
+	return nil
+}
+
 // ReadinessConfig controls the fathom.node.check log record: what `fathom check` finds
 // on this node, sent so that the gateway can tell a node that cannot trace from one
 // with nothing to trace.
@@ -241,6 +274,7 @@ func (c *Config) Validate() error {
 	default:
 		errs = append(errs, fmt.Errorf("temporality must be %q or %q, not %q", TemporalityCumulative, TemporalityDelta, c.Temporality))
 	}
+	errs = append(errs, c.validateRankSignals()...)
 	if !c.Targets.All && len(c.Targets.PIDs) == 0 && len(c.Targets.Cgroups) == 0 {
 		errs = append(errs, errors.New("targets: with all: false, name at least one of pids or cgroups, or nothing is traced"))
 	}

@@ -38,6 +38,14 @@ func TestLoadConfig(t *testing.T) {
 		t.Errorf("custom: %+v", custom)
 	}
 
+	sampled, err := loadConfig(t, "rank_signals")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sampled.RankSignals.Interval != 250*time.Millisecond || def.RankSignals.Interval != 0 {
+		t.Errorf("rank_signals.interval: %s (default %s), want 250ms (0)", sampled.RankSignals.Interval, def.RankSignals.Interval)
+	}
+
 	synthetic, err := loadConfig(t, "synthetic")
 	if err != nil {
 		t.Fatal(err)
@@ -54,6 +62,9 @@ func TestInvalidConfigsSayWhatIsWrong(t *testing.T) {
 		"bad_limits": {"with all: false, name at least one of pids or cgroups", `logs.policy must be "all", "notable" or "none", not "some"`, "limits.ring_buffer_bytes must be a power of two of at least 4096, got 5000",
 			"logs.nccl.sample_every must be at least 1", "rdma.poll_interval must be at least 100ms, got 1ms",
 			`kernel_state.pin_dir must be an absolute path on a bpf file system (e.g. /sys/fs/bpf/fathom), got "fathom"`},
+		"bad_rank_signals_multiple": {"collection_interval (1s) must be a whole multiple of rank_signals.interval (300ms)"},
+		"bad_rank_signals_delta":    {"rank_signals.interval needs temporality: cumulative; with delta, leave it 0"},
+		"bad_rank_signals_short":    {"rank_signals.interval must be 0 (with each collection) or at least 100ms, got 10ms"},
 	}
 	for name, wants := range cases {
 		_, err := loadConfig(t, name)

@@ -191,13 +191,21 @@ func (c *controller) allDrops() map[string]uint64 {
 
 func (c *controller) emitLoop(ctx context.Context) {
 	defer c.wg.Done()
-	metricsTick := time.NewTicker(c.cfg.CollectionInterval)
+	// With rank-signal samples, one ticker drives both: every samplesPerCollection-th
+	// tick is a collection, the others are samples. Two tickers would drift apart and
+	// now and then put a sample a millisecond before a collection, a sample of a
+	// millisecond that the straggler loop would read as a rate.
+	tick, samplesPerCollection := c.cfg.CollectionInterval, 1
+	if iv := c.cfg.RankSignals.Interval; iv > 0 {
+		tick, samplesPerCollection = iv, int(c.cfg.CollectionInterval/iv)
+	}
+	metricsTick := time.NewTicker(tick)
 	defer metricsTick.Stop()
 	// Logs leave every second whatever the metrics interval, so a notable event reaches
 	// Loki while it still matters.
 	logsTick := time.NewTicker(time.Second)
 	defer logsTick.Stop()
-	for {
+	for ticks := 1; ; {
 		select {
 		case <-ctx.Done():
 			return
@@ -206,8 +214,33 @@ func (c *controller) emitLoop(ctx context.Context) {
 			c.pullCallStats()
 			c.flushLogs(ctx)
 		case <-metricsTick.C:
-			c.flushMetrics(ctx)
+			if ticks%samplesPerCollection == 0 {
+				c.flushMetrics(ctx)
+			} else {
+				c.flushRankSamples(ctx)
+			}
+			ticks++
 		}
+	}
+}
+
+// flushRankSamples sends one rank-signal sample between collections.
+func (c *controller) flushRankSamples(ctx context.Context) {
+	c.mu.Lock()
+	next := c.metrics
+	c.mu.Unlock()
+	if next == nil {
+		return
+	}
+	c.pullCallStats()
+	c.agg.mu.Lock()
+	md := c.agg.emitRankSamples(wallNow(), c.hostRes)
+	c.agg.mu.Unlock()
+	if md.ResourceMetrics().Len() == 0 {
+		return
+	}
+	if err := next.ConsumeMetrics(ctx, md); err != nil {
+		c.settings.Logger.Warn("rank-signal sample refused by the next consumer", zap.Int("points", md.DataPointCount()), zap.Error(err))
 	}
 }
 

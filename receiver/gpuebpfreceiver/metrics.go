@@ -277,12 +277,7 @@ func (a *aggregator) emitProcess(set *metricSet, p *processSeries, pageAllocs ma
 	if graphLaunches > 0 {
 		set.sum(semconv.MetricCUDAGraphLaunches, "{launch}", "CUDA graph launches", graphLaunches)
 	}
-	emitDeviceWait(set, p)
-	if p.hostLeadSeen {
-		set.sumDouble(semconv.MetricRankHostLead, "s", "Time from the process's last return from a device wait to its entry into each collective, summed", p.hostLead)
-	}
-	emitLaunches(set, p)
-	emitRunQueue(set, p)
+	emitRankSignals(set, p)
 	set.sum(semconv.MetricRankTCPRetransmits, "{segment}", "TCP segments retransmitted from sockets the process holds", p.tcpRetransmits)
 	if p.hasSched {
 		for tid, t := range p.threads {
@@ -311,6 +306,41 @@ func (a *aggregator) emitProcess(set *metricSet, p *processSeries, pageAllocs ma
 		set.sum(semconv.MetricProcessPageAllocs, "{page}", "Pages allocated by the process", v)
 	}
 	emitNCCL(set, p)
+}
+
+// emitRankSignals writes the signals the straggler loop compares across a job's ranks.
+func emitRankSignals(set *metricSet, p *processSeries) {
+	emitDeviceWait(set, p)
+	if p.hostLeadSeen {
+		set.sumDouble(semconv.MetricRankHostLead, "s", "Time from the process's last return from a device wait to its entry into each collective, summed", p.hostLead)
+	}
+	emitLaunches(set, p)
+	emitRunQueue(set, p)
+}
+
+// emitRankSamples builds one rank-signal sample between collections (cumulative
+// temporality only, see RankSignalsConfig): the rank signals of every live process
+// whose rank is known, as they stand now, each process under its own resource and the
+// RankSignalsScope. A process without a rank is compared with nobody, and would only
+// be counted as dropped at the gateway. Called with the aggregator's lock held.
+func (a *aggregator) emitRankSamples(now time.Time, hostResource func(pcommon.Resource)) pmetric.Metrics {
+	md := pmetric.NewMetrics()
+	ts := pcommon.NewTimestampFromTime(now)
+	for _, p := range a.processes {
+		if p.info.Rank < 0 || p.exited {
+			continue
+		}
+		sm := pmetric.NewScopeMetrics()
+		emitRankSignals(&metricSet{metrics: sm.Metrics(), start: p.start, ts: ts, byName: map[string]pmetric.Metric{}}, p)
+		if sm.Metrics().Len() == 0 {
+			continue // no signal yet (no device wait, launch or CUDA thread seen)
+		}
+		sm.Scope().SetName(semconv.RankSignalsScope)
+		rm := md.ResourceMetrics().AppendEmpty()
+		fillProcessResource(rm.Resource(), p, hostResource)
+		sm.MoveTo(rm.ScopeMetrics().AppendEmpty())
+	}
+	return md
 }
 
 // waitsForDevice marks probes.DeviceWaitAPIs: what a rank's host spends in them is its

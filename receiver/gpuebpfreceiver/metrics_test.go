@@ -3,6 +3,7 @@ package gpuebpfreceiver
 import (
 	"math"
 	"os"
+	"slices"
 	"testing"
 	"time"
 
@@ -286,5 +287,72 @@ func TestHostNameNamesTheNode(t *testing.T) {
 		if v, _ := r.Attributes().Get(semconv.HostName); v.Str() != want {
 			t.Errorf("host_name %q: host.name %q, want %q", name, v.Str(), want)
 		}
+	}
+}
+
+// A rank-signal sample between collections carries the rank signals of the processes
+// whose rank is known, and nothing else, under their own scope, as cumulative points
+// from the process's start: the next collection's points continue the same series.
+func TestRankSamplesCarryOnlyTheRankSignalsOfRanks(t *testing.T) {
+	const rankPID, rankTID, otherPID = 4545, 4546, 4600
+	cfg := createDefaultConfig()
+	cfg.Discovery.ProcRoot = t.TempDir()
+	clock := &wallClock{}
+	clock.refresh()
+	a := newAggregator(cfg, clock, nil, false)
+	a.logs = newLogSink(cfg, clock, &a.drops, hostIdentity("", false))
+	call := func(pid, tid uint32, api string, d time.Duration) {
+		ev := probes.CUDACall{Api: apiID(api), DurationNs: uint64(d), MemcpyKind: uint8(probes.MemcpyNone)}
+		ev.Hdr.Pid, ev.Hdr.Tid = pid, tid
+		a.CUDACall(&ev)
+	}
+	for range 10 {
+		call(rankPID, rankTID, "cudaLaunchKernel", 5*time.Microsecond)
+		call(otherPID, otherPID, "cudaLaunchKernel", 5*time.Microsecond)
+	}
+	for range 4 {
+		call(rankPID, rankTID, "cudaStreamSynchronize", 2*time.Millisecond)
+	}
+	a.process(rankPID).info.Rank = 3
+	now := time.Now()
+	md := a.emitRankSamples(now, hostIdentity("", false))
+	if md.ResourceMetrics().Len() != 1 {
+		t.Fatalf("%d resources, want the ranked process's alone", md.ResourceMetrics().Len())
+	}
+	rm := md.ResourceMetrics().At(0)
+	if pid, _ := rm.Resource().Attributes().Get(semconv.ProcessPID); pid.Int() != rankPID {
+		t.Fatalf("resource of pid %d, want %d", pid.Int(), rankPID)
+	}
+	if rank, _ := rm.Resource().Attributes().Get(semconv.Rank); rank.Int() != 3 {
+		t.Errorf("fathom.rank %v, want 3", rank.AsRaw())
+	}
+	sm := rm.ScopeMetrics().At(0)
+	if rm.ScopeMetrics().Len() != 1 || sm.Scope().Name() != semconv.RankSignalsScope {
+		t.Fatalf("scope %q, want %q alone", sm.Scope().Name(), semconv.RankSignalsScope)
+	}
+	var names []string
+	for i := 0; i < sm.Metrics().Len(); i++ {
+		m := sm.Metrics().At(i)
+		names = append(names, m.Name())
+		dp := m.Sum().DataPoints().At(0)
+		if m.Sum().AggregationTemporality() != pmetric.AggregationTemporalityCumulative || dp.StartTimestamp() != a.process(rankPID).start ||
+			dp.Timestamp() != pcommon.NewTimestampFromTime(now) {
+			t.Errorf("%s: %s from %v at %v, want cumulative from the process's start at the sample's time", m.Name(), m.Sum().AggregationTemporality(),
+				dp.StartTimestamp(), dp.Timestamp())
+		}
+	}
+	if want := []string{semconv.MetricRankDeviceWait, semconv.MetricRankLaunches}; !slices.Equal(names, want) {
+		t.Errorf("metrics %v, want %v", names, want)
+	}
+	if got, _ := processDoubleSum(md, rankPID, semconv.MetricRankDeviceWait); math.Abs(got-0.008) > 1e-12 {
+		t.Errorf("device wait %v s, want 0.008", got)
+	}
+	// The collection that follows continues the series: the same start, the totals.
+	for range 5 {
+		call(rankPID, rankTID, "cudaLaunchKernel", 5*time.Microsecond)
+	}
+	full := a.emit(now.Add(250*time.Millisecond), 0, hostTotals{}, &hostTotals{}, hostIdentity("", false))
+	if got, _, ok := processSum(full, rankPID, semconv.MetricRankLaunches); !ok || got != 15 {
+		t.Errorf("launches in the collection %d (present %v), want 15", got, ok)
 	}
 }
