@@ -44,6 +44,16 @@ func (c *cluster) step(rates map[int64]float64) evaluation {
 	return ev
 }
 
+// quarterSecondCluster samples every 250 ms, as a node with rank_signals.interval:
+// 250ms does, judged as the shipped configs judge it (5 of 6).
+func quarterSecondCluster(t *testing.T) *cluster {
+	cfg := createDefaultConfig()
+	cfg.Persistence = PersistenceConfig{Beyond: 5, Of: 6}
+	c := newCluster(t, cfg, true)
+	c.every = 250 * time.Millisecond
+	return c
+}
+
 // report sends one interval's points without evaluating, and returns its end.
 func (c *cluster) report(rates map[int64]float64) time.Time {
 	every := c.every
@@ -149,10 +159,7 @@ func TestHealthyJitterFlagsNobody(t *testing.T) {
 // evaluation after its fifth sample beyond (11.25 s), at 12 s, since 10.25 s. Judging
 // only the latest sample of each evaluation, it would take five evaluations.
 func TestSamplesBetweenEvaluationsEachCount(t *testing.T) {
-	cfg := createDefaultConfig()
-	cfg.Persistence = PersistenceConfig{Beyond: 5, Of: 6}
-	c := newCluster(t, cfg, true)
-	c.every = 250 * time.Millisecond
+	c := quarterSecondCluster(t)
 	rng := rand.New(rand.NewPCG(7, 8))
 	for i := 1; i <= 64; i++ { // 16 s
 		rates := jittered(rng, 8, 0.30, 0.05)
@@ -180,10 +187,7 @@ func TestSamplesBetweenEvaluationsEachCount(t *testing.T) {
 // sample beyond the line. At ±20%, a healthy sample now and then falls beyond the line
 // next to a whole-second stall, and 26 seeds in 100 flagged a rank.
 func TestHealthyJitterAtQuarterSecondSamplesFlagsNobody(t *testing.T) {
-	cfg := createDefaultConfig()
-	cfg.Persistence = PersistenceConfig{Beyond: 5, Of: 6}
-	c := newCluster(t, cfg, true)
-	c.every = 250 * time.Millisecond
+	c := quarterSecondCluster(t)
 	rng := rand.New(rand.NewPCG(9, 10))
 	stalled, stallLeft, sinceStall := int64(-1), 0, 0
 	for range 2000 {
@@ -511,10 +515,7 @@ func TestARankThatMovesToItsCommunicatorLosesNoLine(t *testing.T) {
 // stale), and leaves them out of the line: eight low samples of rank 5, three seconds
 // old, flag nobody, where judged they would have.
 func TestReplayedSamplesAreNotJudgedAgainstTodaysLine(t *testing.T) {
-	cfg := createDefaultConfig()
-	cfg.Persistence = PersistenceConfig{Beyond: 5, Of: 6}
-	c := newCluster(t, cfg, true)
-	c.every = 250 * time.Millisecond
+	c := quarterSecondCluster(t)
 	rng := rand.New(rand.NewPCG(11, 12))
 	for range 40 {
 		c.step(jittered(rng, 8, 0.30, 0.05))

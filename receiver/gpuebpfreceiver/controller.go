@@ -224,11 +224,16 @@ func (c *controller) emitLoop(ctx context.Context) {
 	}
 }
 
+// metricsNext is the metrics pipeline's consumer; nil until one is wired.
+func (c *controller) metricsNext() consumer.Metrics {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.metrics
+}
+
 // flushRankSamples sends one rank-signal sample between collections.
 func (c *controller) flushRankSamples(ctx context.Context) {
-	c.mu.Lock()
-	next := c.metrics
-	c.mu.Unlock()
+	next := c.metricsNext()
 	if next == nil {
 		return
 	}
@@ -259,9 +264,7 @@ func (c *controller) flushLogs(ctx context.Context) {
 }
 
 func (c *controller) flushMetrics(ctx context.Context) {
-	c.mu.Lock()
-	next := c.metrics
-	c.mu.Unlock()
+	next := c.metricsNext()
 	if next == nil {
 		return
 	}

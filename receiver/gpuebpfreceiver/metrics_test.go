@@ -181,11 +181,8 @@ func TestDeviceWaitSumsTheCallsThatWaitForTheDevice(t *testing.T) {
 func TestLaunchesAndRunQueueOfARank(t *testing.T) {
 	const pid, cudaTID, otherTID = 4545, 4546, 4547
 	cfg := createDefaultConfig()
-	cfg.Discovery.ProcRoot = t.TempDir()
-	clock := &wallClock{}
-	clock.refresh()
-	a := newAggregator(cfg, clock, nil, false)
-	a.logs = newLogSink(cfg, clock, &a.drops, hostIdentity("", false))
+	cfg.Discovery.ProcRoot = t.TempDir() // no /proc to read: no rank but the test's
+	a := newTestAggregator(cfg, false)
 	for name, n := range map[string]int{"cudaLaunchKernel": 100, "cuLaunchKernel": 5, "cudaGraphLaunch": 2, "cudaMemcpyAsync": 50} {
 		for range n {
 			ev := probes.CUDACall{Api: apiID(name), DurationNs: 4000, MemcpyKind: uint8(probes.MemcpyNone)}
@@ -296,11 +293,8 @@ func TestHostNameNamesTheNode(t *testing.T) {
 func TestRankSamplesCarryOnlyTheRankSignalsOfRanks(t *testing.T) {
 	const rankPID, rankTID, otherPID = 4545, 4546, 4600
 	cfg := createDefaultConfig()
-	cfg.Discovery.ProcRoot = t.TempDir()
-	clock := &wallClock{}
-	clock.refresh()
-	a := newAggregator(cfg, clock, nil, false)
-	a.logs = newLogSink(cfg, clock, &a.drops, hostIdentity("", false))
+	cfg.Discovery.ProcRoot = t.TempDir() // no /proc to read: no rank but the test's
+	a := newTestAggregator(cfg, false)
 	call := func(pid, tid uint32, api string, d time.Duration) {
 		ev := probes.CUDACall{Api: apiID(api), DurationNs: uint64(d), MemcpyKind: uint8(probes.MemcpyNone)}
 		ev.Hdr.Pid, ev.Hdr.Tid = pid, tid

@@ -7,11 +7,13 @@ import (
 	"github.com/fathom-gpu/fathom/internal/semconv"
 )
 
-func newTestAggregator(cfg *Config) *aggregator {
+// newTestAggregator is an aggregator with a log sink, its processes made up when
+// synthetic.
+func newTestAggregator(cfg *Config, synthetic bool) *aggregator {
 	clock := &wallClock{}
 	clock.refresh()
-	agg := newAggregator(cfg, clock, nil, true)
-	agg.logs = newLogSink(cfg, clock, &agg.drops, hostIdentity("", true))
+	agg := newAggregator(cfg, clock, nil, synthetic)
+	agg.logs = newLogSink(cfg, clock, &agg.drops, hostIdentity("", synthetic))
 	return agg
 }
 
@@ -38,7 +40,7 @@ func allReduces(agg *aggregator, ranks, n int) {
 func TestNotableNCCLRecordsAreTheSameInstancesOnEveryRank(t *testing.T) {
 	cfg := createDefaultConfig()
 	cfg.Logs.NCCL.SampleEvery = 4
-	agg := newTestAggregator(cfg)
+	agg := newTestAggregator(cfg, true)
 	allReduces(agg, 3, 40)
 	ld, n := agg.logs.take()
 	if n != 3*10 {
@@ -74,7 +76,7 @@ func TestNotableNCCLRecordsAreTheSameInstancesOnEveryRank(t *testing.T) {
 func TestNCCLRecordBudgetCountsDrops(t *testing.T) {
 	cfg := createDefaultConfig()
 	cfg.Logs.NCCL = NCCLLogsConfig{SampleEvery: 1, MaxPerSecond: 50}
-	agg := newTestAggregator(cfg)
+	agg := newTestAggregator(cfg, true)
 	allReduces(agg, 2, 100)
 	_, n := agg.logs.take()
 	if dropped := agg.drops.snapshot()["nccl_log_rate"]; n < 50 || n+int(dropped) != 200 {
