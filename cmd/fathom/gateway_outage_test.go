@@ -41,7 +41,7 @@ func TestNodeRidesOutAMinuteWithoutItsGateway(t *testing.T) {
 		t.Fatal(err)
 	}
 	nodeOTLP := collectortest.Addr(t)
-	nd := newRoleEnv(t, "FATHOM_NODE_OTLP="+nodeOTLP, "FATHOM_GATEWAY="+gatewayOTLP, "FATHOM_COLLECTION_INTERVAL=1h")
+	nd := newRoleEnv(t, "FATHOM_NODE_OTLP="+nodeOTLP, "FATHOM_GATEWAY="+gatewayOTLP, "FATHOM_COLLECTION_INTERVAL=1h", "FATHOM_RANK_SIGNALS_INTERVAL=0s")
 	node := collectortest.StartConfigs(t, []string{configPath(t, "node.yaml"), overlay}, nd.env...)
 	node.WaitHTTP(t, "http://"+nd.health+"/", 30*time.Second)
 

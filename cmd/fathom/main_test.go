@@ -231,7 +231,7 @@ func TestNodeForwardsToGateway(t *testing.T) {
 	nodeOTLP := collectortest.Addr(t)
 	// The node's own receiver stays quiet for the test, so the gateway counts only the
 	// points sent here.
-	nd := newRoleEnv(t, "FATHOM_NODE_OTLP="+nodeOTLP, "FATHOM_GATEWAY="+gatewayOTLP, "FATHOM_COLLECTION_INTERVAL=1h")
+	nd := newRoleEnv(t, "FATHOM_NODE_OTLP="+nodeOTLP, "FATHOM_GATEWAY="+gatewayOTLP, "FATHOM_COLLECTION_INTERVAL=1h", "FATHOM_RANK_SIGNALS_INTERVAL=0s")
 	node := collectortest.Start(t, configPath(t, "node.yaml"), nd.env...)
 	node.WaitHTTP(t, "http://"+nd.health+"/", 30*time.Second)
 
@@ -319,7 +319,7 @@ func TestNodeRidesOutAGatewayRestart(t *testing.T) {
 
 	privtest.Require(t) // the node loads BPF programs
 	nodeOTLP := collectortest.Addr(t)
-	nd := newRoleEnv(t, "FATHOM_NODE_OTLP="+nodeOTLP, "FATHOM_GATEWAY="+gatewayOTLP, "FATHOM_COLLECTION_INTERVAL=1h")
+	nd := newRoleEnv(t, "FATHOM_NODE_OTLP="+nodeOTLP, "FATHOM_GATEWAY="+gatewayOTLP, "FATHOM_COLLECTION_INTERVAL=1h", "FATHOM_RANK_SIGNALS_INTERVAL=0s")
 	node := collectortest.Start(t, configPath(t, "node.yaml"), nd.env...)
 	node.WaitHTTP(t, "http://"+nd.health+"/", 30*time.Second)
 
