@@ -67,7 +67,6 @@ type verdict struct {
 type rankState struct {
 	node     string
 	job      string
-	pid      int64
 	series   []series // by signal index
 	lastSeen time.Time
 	silent   bool
@@ -200,7 +199,7 @@ func (d *detector) observe(p point, now time.Time) {
 		r = &rankState{series: make([]series, len(d.cfg.Signals))}
 		c.ranks[p.rank] = r
 	}
-	r.node, r.job, r.pid, r.lastSeen = p.node, p.job, p.pid, now
+	r.node, r.job, r.lastSeen = p.node, p.job, now
 	s := &r.series[p.signal]
 	var value, span float64
 	var ok bool
