@@ -297,10 +297,7 @@ func TestStateIsBounded(t *testing.T) {
 	d := newDetector(cfg)
 	t0 := time.Unix(1_800_000_000, 0)
 	obs := func(cohort string, rank int64, at time.Time) {
-		// Each cohort's ranks are processes of their own (a rank moves between
-		// cohorts only as one process).
-		d.observe(point{cohort: cohortKey{cohort: cohort}, rank: rank, pid: int64(cohort[0])*100 + rank, value: 1,
-			start: at.Add(-time.Second).UnixNano(), ts: at.UnixNano()}, at)
+		d.observe(point{cohort: cohortKey{cohort: cohort}, rank: rank, value: 1, start: at.Add(-time.Second).UnixNano(), ts: at.UnixNano()}, at)
 	}
 	obs("a", 0, t0)
 	obs("b", 0, t0.Add(time.Second))
