@@ -259,6 +259,16 @@ func (sm sample) behind(newest time.Time) bool {
 
 const aligned = 500 * time.Millisecond
 
+// keepLatestUnjudged lets go of every unjudged sample but the latest, while there is
+// no line to judge them by (no quorum, or no line pushed back yet): the latest is
+// judged by the first line, as when a series held only it, and a long wait neither
+// fills the series nor counts drops.
+func (s *series) keepLatestUnjudged() {
+	if n := len(s.unjudged); n > 1 {
+		s.unjudged = append(s.unjudged[:0], s.unjudged[n-1])
+	}
+}
+
 // maxUnjudged bounds the samples a series holds between two judgements: more than the
 // 2 s a node waits for a newer line (lineWait) of 100 ms samples, as often as a
 // receiver samples.
@@ -339,10 +349,10 @@ func (d *detector) evaluateSignal(c *cohort, sig int, now time.Time, out *evalua
 		}
 	}
 	if len(values) < cfg.Quorum {
-		// Nothing is judged without a quorum; what came meanwhile is not held over
+		// Nothing is judged without a quorum; only each rank's latest sample waits
 		// for the first line drawn once there is one.
 		for _, r := range c.ranks {
-			r.series[sig].unjudged = r.series[sig].unjudged[:0]
+			r.series[sig].keepLatestUnjudged()
 		}
 		return
 	}
@@ -459,9 +469,9 @@ func (d *detector) evaluateAgainst(src pushback.Source, now time.Time) evaluatio
 			}
 			t, ok := src.Threshold(pushback.Key{Cluster: c.key.cluster, Cohort: c.key.cohort, Signal: signal.Metric}, now)
 			if !ok {
-				// No line to judge by: samples are not held over for one that comes.
+				// No line to judge by: only each rank's latest sample waits for one.
 				for _, r := range c.ranks {
-					r.series[sig].unjudged, r.series[sig].waitingSince = r.series[sig].unjudged[:0], time.Time{}
+					r.series[sig].keepLatestUnjudged()
 				}
 				// Said once a sample came that no line judges. A cohort whose ranks
 				// send nothing more (a job's cohort its ranks left for their
