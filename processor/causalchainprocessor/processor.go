@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 	"hash/fnv"
+	"maps"
 	"math"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -438,12 +440,7 @@ func (c *chains) evaluate(p *process) []written {
 		}
 	}
 	var out []written
-	causes := make([]string, 0, len(found))
-	for cause := range found {
-		causes = append(causes, cause)
-	}
-	sort.Strings(causes)
-	for _, cause := range causes {
+	for _, cause := range slices.Sorted(maps.Keys(found)) {
 		f := found[cause]
 		sev := c.severity(f.cost)
 		ch := p.chains[cause]
@@ -460,8 +457,11 @@ func (c *chains) evaluate(p *process) []written {
 			out = append(out, written{p: p, ch: ch, state: state, at: now})
 		}
 	}
-	for cause, ch := range p.chains {
-		if _, ok := found[cause]; !ok && now.Sub(ch.lastFired) >= c.cfg.ResolveAfter {
+	// In the order of the causes, so that chains resolved together are written alike
+	// every time (a map's order changes from run to run).
+	for _, cause := range slices.Sorted(maps.Keys(p.chains)) {
+		if _, ok := found[cause]; !ok && now.Sub(p.chains[cause].lastFired) >= c.cfg.ResolveAfter {
+			ch := p.chains[cause]
 			delete(p.chains, cause)
 			out = append(out, written{p: p, ch: ch, state: StateResolved, at: now})
 		}
@@ -538,8 +538,8 @@ func (c *chains) forget(ctx context.Context) []written {
 		if p.heard.After(cutoff) {
 			continue
 		}
-		for _, ch := range p.chains {
-			out = append(out, written{p: p, ch: ch, state: StateResolved, at: p.lastEnd})
+		for _, cause := range slices.Sorted(maps.Keys(p.chains)) {
+			out = append(out, written{p: p, ch: p.chains[cause], state: StateResolved, at: p.lastEnd})
 		}
 		delete(c.processes, id)
 		c.dropped.Add(ctx, 1, metric.WithAttributes(attribute.String("reason", "forgotten")))
