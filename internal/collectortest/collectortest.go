@@ -203,7 +203,14 @@ func (p *Process) Terminate(t testing.TB, timeout time.Duration) int {
 	select {
 	case <-p.done:
 	case <-time.After(timeout):
-		t.Fatalf("fathom did not exit within %s of SIGTERM:\n%s", timeout, p.Output())
+		// SIGQUIT makes the Go runtime print every goroutine's stack and exit: the
+		// output then says where the shutdown hung.
+		_ = p.cmd.Process.Signal(syscall.SIGQUIT)
+		select {
+		case <-p.done:
+		case <-time.After(5 * time.Second):
+		}
+		t.Fatalf("fathom did not exit within %s of SIGTERM (its goroutines, after SIGQUIT, at the end):\n%s", timeout, p.Output())
 	}
 	return p.cmd.ProcessState.ExitCode()
 }

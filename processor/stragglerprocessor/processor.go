@@ -55,8 +55,11 @@ type straggler struct {
 	verdicts *verdictSinks
 
 	starts int
+	// stop ends the evaluation loop (done once it has), at the first shutdown of the
+	// pipelines it serves; cancel ends what it is writing downstream.
 	stop   chan struct{}
 	done   chan struct{}
+	cancel context.CancelFunc
 
 	dropped   metric.Int64Counter
 	events    metric.Int64Counter
@@ -142,7 +145,9 @@ func (s *straggler) start(_ context.Context, host component.Host) error {
 		s.logger.Warn("the straggler processor is in no logs pipeline: ranks are flagged in the fathom.straggler.flag gauge, but no fathom.straggler records are written; add it to a logs pipeline under the same name")
 	}
 	s.stop, s.done = make(chan struct{}), make(chan struct{})
-	go s.loop(s.stop, s.done)
+	var ctx context.Context
+	ctx, s.cancel = context.WithCancel(context.Background())
+	go s.loop(ctx, s.stop, s.done)
 	return nil
 }
 
@@ -153,12 +158,20 @@ func (s *straggler) shutdown(context.Context) error {
 		return nil
 	}
 	s.starts--
-	last := s.starts == 0 && s.stop != nil
-	stop, done := s.stop, s.done
+	last := s.starts == 0
+	// The loop ends at the first shutdown, not the last: it writes into both
+	// pipelines, and the collector may already have shut down the other pipeline's
+	// exporters, where a write that waits for its result (the duckdb exporter's) would
+	// wait for ever. A CI gateway once hung 30 s in its shutdown.
+	stop, done, cancel := s.stop, s.done, s.cancel
+	s.stop = nil
 	s.mu.Unlock()
-	if last {
+	if stop != nil {
+		cancel()
 		close(stop)
 		<-done
+	}
+	if last {
 		if s.verdicts != nil {
 			s.verdicts.shutdown()
 		}
@@ -167,7 +180,7 @@ func (s *straggler) shutdown(context.Context) error {
 	return nil
 }
 
-func (s *straggler) loop(stop, done chan struct{}) {
+func (s *straggler) loop(ctx context.Context, stop, done chan struct{}) {
 	defer close(done)
 	tick := time.NewTicker(s.cfg.EvaluationInterval)
 	defer tick.Stop()
@@ -176,7 +189,7 @@ func (s *straggler) loop(stop, done chan struct{}) {
 		case <-stop:
 			return
 		case <-tick.C:
-			s.evaluate(context.Background())
+			s.evaluate(ctx)
 		}
 	}
 }

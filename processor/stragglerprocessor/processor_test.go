@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -18,6 +19,7 @@ import (
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
+	"github.com/fathom-gpu/fathom/internal/collectortest"
 	"github.com/fathom-gpu/fathom/internal/semconv"
 	"github.com/fathom-gpu/fathom/processor/stragglerprocessor/internal/metadata"
 )
@@ -341,5 +343,80 @@ func TestPassThroughOffForwardsOnlyWhatTheProcessorWrites(t *testing.T) {
 	}
 	if gauges == 0 || len(bodies) != 1 || !strings.HasPrefix(bodies[0], "rank 5 on node-2 is a straggler") {
 		t.Errorf("%d gauge resources; records %q: want the gauges and rank 5's record alone", gauges, bodies)
+	}
+}
+
+// stoppedExporter stands for an exporter that was shut down and waits for a write's
+// result (the duckdb exporter's queue): a write to it blocks until its context ends.
+type stoppedExporter struct {
+	consumertest.MetricsSink
+	stopped   atomic.Bool
+	lateCalls atomic.Int64
+}
+
+func (e *stoppedExporter) ConsumeMetrics(ctx context.Context, md pmetric.Metrics) error {
+	if e.stopped.Load() {
+		e.lateCalls.Add(1)
+		<-ctx.Done()
+		return ctx.Err()
+	}
+	return e.MetricsSink.ConsumeMetrics(ctx, md)
+}
+
+// The collector shuts its pipelines down from the receivers on, so once the straggler
+// processor of one pipeline is shut down, the exporters after it may be too. The
+// evaluation loop, which writes into both pipelines, ends at that first shutdown: no
+// gauge goes to the metrics pipeline's stopped exporter after it, and the second
+// shutdown returns at once. (A CI gateway hung 30 s in its shutdown when the loop
+// ran until the last.)
+func TestTheLoopEndsAtTheFirstShutdown(t *testing.T) {
+	cfg := createDefaultConfig()
+	cfg.EvaluationInterval = 10 * time.Millisecond
+	set := processortest.NewNopSettings(metadata.Type)
+	set.ID = component.MustNewIDWithName(metadata.Type.String(), "first-shutdown")
+	ctx := context.Background()
+	metricsOut, logsOut := new(stoppedExporter), new(consumertest.LogsSink)
+	mp, err := NewFactory().CreateMetrics(ctx, set, cfg, metricsOut)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lp, err := NewFactory().CreateLogs(ctx, set, cfg, logsOut)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []component.Component{mp, lp} {
+		if err := c.Start(ctx, componenttest.NewNopHost()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	now := time.Now()
+	totals := map[int64]float64{0: 1, 1: 1, 2: 1}
+	for _, ts := range []time.Time{now.Add(-time.Second), now} {
+		if err := mp.ConsumeMetrics(ctx, nodeRequest("node-0", []int64{0, 1, 2}, totals, now.Add(-time.Minute), ts)); err != nil {
+			t.Fatal(err)
+		}
+		for r := range totals {
+			totals[r] += 0.3
+		}
+	}
+	collectortest.WaitFor(t, "gauges from the evaluation loop", 10*time.Second, func() bool { return metricsOut.DataPointCount() > 2*3*2 })
+
+	if err := lp.Shutdown(ctx); err != nil { // the logs pipeline's processor first
+		t.Fatal(err)
+	}
+	metricsOut.stopped.Store(true) // then, as the collector may, the metrics exporter
+	time.Sleep(10 * cfg.EvaluationInterval)
+	if n := metricsOut.lateCalls.Load(); n != 0 {
+		t.Errorf("%d writes into the stopped exporter after the first shutdown", n)
+	}
+	done := make(chan error, 1)
+	go func() { done <- mp.Shutdown(ctx) }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the second shutdown did not return")
 	}
 }
