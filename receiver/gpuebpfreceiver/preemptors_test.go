@@ -98,6 +98,10 @@ func TestPreemptorsOfACUDAThreadAreBoundedAndConserved(t *testing.T) {
 	cfg := createDefaultConfig()
 	cfg.Discovery.ProcRoot = t.TempDir()
 	a := newAggregator(cfg, &wallClock{}, nil, false)
+	// The collector here is the test process, whose pid may be one of the made-up
+	// preemptors' below (10000-11169 on CI once, so one wait was marked self): a pid
+	// none of them has stands for it.
+	a.selfPID = 1
 	a.CUDAThread(&probes.EventHeader{Pid: pid, Tid: tid})
 
 	// Name n preempts the thread n+1 times, 1 ms each, from n+1 processes; name 0 70
