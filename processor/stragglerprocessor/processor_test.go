@@ -251,16 +251,7 @@ func TestTheProcessorEvaluatesOnItsOwn(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer mp.Shutdown(ctx)
-	now := time.Now()
-	totals := map[int64]float64{0: 1, 1: 1, 2: 1}
-	for _, ts := range []time.Time{now.Add(-time.Second), now} {
-		if err := mp.ConsumeMetrics(ctx, nodeRequest("node-0", []int64{0, 1, 2}, totals, now.Add(-time.Minute), ts)); err != nil {
-			t.Fatal(err)
-		}
-		for r := range totals {
-			totals[r] += 0.3
-		}
-	}
+	feedTwoIntervals(t, mp)
 	deadline := time.Now().Add(10 * time.Second)
 	for out.DataPointCount() <= 2*3*2 { // the two requests' points
 		if time.Now().After(deadline) {
@@ -389,16 +380,7 @@ func TestTheLoopEndsAtTheFirstShutdown(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	now := time.Now()
-	totals := map[int64]float64{0: 1, 1: 1, 2: 1}
-	for _, ts := range []time.Time{now.Add(-time.Second), now} {
-		if err := mp.ConsumeMetrics(ctx, nodeRequest("node-0", []int64{0, 1, 2}, totals, now.Add(-time.Minute), ts)); err != nil {
-			t.Fatal(err)
-		}
-		for r := range totals {
-			totals[r] += 0.3
-		}
-	}
+	feedTwoIntervals(t, mp)
 	collectortest.WaitFor(t, "gauges from the evaluation loop", 10*time.Second, func() bool { return metricsOut.DataPointCount() > 2*3*2 })
 
 	if err := lp.Shutdown(ctx); err != nil { // the logs pipeline's processor first
@@ -418,5 +400,21 @@ func TestTheLoopEndsAtTheFirstShutdown(t *testing.T) {
 		}
 	case <-time.After(5 * time.Second):
 		t.Fatal("the second shutdown did not return")
+	}
+}
+
+// feedTwoIntervals sends node-0's three ranks, waiting 0.3 s per second each, over the
+// last two seconds: one sample per rank, enough for the loop to draw a line.
+func feedTwoIntervals(t *testing.T, mp processor.Metrics) {
+	t.Helper()
+	now := time.Now()
+	totals := map[int64]float64{0: 1, 1: 1, 2: 1}
+	for _, ts := range []time.Time{now.Add(-time.Second), now} {
+		if err := mp.ConsumeMetrics(context.Background(), nodeRequest("node-0", []int64{0, 1, 2}, totals, now.Add(-time.Minute), ts)); err != nil {
+			t.Fatal(err)
+		}
+		for r := range totals {
+			totals[r] += 0.3
+		}
 	}
 }
