@@ -14,6 +14,7 @@ import (
 	"go.opentelemetry.io/collector/pdata/pmetric"
 
 	"github.com/fathom-gpu/fathom/internal/echoschema"
+	"github.com/fathom-gpu/fathom/internal/series"
 )
 
 // MaxValueDepth bounds how deep the maps and arrays of a body or attribute are written
@@ -304,13 +305,13 @@ func metricRows(rows []echoschema.Row, md pmetric.Metrics) (_ []echoschema.Row, 
 				case pmetric.MetricTypeGauge:
 					for _, dp := range m.Gauge().DataPoints().All() {
 						r := start(dp.Attributes(), dp.Timestamp(), echoschema.KindGauge)
-						r.Value = numberOf(dp)
+						r.Value = series.Value(dp)
 						rows = append(rows, r)
 					}
 				case pmetric.MetricTypeSum:
 					for _, dp := range m.Sum().DataPoints().All() {
 						r := start(dp.Attributes(), dp.Timestamp(), echoschema.KindSum)
-						r.Value = numberOf(dp)
+						r.Value, r.Start = series.Value(dp), startOf(dp.StartTimestamp())
 						rows = append(rows, r)
 					}
 				case pmetric.MetricTypeHistogram:
@@ -328,7 +329,7 @@ func metricRows(rows []echoschema.Row, md pmetric.Metrics) (_ []echoschema.Row, 
 				case pmetric.MetricTypeSummary:
 					for _, dp := range m.Summary().DataPoints().All() {
 						r := start(dp.Attributes(), dp.Timestamp(), echoschema.KindSummary)
-						r.Count, r.Sum = int64(dp.Count()), dp.Sum()
+						r.Count, r.Sum, r.Start = int64(dp.Count()), dp.Sum(), startOf(dp.StartTimestamp())
 						if dp.Count() > 0 {
 							r.Value = dp.Sum() / float64(dp.Count())
 						}
@@ -382,22 +383,9 @@ func temporalityMember(m pmetric.Metric) string {
 	return ""
 }
 
-func numberOf(dp pmetric.NumberDataPoint) float64 {
-	if dp.ValueType() == pmetric.NumberDataPointValueTypeInt {
-		return float64(dp.IntValue())
-	}
-	return dp.DoubleValue()
-}
-
-// bucket is one histogram bucket as a value range and a count, the common form of
-// explicit and exponential buckets for quantile estimation.
-type bucket struct {
-	lower, upper float64
-	count        uint64
-}
-
 // histogramPoint is what explicit and exponential histogram points have in common.
 type histogramPoint interface {
+	StartTimestamp() pcommon.Timestamp
 	Count() uint64
 	HasSum() bool
 	Sum() float64
@@ -407,8 +395,18 @@ type histogramPoint interface {
 	Max() float64
 }
 
-// summariseMoments stores count, sum, mean, min and max; quantiles come from buckets.
+// startOf is a point's start time, zero when the sender gave none.
+func startOf(ts pcommon.Timestamp) time.Time {
+	if ts == 0 {
+		return time.Time{}
+	}
+	return ts.AsTime()
+}
+
+// summariseMoments stores start time, count, sum, mean, min and max; quantiles come
+// from buckets.
 func summariseMoments(r *echoschema.Row, dp histogramPoint) {
+	r.Start = startOf(dp.StartTimestamp())
 	r.Count = int64(dp.Count())
 	if dp.HasSum() {
 		r.Sum = dp.Sum()
@@ -424,14 +422,18 @@ func summariseMoments(r *echoschema.Row, dp histogramPoint) {
 	}
 }
 
-// A histogram is stored as count, sum, min, max, mean and p50/p95/p99 estimated by
-// linear interpolation inside the bucket where each quantile falls, clamped to the
-// recorded min and max. That keeps one row per point and lets SQL rank nodes by tail
-// latency without unpacking buckets.
+// A histogram is stored as its buckets (what a window's totals and percentiles are
+// computed from, see internal/series) and, for SQL that ranks points without unpacking
+// buckets, count, sum, min, max, mean and p50/p95/p99 of the point itself, estimated
+// by series.Quantile, the one method every Fathom percentile uses.
 func summariseHistogram(r *echoschema.Row, dp pmetric.HistogramDataPoint) {
 	summariseMoments(r, dp)
 	bounds, counts := dp.ExplicitBounds(), dp.BucketCounts()
-	buckets := make([]bucket, 0, counts.Len())
+	r.Bounds, r.BucketCounts = bounds.AsRaw(), counts.AsRaw()
+	if r.BucketCounts == nil {
+		r.BucketCounts = []uint64{}
+	}
+	buckets := make([]series.Bucket, 0, counts.Len())
 	for i := 0; i < counts.Len(); i++ {
 		lo, hi := math.Inf(-1), math.Inf(1)
 		if i > 0 && i-1 < bounds.Len() {
@@ -440,68 +442,38 @@ func summariseHistogram(r *echoschema.Row, dp pmetric.HistogramDataPoint) {
 		if i < bounds.Len() {
 			hi = bounds.At(i)
 		}
-		buckets = append(buckets, bucket{lo, hi, counts.At(i)})
+		buckets = append(buckets, series.Bucket{Lower: lo, Upper: hi, Count: counts.At(i)})
 	}
 	setQuantiles(r, buckets)
 }
 
 func summariseExpHistogram(r *echoschema.Row, dp pmetric.ExponentialHistogramDataPoint) {
 	summariseMoments(r, dp)
-	base := math.Pow(2, math.Pow(2, -float64(dp.Scale())))
-	var buckets []bucket
-	neg := dp.Negative()
-	for i := neg.BucketCounts().Len() - 1; i >= 0; i-- {
-		idx := float64(neg.Offset() + int32(i))
-		buckets = append(buckets, bucket{-math.Pow(base, idx+1), -math.Pow(base, idx), neg.BucketCounts().At(i)})
-	}
-	if dp.ZeroCount() > 0 {
-		buckets = append(buckets, bucket{0, 0, dp.ZeroCount()})
-	}
 	pos := dp.Positive()
-	for i := 0; i < pos.BucketCounts().Len(); i++ {
-		idx := float64(pos.Offset() + int32(i))
-		buckets = append(buckets, bucket{math.Pow(base, idx), math.Pow(base, idx+1), pos.BucketCounts().At(i)})
+	r.Scale, r.BucketOffset, r.ZeroCount = dp.Scale(), pos.Offset(), dp.ZeroCount()
+	r.BucketCounts = pos.BucketCounts().AsRaw()
+	if r.BucketCounts == nil {
+		r.BucketCounts = []uint64{}
 	}
+	// Negative buckets are not stored (no duration is negative), but the point's own
+	// quantiles count them: bucket i of the negative side is [-base^(i+1), -base^i).
+	neg := dp.Negative()
+	var buckets []series.Bucket
+	if n := neg.BucketCounts().Len(); n > 0 {
+		base := math.Exp2(math.Exp2(-float64(dp.Scale())))
+		for i := n - 1; i >= 0; i-- {
+			idx := float64(neg.Offset() + int32(i))
+			buckets = append(buckets, series.Bucket{Lower: -math.Pow(base, idx+1), Upper: -math.Pow(base, idx), Count: neg.BucketCounts().At(i)})
+		}
+	}
+	buckets = append(buckets, series.ExponentialBuckets(dp.Scale(), dp.ZeroCount(), pos.Offset(), r.BucketCounts)...)
 	setQuantiles(r, buckets)
 }
 
-func setQuantiles(r *echoschema.Row, buckets []bucket) {
-	var total uint64
-	for _, b := range buckets {
-		total += b.count
+func setQuantiles(r *echoschema.Row, buckets []series.Bucket) {
+	if r.P50 = series.Quantile(0.50, buckets, r.Min, r.Max); math.IsNaN(r.P50) {
+		return // an empty histogram has no quantiles
 	}
-	if total == 0 {
-		return
-	}
-	r.P50 = quantile(buckets, total, 0.50, r.Min, r.Max)
-	r.P95 = quantile(buckets, total, 0.95, r.Min, r.Max)
-	r.P99 = quantile(buckets, total, 0.99, r.Min, r.Max)
-}
-
-func quantile(buckets []bucket, total uint64, q, minV, maxV float64) float64 {
-	rank := q * float64(total)
-	i, before := 0, uint64(0)
-	for ; i < len(buckets)-1; i++ {
-		if float64(before+buckets[i].count) >= rank {
-			break
-		}
-		before += buckets[i].count
-	}
-	b := buckets[i]
-	lo, hi := b.lower, b.upper
-	if math.IsInf(lo, -1) || (!math.IsNaN(minV) && lo < minV) {
-		lo = minV
-	}
-	if math.IsInf(hi, 1) || (!math.IsNaN(maxV) && hi > maxV) {
-		hi = maxV
-	}
-	switch {
-	case math.IsNaN(lo) || math.IsInf(lo, 0):
-		return hi
-	case math.IsNaN(hi) || math.IsInf(hi, 0):
-		return lo
-	case b.count == 0:
-		return lo
-	}
-	return lo + (hi-lo)*(rank-float64(before))/float64(b.count)
+	r.P95 = series.Quantile(0.95, buckets, r.Min, r.Max)
+	r.P99 = series.Quantile(0.99, buckets, r.Min, r.Max)
 }

@@ -3,6 +3,7 @@ package duckdbexporter
 import (
 	"encoding/json"
 	"math"
+	"slices"
 	"testing"
 	"time"
 
@@ -50,6 +51,7 @@ func TestMetricRowsLiftColumnsAndSummariseHistograms(t *testing.T) {
 	e.SetName("nccl.allreduce.duration")
 	ep := e.SetEmptyExponentialHistogram().DataPoints().AppendEmpty()
 	ep.SetTimestamp(ts)
+	ep.SetStartTimestamp(ts - 30e9)
 	ep.SetScale(0) // buckets (2^i, 2^(i+1)]
 	ep.Positive().SetOffset(0)
 	ep.Positive().BucketCounts().FromRaw([]uint64{10, 10}) // (1,2] and (2,4]
@@ -82,6 +84,17 @@ func TestMetricRowsLiftColumnsAndSummariseHistograms(t *testing.T) {
 	er := rows[2]
 	if er.API != "allreduce" || er.P50 != 2 || math.Abs(er.P99-3.96) > 1e-9 || er.Value != 2.5 {
 		t.Fatalf("exp histogram row: %+v", er)
+	}
+	// What a window's totals need: when the series began, and the buckets.
+	if !er.Start.Equal(time.Unix(1_700_000_000-30, 0)) || er.Scale != 0 || er.BucketOffset != 0 || er.ZeroCount != 0 ||
+		!slices.Equal(er.BucketCounts, []uint64{10, 10}) || er.Bounds != nil {
+		t.Fatalf("exp histogram buckets: %+v", er)
+	}
+	if !hr.Start.IsZero() || !slices.Equal(hr.Bounds, []float64{1, 2, 4}) || !slices.Equal(hr.BucketCounts, []uint64{0, 50, 40, 10}) {
+		t.Fatalf("histogram buckets: %+v", hr)
+	}
+	if !gr.Start.IsZero() || gr.BucketCounts != nil {
+		t.Fatalf("gauge row has a start or buckets: %+v", gr)
 	}
 }
 

@@ -89,6 +89,21 @@ type Row struct {
 	// Attributes is a JSON object with every resource, scope and record attribute
 	// that has no dedicated column.
 	Attributes string
+
+	// Start is the OTLP point's start time: when a cumulative series began (a delta
+	// point's interval start). Zero for gauges, logs and senders that gave none.
+	Start time.Time
+	// A histogram's buckets, kept so that what a window added to a cumulative
+	// histogram is taken bucket by bucket (internal/series), never guessed from the
+	// quantiles of snapshots. Exponential histograms: Scale, BucketOffset and
+	// BucketCounts are the positive buckets (durations have no negative ones) and
+	// ZeroCount the zero bucket. Explicit histograms: Bounds and BucketCounts.
+	// BucketCounts is nil on every other row, and the other four are then not stored.
+	Scale        int32
+	BucketOffset int32
+	BucketCounts []uint64
+	ZeroCount    uint64
+	Bounds       []float64
 }
 
 // NewRow returns a row with every optional column absent.

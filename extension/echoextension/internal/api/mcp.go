@@ -127,6 +127,8 @@ const columnNotes = `
 -- ts: point or record time (UTC). kind: log | gauge | sum | histogram | exp_histogram | summary.
 -- cluster, node, job, cohort, rank, local_rank, world_size, pid, process, thread_id, api (cuda.api.name or nccl.op),
 -- comm_id: lifted from resource/record attributes. name: metric name or log event name.
--- value: gauge/sum value, histogram mean, or numeric log body. count/sum/min/max/p50/p95/p99: histogram summary.
+-- value: gauge/sum value, histogram mean, or numeric log body. count/sum/min/max/p50/p95/p99: histogram summary (of the point:
+-- a cumulative point holds its series' whole history). start_ts: OTLP start time (when a cumulative series began).
+-- scale, bucket_offset, zero_count, bucket_counts: exponential histogram buckets; explicit_bounds + bucket_counts: explicit ones.
 -- attributes: JSON object of every other attribute, e.g. json_extract_string(attributes, '$."cloud.provider"').
 `

@@ -99,3 +99,69 @@ func TestMigrationFromV1BackfillsRollup(t *testing.T) {
 		t.Fatalf("Go and SQL disagree on the bucket of 1: %d vs %d", goBucket, sqlBucket)
 	}
 }
+
+// A file at schema v2 is migrated to v3 in place: its rows stay, with no start time
+// and no buckets, and new rows carry both.
+func TestMigrationFromV2KeepsRowsAndAddsStartAndBuckets(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "echo.duckdb")
+	db, err := sql.Open("duckdb", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Exec(`CREATE TABLE echo_schema_version (version INTEGER PRIMARY KEY, description VARCHAR, applied_at TIMESTAMP DEFAULT current_timestamp)`); err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range migrations[:2] {
+		if err := apply(context.Background(), db, m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := db.Exec(`INSERT INTO events (ts, kind, node, name, api, count, unit, attributes)
+		VALUES (TIMESTAMP '2026-03-01 12:00:00', 'exp_histogram', 'n1', 'cuda.api.duration', 'cudaMemcpy', 7, 's', '{}')`); err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+
+	s := openTest(t, path)
+	defer s.Close()
+	start := time.Date(2026, 3, 1, 11, 0, 0, 0, time.UTC)
+	exp := echoschema.NewRow()
+	exp.Time, exp.Start, exp.Kind, exp.Name, exp.Node = start.Add(2*time.Hour), start, echoschema.KindExpHistogram, "cuda.api.duration", "n1"
+	exp.Scale, exp.BucketOffset, exp.BucketCounts, exp.ZeroCount, exp.Count = -2, -7, []uint64{1, 0, 5}, 3, 9
+	explicit := echoschema.NewRow()
+	explicit.Time, explicit.Kind, explicit.Name, explicit.Node = start.Add(2*time.Hour), echoschema.KindHistogram, "thread.off_cpu", "n1"
+	explicit.Bounds, explicit.BucketCounts, explicit.Count = []float64{0.5, 1}, []uint64{2, 0, 1}, 3
+	gauge := echoschema.NewRow()
+	gauge.Time, gauge.Kind, gauge.Name, gauge.Node, gauge.Value = start.Add(2*time.Hour), echoschema.KindGauge, "g", "n1", 1
+	if err := s.Append(context.Background(), []echoschema.Row{exp, explicit, gauge}); err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	rows, err := s.DB().Query(`SELECT kind, concat_ws('|', coalesce(strftime(start_ts, '%H:%M'), '-'), coalesce(scale::VARCHAR, '-'),
+		coalesce(bucket_offset::VARCHAR, '-'), coalesce(zero_count::VARCHAR, '-'), coalesce(bucket_counts::VARCHAR, '-'),
+		coalesce(explicit_bounds::VARCHAR, '-'), count) FROM events ORDER BY ts`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var kind, cols string
+		if err := rows.Scan(&kind, &cols); err != nil {
+			t.Fatal(err)
+		}
+		got[kind] += cols + ";"
+	}
+	want := map[string]string{
+		"exp_histogram": "-|-|-|-|-|-|7;11:00|-2|-7|3|[1, 0, 5]|-|9;",
+		"histogram":     "-|-|-|-|[2, 0, 1]|[0.5, 1.0]|3;",
+		"gauge":         "-|-|-|-|-|-;",
+	}
+	if len(got) != len(want) {
+		t.Fatalf("got %q", got)
+	}
+	for k, w := range want {
+		if got[k] != w {
+			t.Errorf("%s: got %q, want %q", k, got[k], w)
+		}
+	}
+}

@@ -9,7 +9,7 @@ import (
 
 // SchemaVersion is the newest schema this build knows. A file whose ledger says more was
 // written by a newer Fathom; opening it with this one is a downgrade and is refused.
-const SchemaVersion = 2
+const SchemaVersion = 3
 
 // ErrNewerSchema means the file was migrated by a newer Fathom.
 var ErrNewerSchema = errors.New("echo store has a newer schema than this fathom")
@@ -100,6 +100,29 @@ var migrations = []migration{
 			signalRollupBackfillSQL,
 		},
 	},
+	{
+		version:     3,
+		description: "start_ts and histogram buckets: what a window added to a cumulative series, by the one rule of internal/series",
+		statements: []string{
+			// A cumulative point holds the total since its series began. What a window
+			// added is decided from when the series began (a reset, a collector
+			// restart, a series older than the window), and a window's percentiles
+			// need the buckets it gained, not the quantiles of snapshots. Rows written
+			// before v3 keep NULL here: their start is unknown.
+			`ALTER TABLE events ADD COLUMN start_ts TIMESTAMP`,
+			// Exponential histograms: the positive buckets as an offset and a list
+			// of counts, at their scale, and the zero bucket. A list of counts is
+			// OTLP's own layout (at most the sender's max size, 160 buckets for the
+			// receiver), which DuckDB stores in a child column compressed like any
+			// other; an encoding of our own would have to be decoded by every query.
+			`ALTER TABLE events ADD COLUMN scale INTEGER`,
+			`ALTER TABLE events ADD COLUMN bucket_offset INTEGER`,
+			`ALTER TABLE events ADD COLUMN zero_count UBIGINT`,
+			`ALTER TABLE events ADD COLUMN bucket_counts UBIGINT[]`,
+			// Explicit-bucket histograms: their bounds (bucket_counts has one more).
+			`ALTER TABLE events ADD COLUMN explicit_bounds DOUBLE[]`,
+		},
+	},
 }
 
 // BucketsPerOctave is the rollup's resolution: bucket b holds values in
@@ -145,12 +168,12 @@ var Columns = []string{
 	"ts", "kind", "cluster", "node", "job", "cohort", "rank", "local_rank", "world_size",
 	"pid", "process", "thread_id", "name", "api", "comm_id", "value", "count", "sum", "min",
 	"max", "p50", "p95", "p99", "unit", "severity", "severity_number", "body", "trace_id",
-	"attributes",
+	"attributes", "start_ts", "scale", "bucket_offset", "zero_count", "bucket_counts", "explicit_bounds",
 }
 
 // SchemaDDL is the current schema as text, served to agents as an MCP resource.
 func SchemaDDL() string {
-	out := "-- Echo store schema v1 (DuckDB)\n"
+	out := fmt.Sprintf("-- Echo store schema v%d (DuckDB)\n", SchemaVersion)
 	for _, m := range migrations {
 		out += fmt.Sprintf("-- v%d: %s\n", m.version, m.description)
 		for _, s := range m.statements {
