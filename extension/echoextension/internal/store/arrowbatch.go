@@ -71,10 +71,10 @@ type rowBatch struct {
 	countValues    *array.Uint64Builder
 	boundValues    *array.Float64Builder
 	zeroCount      *array.Uint64Builder
-	strs    map[string]*array.StringBuilder
-	i32s    map[string]*array.Int32Builder
-	i64s    map[string]*array.Int64Builder
-	f64s    map[string]*array.Float64Builder
+	strs           map[string]*array.StringBuilder
+	i32s           map[string]*array.Int32Builder
+	i64s           map[string]*array.Int64Builder
+	f64s           map[string]*array.Float64Builder
 }
 
 func newRowBatch(raw driver.Conn) (*rowBatch, error) {
