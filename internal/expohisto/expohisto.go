@@ -12,6 +12,8 @@ import (
 	"math/big"
 
 	"go.opentelemetry.io/collector/pdata/pmetric"
+
+	"github.com/fathom-gpu/fathom/internal/series"
 )
 
 // Scale is the OTLP scale of every histogram: base = 2^(2^-Scale).
@@ -125,33 +127,18 @@ func (h *Histogram) add(idx int32, n uint64) {
 	h.counts[idx-h.offset] += n
 }
 
-// Quantile estimates the q-quantile (0 < q < 1) as the midpoint of the bucket that
-// holds it; 0 for an empty histogram.
+// Quantile estimates the q-quantile (0 < q <= 1) by series.Quantile, Fathom's one
+// method (linear inside the bucket that holds it, clamped to the min and max when
+// known); 0 for an empty histogram.
 func (h *Histogram) Quantile(q float64) float64 {
 	if h.Count == 0 {
 		return 0
 	}
-	rank := uint64(math.Ceil(q * float64(h.Count)))
-	if rank <= h.ZeroCount {
-		return 0
-	}
-	seen := h.ZeroCount
-	for i, c := range h.counts {
-		seen += c
-		if seen >= rank {
-			lower := math.Exp2(float64(h.offset+int32(i)) / (1 << Scale))
-			upper := math.Exp2(float64(h.offset+int32(i)+1) / (1 << Scale))
-			mid := (lower + upper) / 2
-			if h.HasMinMax {
-				mid = math.Min(math.Max(mid, h.Min), h.Max)
-			}
-			return mid
-		}
-	}
+	minV, maxV := math.NaN(), math.NaN()
 	if h.HasMinMax {
-		return h.Max
+		minV, maxV = h.Min, h.Max
 	}
-	return math.Exp2(float64(h.offset+int32(len(h.counts))) / (1 << Scale))
+	return series.Quantile(q, series.ExponentialBuckets(Scale, h.ZeroCount, h.offset, h.counts), minV, maxV)
 }
 
 // Reset empties the histogram, keeping its memory.

@@ -23,6 +23,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/fathom-gpu/fathom/internal/semconv"
+	"github.com/fathom-gpu/fathom/internal/series"
 )
 
 const scopeName = "github.com/fathom-gpu/fathom/processor/causalchainprocessor"
@@ -62,7 +63,7 @@ type process struct {
 	lastEnd    time.Time
 	heard      time.Time // wall clock of its last point, for forgetting it
 	intervals  []interval
-	series     map[seriesKey]*series
+	series     map[seriesKey]*windowSeries
 	chains     map[string]*chain // open chains by root cause
 	// healthyRates are the process's launch rates (per second) in its last intervals
 	// no rule fired in; their median is its baseline, so a symptom can say how far the
@@ -100,6 +101,10 @@ type chains struct {
 	cfg    *Config
 	logger *zap.Logger
 	now    func() time.Time
+	// horizon is when the processor began watching (unix nanos): a cumulative series
+	// that began after it counts from its start, one that began before from its second
+	// point (series.Next).
+	horizon int64
 
 	mu        sync.Mutex
 	processes map[processID]*process
@@ -113,7 +118,7 @@ type chains struct {
 }
 
 func newChains(cfg *Config, set processor.Settings) (*chains, error) {
-	c := &chains{cfg: cfg, logger: set.Logger, now: time.Now, processes: map[processID]*process{}}
+	c := &chains{cfg: cfg, logger: set.Logger, now: time.Now, horizon: time.Now().UnixNano(), processes: map[processID]*process{}}
 	meter := set.MeterProvider.Meter(scopeName)
 	var err error
 	if c.dropped, err = meter.Int64Counter("fathom_causalchain_dropped",
@@ -241,7 +246,7 @@ func (c *chains) ingest(ctx context.Context, id processID, rm pmetric.ResourceMe
 			c.dropped.Add(ctx, 1, metric.WithAttributes(attribute.String("reason", "process_cap")))
 			return nil
 		}
-		p = &process{id: id, resource: pcommon.NewResource(), series: map[seriesKey]*series{}, chains: map[string]*chain{}}
+		p = &process{id: id, resource: pcommon.NewResource(), series: map[seriesKey]*windowSeries{}, chains: map[string]*chain{}}
 		c.processes[id] = p
 	}
 	rm.Resource().CopyTo(p.resource)
@@ -299,7 +304,7 @@ func (c *chains) ingest(ctx context.Context, id processID, rm pmetric.ResourceMe
 	return p
 }
 
-func (c *chains) seriesOf(ctx context.Context, p *process, k seriesKey) *series {
+func (c *chains) seriesOf(ctx context.Context, p *process, k seriesKey) *windowSeries {
 	if k.metric == "" {
 		return nil
 	}
@@ -309,7 +314,7 @@ func (c *chains) seriesOf(ctx context.Context, p *process, k seriesKey) *series 
 			c.dropped.Add(ctx, 1, metric.WithAttributes(attribute.String("reason", "series_cap")))
 			return nil
 		}
-		s = &series{}
+		s = &windowSeries{}
 		p.series[k] = s
 	}
 	s.seen = p.lastEnd
@@ -324,7 +329,7 @@ func (c *chains) ingestMetric(ctx context.Context, p *process, m pmetric.Metric,
 		for i := 0; i < dps.Len(); i++ {
 			dp := dps.At(i)
 			if s := c.seriesOf(ctx, p, key(m.Name(), dp.Attributes())); s != nil {
-				if d, ok := s.addSum(pointValue(dp), dp.StartTimestamp(), dp.Timestamp(), cumulative); ok && d > 0 {
+				if d, ok := s.addSum(series.Value(dp), dp.StartTimestamp(), dp.Timestamp(), cumulative, c.horizon); ok && d > 0 {
 					s.deltas = append(s.deltas, delta{end: end, value: d})
 				}
 			}
@@ -334,7 +339,7 @@ func (c *chains) ingestMetric(ctx context.Context, p *process, m pmetric.Metric,
 		for i := 0; i < dps.Len(); i++ {
 			dp := dps.At(i)
 			if s := c.seriesOf(ctx, p, key(m.Name(), dp.Attributes())); s != nil {
-				s.deltas = append(s.deltas, delta{end: end, value: pointValue(dp)})
+				s.deltas = append(s.deltas, delta{end: end, value: series.Value(dp)})
 			}
 		}
 	case pmetric.MetricTypeExponentialHistogram:
@@ -346,7 +351,7 @@ func (c *chains) ingestMetric(ctx context.Context, p *process, m pmetric.Metric,
 			if s == nil {
 				continue
 			}
-			h, ok := s.addHistogram(dp, cumulative)
+			h, ok := s.addHistogram(dp, cumulative, c.horizon)
 			if !ok && dp.Scale() != 3 {
 				c.dropped.Add(ctx, 1, metric.WithAttributes(attribute.String("reason", "scale")))
 			}
@@ -355,13 +360,6 @@ func (c *chains) ingestMetric(ctx context.Context, p *process, m pmetric.Metric,
 			}
 		}
 	}
-}
-
-func pointValue(dp pmetric.NumberDataPoint) float64 {
-	if dp.ValueType() == pmetric.NumberDataPointValueTypeInt {
-		return float64(dp.IntValue())
-	}
-	return dp.DoubleValue()
 }
 
 func forEachPoint(rm pmetric.ResourceMetrics, f func(pmetric.Metric, pcommon.Timestamp, pcommon.Timestamp)) {

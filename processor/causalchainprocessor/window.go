@@ -8,6 +8,7 @@ import (
 
 	"github.com/fathom-gpu/fathom/internal/expohisto"
 	"github.com/fathom-gpu/fathom/internal/semconv"
+	"github.com/fathom-gpu/fathom/internal/series"
 )
 
 // seriesKey names one series of one process by the attributes the rules read. Other
@@ -28,24 +29,18 @@ type delta struct {
 	hist  *expohisto.Histogram // a histogram's buckets (nil for sums and gauges)
 }
 
-// series turns one cumulative (or delta) stream into per-interval deltas, and keeps those
-// of the last window.
-type series struct {
-	// The last cumulative point, to take the next difference from.
-	start       pcommon.Timestamp
-	hasPrev     bool
-	prevValue   float64
-	prevCount   uint64
-	prevZero    uint64
-	prevOffset  int32
-	prevBuckets []uint64
-	deltas      []delta
+// windowSeries turns one cumulative (or delta) stream into per-interval deltas, and
+// keeps those of the last window.
+type windowSeries struct {
+	sum       series.Cumulative
+	histogram series.CumulativeHistogram
+	deltas    []delta
 	// seen is the end of the last interval that carried a point of this series.
 	seen time.Time
 }
 
 // keepDeltas drops what ended before from, and the oldest beyond max.
-func (s *series) keepDeltas(from time.Time, max int) {
+func (s *windowSeries) keepDeltas(from time.Time, max int) {
 	i := 0
 	for i < len(s.deltas) && !s.deltas[i].end.After(from) {
 		i++
@@ -58,70 +53,34 @@ func (s *series) keepDeltas(from time.Time, max int) {
 	}
 }
 
-// addSum records a monotonic sum's point.
-func (s *series) addSum(v float64, start, ts pcommon.Timestamp, cumulative bool) (float64, bool) {
+// addSum records a monotonic sum's point: what it added (series.Cumulative), and false
+// when it added nothing countable. horizon is when the processor began watching.
+func (s *windowSeries) addSum(v float64, start, ts pcommon.Timestamp, cumulative bool, horizon int64) (float64, bool) {
 	if !cumulative {
 		return v, true
 	}
-	if !s.hasPrev || start != s.start || v < s.prevValue {
-		// The first point of a series (or of a restarted one) only sets the baseline,
-		// unless it began within the interval it reports, as a new process's does.
-		first := !s.hasPrev
-		s.start, s.prevValue, s.hasPrev = start, v, true
-		return v, first && start != 0 && ts > start
-	}
-	d := v - s.prevValue
-	s.prevValue = v
-	return d, true
+	inc, ok := s.sum.Add(series.Mark{Start: int64(start), Time: int64(ts), Total: v}, horizon)
+	return inc.Value, ok
 }
 
-// addHistogram records an exponential histogram's point as the buckets it gained.
-func (s *series) addHistogram(dp pmetric.ExponentialHistogramDataPoint, cumulative bool) (*expohisto.Histogram, bool) {
+// addHistogram records an exponential histogram's point as the buckets it gained
+// (series.CumulativeHistogram); false when it is not on the receiver's scale or added
+// nothing countable.
+func (s *windowSeries) addHistogram(dp pmetric.ExponentialHistogramDataPoint, cumulative bool, horizon int64) (*expohisto.Histogram, bool) {
 	if dp.Scale() != expohisto.Scale {
 		return nil, false
 	}
 	pos := dp.Positive()
-	cur := pos.BucketCounts().AsRaw()
+	b := series.Buckets{Offset: pos.Offset(), Counts: pos.BucketCounts().AsRaw(), Zero: dp.ZeroCount(), Sum: dp.Sum()}
+	if cumulative {
+		var ok bool
+		if b, _, ok = s.histogram.Add(int64(dp.StartTimestamp()), int64(dp.Timestamp()), b, horizon); !ok {
+			return nil, false
+		}
+	}
 	h := &expohisto.Histogram{}
-	if !cumulative {
-		h.AddBuckets(pos.Offset(), cur, dp.Sum())
-		h.ZeroCount, h.Count = dp.ZeroCount(), h.Count+dp.ZeroCount()
-		return h, true
-	}
-	restarted := !s.hasPrev || dp.StartTimestamp() != s.start || dp.Count() < s.prevCount
-	first := !s.hasPrev
-	if !restarted {
-		diff := make([]uint64, len(cur))
-		for i, n := range cur {
-			idx := pos.Offset() + int32(i)
-			var before uint64
-			if j := idx - s.prevOffset; j >= 0 && int(j) < len(s.prevBuckets) {
-				before = s.prevBuckets[j]
-			}
-			if n < before {
-				restarted = true
-				break
-			}
-			diff[i] = n - before
-		}
-		if !restarted {
-			h.AddBuckets(pos.Offset(), diff, dp.Sum()-s.prevValue)
-			h.ZeroCount = dp.ZeroCount() - min(s.prevZero, dp.ZeroCount())
-			h.Count += h.ZeroCount
-		}
-	}
-	s.start, s.hasPrev = dp.StartTimestamp(), true
-	s.prevValue, s.prevCount, s.prevZero = dp.Sum(), dp.Count(), dp.ZeroCount()
-	s.prevOffset, s.prevBuckets = pos.Offset(), append(s.prevBuckets[:0], cur...)
-	if restarted {
-		if first && dp.StartTimestamp() != 0 && dp.Timestamp() > dp.StartTimestamp() {
-			h.AddBuckets(pos.Offset(), cur, dp.Sum())
-			h.ZeroCount = dp.ZeroCount()
-			h.Count += h.ZeroCount
-			return h, true
-		}
-		return nil, false
-	}
+	h.AddBuckets(b.Offset, b.Counts, b.Sum)
+	h.ZeroCount, h.Count = b.Zero, h.Count+b.Zero
 	return h, true
 }
 

@@ -3,6 +3,8 @@ package stragglerprocessor
 import (
 	"slices"
 	"time"
+
+	"github.com/fathom-gpu/fathom/internal/series"
 )
 
 // Arrival lag is the one signal the gateway makes itself: per sampled collective
@@ -131,7 +133,7 @@ func (a *arrivals) match(in *instance) {
 		entries[i] = float64(r.entry - base - int64(a.clocks[clockKey{r.cohort.cluster, r.node}].offset))
 	}
 	corrected := append([]float64(nil), entries...)
-	median := medianOf(corrected)
+	median := series.Median(corrected)
 	for i, r := range in.ranks {
 		byRank := a.lags[r.cohort]
 		if byRank == nil {

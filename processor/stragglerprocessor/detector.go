@@ -7,11 +7,8 @@ import (
 	"time"
 
 	"github.com/fathom-gpu/fathom/internal/pushback"
+	"github.com/fathom-gpu/fathom/internal/series"
 )
-
-// madScale makes the MAD a consistent estimator of the standard deviation for normal
-// data, so that k reads as "standard deviations" (find_outlier_nodes uses the same).
-const madScale = 1.4826
 
 // cohortKey names a group of ranks compared with each other: one communicator of one
 // cluster, or, when the node never saw the communicator, one job.
@@ -34,13 +31,14 @@ type sample struct {
 	seconds bool
 }
 
-// series turns a rank's points of one signal into per-interval samples.
-type series struct {
-	// The last point of a cumulative series: the next one is differenced against it.
-	lastValue       float64
-	lastTime, start int64 // unix nanos
-	pid             int64
-	haveLast        bool
+// signalSeries turns a rank's points of one signal into per-interval samples.
+type signalSeries struct {
+	// cumulative follows a cumulative series (series.Next's rule); lastTime, pid and
+	// haveLast are a gauge's last point.
+	cumulative series.Cumulative
+	lastTime   int64 // unix nanos
+	pid        int64
+	haveLast   bool
 
 	latest sample
 	// unjudged are the samples that came since the last judgement, oldest first, at
@@ -67,7 +65,7 @@ type verdict struct {
 type rankState struct {
 	node     string
 	job      string
-	series   []series // by signal index
+	series   []signalSeries // by signal index
 	lastSeen time.Time
 	silent   bool
 	// silentSince is the end of the last interval the rank reported before it fell
@@ -168,17 +166,22 @@ type evaluation struct {
 type detector struct {
 	cfg     *Config
 	cohorts map[cohortKey]*cohort
+	// horizon is when the detector began (unix nanos): a cumulative series that began
+	// after it is counted from its start, one that began before only from its second
+	// point (series.Next).
+	horizon int64
 	// drops counts what bounded state turned away, by reason.
 	drops map[string]int64
 }
 
 func newDetector(cfg *Config) *detector {
-	return &detector{cfg: cfg, cohorts: map[cohortKey]*cohort{}, drops: map[string]int64{}}
+	return &detector{cfg: cfg, cohorts: map[cohortKey]*cohort{}, drops: map[string]int64{}, horizon: time.Now().UnixNano()}
 }
 
-// observe takes one point. A cumulative point becomes a sample once a previous point
-// of the same process and start time is there to difference against; a delta point is
-// a sample by itself.
+// observe takes one point. A cumulative point becomes a sample of what it added to its
+// series (series.Cumulative: once a previous point of the same process and start time
+// is there to difference against, or from its start when the series began after the
+// detector); a delta point is a sample by itself.
 func (d *detector) observe(p point, now time.Time) {
 	c := d.cohorts[p.cohort]
 	if c == nil {
@@ -196,7 +199,7 @@ func (d *detector) observe(p point, now time.Time) {
 			d.drops["rank_cap"]++
 			return
 		}
-		r = &rankState{series: make([]series, len(d.cfg.Signals))}
+		r = &rankState{series: make([]signalSeries, len(d.cfg.Signals))}
 		c.ranks[p.rank] = r
 	}
 	r.node, r.job, r.lastSeen = p.node, p.job, now
@@ -214,15 +217,15 @@ func (d *detector) observe(p point, now time.Time) {
 		}
 		s.lastTime, s.pid, s.haveLast = p.ts, p.pid, true
 	} else if p.cumulative {
-		// A new process (a restarted rank) or a reset series starts a new baseline.
-		if s.haveLast && s.pid == p.pid && s.start == p.start && p.ts > s.lastTime && p.value >= s.lastValue {
-			span = float64(p.ts-s.lastTime) / 1e9
-			value, ok = (p.value-s.lastValue)/span, true
+		// A restarted rank is a new process whose series start anew: its start time
+		// or its fallen total tells series.Next so.
+		if inc, added := s.cumulative.Add(series.Mark{Start: p.start, Time: p.ts, Total: p.value}, d.horizon); added && inc.Seconds() > 0 {
+			span = inc.Seconds()
+			value, ok = inc.Value/span, true
 		}
-		s.lastValue, s.lastTime, s.start, s.pid, s.haveLast = p.value, p.ts, p.start, p.pid, true
-	} else if p.ts > p.start && p.start > 0 {
-		span = float64(p.ts-p.start) / 1e9
-		value, ok = p.value/span, true
+	} else if inc := series.Delta(p.start, p.ts, p.value); inc.Seconds() > 0 {
+		span = inc.Seconds()
+		value, ok = inc.Value/span, true
 	}
 	if !ok || math.IsNaN(value) || math.IsInf(value, 0) {
 		return
@@ -263,7 +266,7 @@ const aligned = 500 * time.Millisecond
 // no line to judge them by (no quorum, or no line pushed back yet): the latest is
 // judged by the first line, as when a series held only it, and a long wait neither
 // fills the series nor counts drops.
-func (s *series) keepLatestUnjudged() {
+func (s *signalSeries) keepLatestUnjudged() {
 	if n := len(s.unjudged); n > 1 {
 		s.unjudged = append(s.unjudged[:0], s.unjudged[n-1])
 	}
@@ -356,13 +359,10 @@ func (d *detector) evaluateSignal(c *cohort, sig int, now time.Time, out *evalua
 		}
 		return
 	}
-	median := medianOf(values)
+	median := series.Median(values)
 	peers := len(values) - 1
-	for i, v := range values {
-		values[i] = math.Abs(v - median)
-	}
-	mad := medianOf(values)
-	spread := madScale * max(mad, cfg.MADFloor.Relative*math.Abs(median), signal.MADFloor)
+	mad := series.MAD(values, median)
+	spread := series.MADScale * max(mad, cfg.MADFloor.Relative*math.Abs(median), signal.MADFloor)
 	worse := 1.0 // direction in which a value is worse
 	if signal.Worse == WorseLower {
 		worse = -1
@@ -430,7 +430,7 @@ func (d *detector) evaluateSignal(c *cohort, sig int, now time.Time, out *evalua
 // any: flagged when p.Beyond of the last p.Of samples were beyond, resolved when no
 // more than p.Of-p.Beyond were. Before the warm-up ends verdicts are kept but change
 // nothing.
-func (s *series) judge(sm sample, beyond, warm bool, p PersistenceConfig) string {
+func (s *signalSeries) judge(sm sample, beyond, warm bool, p PersistenceConfig) string {
 	s.verdicts = append(s.verdicts, verdict{beyond: beyond, at: sm.at})
 	if len(s.verdicts) > p.Of {
 		s.verdicts = s.verdicts[1:]
@@ -548,16 +548,6 @@ const (
 // newer than t.
 func waitForNewerLine(t pushback.Threshold, received, waitingSince, now time.Time) bool {
 	return time.UnixMilli(t.At).Before(received.Add(-lineSkew)) && now.Sub(waitingSince) < lineWait
-}
-
-// medianOf sorts values in place.
-func medianOf(values []float64) float64 {
-	slices.SortFunc(values, cmp.Compare[float64])
-	n := len(values)
-	if n%2 == 1 {
-		return values[n/2]
-	}
-	return (values[n/2-1] + values[n/2]) / 2
 }
 
 // nodes are the (cluster, node) pairs of the ranks held, sorted.

@@ -23,6 +23,8 @@ type cluster struct {
 	cumulative bool
 	totals     map[int64]float64
 	pids       map[int64]int64
+	// starts are the start times of ranks whose series began after start (a restart).
+	starts map[int64]time.Time
 	events     []event
 	last       evaluation
 	// every is the length of an interval (1 s unless a test sets it).
@@ -31,7 +33,7 @@ type cluster struct {
 
 func newCluster(t *testing.T, cfg *Config, cumulative bool) *cluster {
 	return &cluster{t: t, det: newDetector(cfg), key: cohortKey{cluster: "c1", cohort: "comm-1"},
-		start: time.Unix(1_800_000_000, 0), cumulative: cumulative, totals: map[int64]float64{}, pids: map[int64]int64{}}
+		start: time.Unix(1_800_000_000, 0), cumulative: cumulative, totals: map[int64]float64{}, pids: map[int64]int64{}, starts: map[int64]time.Time{}}
 }
 
 // step reports one interval: rates[rank] seconds waited per second (a rank missing
@@ -68,6 +70,9 @@ func (c *cluster) report(rates map[int64]float64) time.Time {
 			start: end.Add(-every).UnixNano(), ts: end.UnixNano()}
 		if c.cumulative {
 			p.cumulative, p.value, p.start = true, c.totals[rank], c.start.UnixNano()
+			if s, ok := c.starts[rank]; ok {
+				p.start = s.UnixNano()
+			}
 		}
 		c.det.observe(p, end)
 	}
@@ -269,22 +274,29 @@ func TestQuorumAndWarmup(t *testing.T) {
 // A restarted rank (a new process, its counter from zero) starts a new baseline
 // instead of a negative or huge sample.
 func TestARestartedRankStartsANewBaseline(t *testing.T) {
-	c := newCluster(t, createDefaultConfig(), true)
-	for i := 1; i <= 30; i++ {
-		rates := map[int64]float64{0: 0.3, 1: 0.3, 2: 0.3, 3: 0.3}
-		if i == 15 {
-			c.pids[2] = 7 // rank 2 restarted: new pid, total from zero
-			c.totals[2] = 0
-		}
-		c.step(rates)
-		for _, r := range c.last.ranks {
-			if r.score > 0.001 || r.score < -0.001 {
-				t.Fatalf("interval %d: rank %d scored %.3f across a restart", i, r.rank, r.score)
+	for _, newStart := range []bool{false, true} {
+		c := newCluster(t, createDefaultConfig(), true)
+		for i := 1; i <= 30; i++ {
+			rates := map[int64]float64{0: 0.3, 1: 0.3, 2: 0.3, 3: 0.3}
+			if i == 15 {
+				c.pids[2] = 7 // rank 2 restarted: new pid, total from zero
+				c.totals[2] = 0
+				if newStart {
+					// As the receiver reports it: the new process's series start when
+					// it was first seen, so its first point is counted from there.
+					c.starts[2] = c.start.Add(14 * time.Second)
+				}
+			}
+			c.step(rates)
+			for _, r := range c.last.ranks {
+				if r.score > 0.001 || r.score < -0.001 {
+					t.Fatalf("new start %v, interval %d: rank %d scored %.3f across a restart", newStart, i, r.rank, r.score)
+				}
 			}
 		}
-	}
-	if len(c.events) != 0 {
-		t.Errorf("events: %s", c.describeEvents())
+		if len(c.events) != 0 {
+			t.Errorf("new start %v: events: %s", newStart, c.describeEvents())
+		}
 	}
 }
 

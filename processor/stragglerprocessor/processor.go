@@ -23,6 +23,7 @@ import (
 
 	"github.com/fathom-gpu/fathom/internal/pushback"
 	"github.com/fathom-gpu/fathom/internal/semconv"
+	"github.com/fathom-gpu/fathom/internal/series"
 )
 
 const scopeName = "github.com/fathom-gpu/fathom/processor/stragglerprocessor"
@@ -247,10 +248,7 @@ func (s *straggler) processMetrics(ctx context.Context, md pmetric.Metrics) (pme
 			}
 			for d := range dps.Len() {
 				dp := dps.At(d)
-				v := dp.DoubleValue()
-				if dp.ValueType() == pmetric.NumberDataPointValueTypeInt {
-					v = float64(dp.IntValue())
-				}
+				v := series.Value(dp)
 				var detail string
 				if dv, ok := dp.Attributes().Get(semconv.SignalDetail); ok {
 					detail = truncate(dv.AsString(), maxDetail)
@@ -350,10 +348,7 @@ func clockPoints(res pcommon.Map, m pmetric.Metric) []clockPoint {
 	var out []clockPoint
 	dps := m.Gauge().DataPoints()
 	for i := range dps.Len() {
-		v := dps.At(i).DoubleValue()
-		if dps.At(i).ValueType() == pmetric.NumberDataPointValueTypeInt {
-			v = float64(dps.At(i).IntValue())
-		}
+		v := series.Value(dps.At(i))
 		if !math.IsNaN(v) && !math.IsInf(v, 0) && math.Abs(v) < 1e6 {
 			out = append(out, clockPoint{key: key, offset: time.Duration(v * 1e9)})
 		}
