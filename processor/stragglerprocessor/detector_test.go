@@ -25,8 +25,8 @@ type cluster struct {
 	pids       map[int64]int64
 	// starts are the start times of ranks whose series began after start (a restart).
 	starts map[int64]time.Time
-	events     []event
-	last       evaluation
+	events []event
+	last   evaluation
 	// every is the length of an interval (1 s unless a test sets it).
 	every time.Duration
 }
