@@ -14,8 +14,8 @@ const graphWindow = `"since":"2026-03-01T10:00:00Z","until":"2026-03-01T10:10:00
 
 // plantGraphActivity writes three processes' CUDA graph calls around graphWindow:
 //
-//	gpu-3 pid 500 (cumulative, vLLM-like): 4 captures and instantiations in the same
-//	  export as its first 10 launches, then 1000 more launches: no re-captures. It
+//	gpu-3 pid 500 (cumulative, vLLM-like, started in the window): 4 captures and
+//	  instantiations in the same export as its first 10 launches, then 1000 more launches: no re-captures. It
 //	  reports cuda.graph.launches and cudaGraphLaunch calls alike, counted once.
 //	gpu-3 pid 600 (cumulative, replaying before the window): 400 launches, 3
 //	  captures begun, 2 ended, 3 instantiations, all re-captures.
@@ -30,7 +30,7 @@ func plantGraphActivity(t *testing.T, env *Env) {
 	launches := func(a *activity, at time.Duration, v float64) {
 		a.point(at+time.Hour, semconv.MetricCUDAGraphLaunches, "{launch}", "sum", "").Value = v
 	}
-	warm := &activity{node: "gpu-3", pid: 500, process: "vllm", rank: 3, temporal: "cumulative"}
+	warm := &activity{node: "gpu-3", pid: 500, process: "vllm", rank: 3, temporal: "cumulative", start: time.Hour + 30*time.Second}
 	for _, api := range []string{"cudaStreamBeginCapture", "cudaStreamEndCapture", "cudaGraphInstantiate"} {
 		calls(warm, m1, api, 4)
 		calls(warm, m5, api, 4)
@@ -41,7 +41,7 @@ func plantGraphActivity(t *testing.T, env *Env) {
 	calls(warm, m5, "cudaGraphLaunch", 1010)
 
 	m6, m7 := 6*time.Minute, 7*time.Minute
-	replaying := &activity{node: "gpu-3", pid: 600, process: "python", rank: 4, temporal: "cumulative"}
+	replaying := &activity{node: "gpu-3", pid: 600, process: "python", rank: 4, temporal: "cumulative", start: -time.Hour}
 	launches(replaying, before, 500)
 	launches(replaying, m1, 700)
 	launches(replaying, m6, 900)

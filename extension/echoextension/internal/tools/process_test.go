@@ -18,7 +18,9 @@ const processWindow = `"since":"2026-03-01T09:00:00Z","until":"2026-03-01T09:10:
 
 // activity builds rows as the duckdb exporter stores the gpuebpf receiver's metrics: the
 // process's resource attributes lifted into columns, the temporality member first in
-// attributes, histograms as count/sum/max/p99.
+// attributes, histograms as count/sum/max/p99. A cumulative point carries its series'
+// start time, t1+start (when the receiver first saw the process), as the receiver
+// sends it.
 type activity struct {
 	rows     []echoschema.Row
 	node     string
@@ -26,6 +28,7 @@ type activity struct {
 	process  string
 	rank     int32
 	temporal string
+	start    time.Duration
 }
 
 func (a *activity) point(at time.Duration, name, unit, kind string, attrs string) *echoschema.Row {
@@ -33,6 +36,9 @@ func (a *activity) point(at time.Duration, name, unit, kind string, attrs string
 	r.Time, r.Kind, r.Name, r.Unit = t1.Add(at), kind, name, unit
 	r.Cluster, r.Node, r.PID, r.Process, r.Rank = "c1", a.node, a.pid, a.process, a.rank
 	r.Attributes = `{"` + semconv.MetricTemporality + `":"` + a.temporal + `"` + attrs + `}`
+	if a.temporal == "cumulative" {
+		r.Start = t1.Add(a.start)
+	}
 	a.rows = append(a.rows, r)
 	return &a.rows[len(a.rows)-1]
 }
@@ -83,17 +89,18 @@ const (
 //
 //	gpu-1 pid 100 (rank 1, cumulative): CUDA threads 101 (run-queue 0.5 before the
 //	  window, 3.0 at its last point: 2.5 in it) and 102 (its series begins in the
-//	  window: 0.5), so starvation 3.0; other threads 20 s of run-queue wait.
+//	  window, its start time says so: 0.5), so starvation 3.0; other threads 20 s of
+//	  run-queue wait.
 //	gpu-1 pid 200 (rank 0, delta): thread 201 waits 1.0+1.0+1.5 = 3.5 (a 100 s point
 //	  before the window must not count).
-//	gpu-2 pid 300 (rank 2, cumulative, restarted counters): 2 + 1, then a reset to
-//	  0.25: 3.25.
+//	gpu-2 pid 300 (rank 2, cumulative, restarted counters): begun in the window, 2 + 1,
+//	  then a reset to 0.25 with a new start time: 3.25.
 //	gpu-2 pid 400 (rank 3): CUDA latency only, starvation 0.
 //
 // So the ranking is 200, 300, 100, 400.
 func plantProcessActivity(t *testing.T, env *Env) {
 	t.Helper()
-	a := &activity{node: "gpu-1", pid: 100, process: "python", rank: 1, temporal: "cumulative"}
+	a := &activity{node: "gpu-1", pid: 100, process: "python", rank: 1, temporal: "cumulative", start: -time.Hour}
 	for _, p := range []struct {
 		at          time.Duration
 		runq        float64
@@ -115,10 +122,12 @@ func plantProcessActivity(t *testing.T, env *Env) {
 		a.sum(p.at, semconv.MetricProcessForks, p.forks, "")
 		a.sum(p.at, semconv.MetricProcessPageAllocs, p.page, "")
 	}
+	a.start = 30 * time.Second // thread 102's series begin in the window
 	a.runq(m1, 102, 5, 0.25)
 	a.runq(m5, 102, 9, 0.5)
 	a.offCPU(m1, 102, "preempted", 5, 0.25, 0.1)
 	a.offCPU(m5, 102, "preempted", 9, 0.5, 0.1)
+	a.start = -time.Hour
 	for i, at := range []time.Duration{before, m1, m5} {
 		a.runq(at, -1, int64(100*(i+1)), float64(10*(i+1)))
 		a.offCPU(at, -1, "preempted", int64(100+50*i), float64(10+5*i), []float64{1, 1, 1.5}[i])
@@ -143,13 +152,14 @@ func plantProcessActivity(t *testing.T, env *Env) {
 	b.sum(m2, semconv.MetricProcessForks, 2, "")
 	rows = append(rows, b.rows...)
 
-	c := &activity{node: "gpu-2", pid: 300, process: "torchrun", rank: 2, temporal: "cumulative"}
+	c := &activity{node: "gpu-2", pid: 300, process: "torchrun", rank: 2, temporal: "cumulative", start: 30 * time.Second}
 	c.runq(m1, 301, 10, 2)
 	c.runq(m2, 301, 20, 3)
+	c.start = m2 + 30*time.Second // the counters restarted
 	c.runq(m3, 301, 5, 0.25)
 	rows = append(rows, c.rows...)
 
-	d := &activity{node: "gpu-2", pid: 400, process: "python", rank: 3, temporal: "cumulative"}
+	d := &activity{node: "gpu-2", pid: 400, process: "python", rank: 3, temporal: "cumulative", start: -time.Hour}
 	d.latency(m2, semconv.MetricCUDAAPIDuration, "s", "cudaMemcpy", 0.004)
 	rows = append(rows, d.rows...)
 
