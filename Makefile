@@ -5,6 +5,9 @@ SHELL := /bin/bash
 GO    ?= go
 CLANG ?= clang-19
 export CGO_ENABLED := 1
+# go-nvml's cgo preamble calls NVML functions NVIDIA's header marks deprecated; each
+# would print a compiler warning in every fresh build. Fathom calls none of them.
+export CGO_CFLAGS ?= -O2 -g -Wno-deprecated-declarations
 # The Echo store reads Arrow batches, which duckdb-go builds only with this tag.
 export GOFLAGS += -tags=duckdb_arrow
 
@@ -15,13 +18,24 @@ BUILD_DIR := build
 
 all: build
 
-# What a fresh machine lacks for the BPF build and the privileged tests: clang-19 and
-# libbpf headers from Debian, a mounted tracefs, and bpffs (where kernel state is
-# pinned). Does nothing when all is present.
+# What a fresh machine lacks for the tests: clang-19 and libbpf headers for the BPF
+# build, Prometheus (the demo's test queries the Grafana dashboard against it), Node.js
+# and the MCP/OpenAPI conformance clients pinned in test/mcpconformance/package-lock.json,
+# a mounted tracefs, and bpffs (where kernel state is pinned). Does nothing when all is
+# present, so `make test` on a fresh clone skips no test for want of a tool.
 deps:
 	@if ! command -v $(CLANG) >/dev/null || ! command -v bpftool >/dev/null || [ ! -e /usr/include/bpf/bpf_helpers.h ]; then \
 	  echo "installing clang-19 llvm-19 libbpf-dev bpftool"; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq clang-19 llvm-19 libbpf-dev bpftool >/dev/null; \
+	fi
+	@if ! command -v prometheus >/dev/null || ! command -v npm >/dev/null; then \
+	  echo "installing prometheus nodejs npm"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus nodejs npm >/dev/null; \
+	  systemctl stop prometheus 2>/dev/null || true; \
+	fi
+	@if [ ! -e test/mcpconformance/node_modules/.package-lock.json ] || [ test/mcpconformance/package-lock.json -nt test/mcpconformance/node_modules/.package-lock.json ]; then \
+	  echo "installing the conformance clients (npm ci)"; \
+	  cd test/mcpconformance && npm ci --no-audit --no-fund >/dev/null; \
 	fi
 	@if [ "$$(id -u)" = 0 ] && [ ! -e /sys/kernel/tracing/events ]; then mount -t tracefs tracefs /sys/kernel/tracing; fi
 	@if [ "$$(id -u)" = 0 ] && [ "$$(stat -f -c %T /sys/fs/bpf 2>/dev/null)" != bpf_fs ]; then mount -t bpf bpf /sys/fs/bpf; fi
