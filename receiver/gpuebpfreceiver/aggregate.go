@@ -3,6 +3,7 @@ package gpuebpfreceiver
 import (
 	"os"
 	"slices"
+	"sort"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -35,17 +36,44 @@ type threadSeries struct {
 	// preemptors are the tasks a thread that calls CUDA waited behind for a CPU, by
 	// name: the task that took its CPU when it was preempted, or the task that held the
 	// CPU while it waited in the run queue after a wakeup. The "other" threads keep none.
+	// It holds the names with a series, the other buckets, and the names of the current
+	// interval still to be judged (see namePreemptors).
 	preemptors []preemptorSeries
 }
 
-// The preemptors of one CUDA thread are bounded: its first maxPreemptorNames names
-// each get a series, and later names are counted together under otherPreemptors, so
-// no wait goes uncounted. Each name remembers up to maxPreemptorProcesses
-// distinct processes; its count of them saturates there.
+// The preemptors of one CUDA thread are named by weight, interval by interval, so that
+// a task that takes the thread's CPU is named however many names came before it:
+//
+//   - Each export credits what every name took in the interval just ended. The
+//     interval's maxPreemptorNames heaviest names (by waited time) each get their own
+//     series, and so does any name that already holds one; the rest of the interval's
+//     waits are credited to otherPreemptors. Each wait is credited to exactly one series.
+//   - A series, once it exists, only grows: an interval in which its name is light or
+//     absent leaves it flat, never lower. At most maxPreemptorSeries names hold a series;
+//     to give one to a name among an interval's heaviest, the series that grew least
+//     recently is let go (it is no longer exported, and its interval's waits, if any, go
+//     to otherPreemptors). Should that name return, its series begins again at the
+//     start of the interval it returns in, after every point of the old one: a reader
+//     that follows the start time (internal/series) counts it whole, nothing twice.
+//   - A series that begins after the process's first interval starts at the interval
+//     it was first credited in, not at the process's start: what it holds was all
+//     waited within its span.
+//   - Within an interval, the names not holding a series are kept in a table of
+//     maxPreemptorCandidates. When it is full, a new name takes the place of the
+//     candidate with the least estimate and inherits that estimate (Space-Saving), so a
+//     name that took more than 1/maxPreemptorCandidates of the interval's waits behind
+//     names without a series is never let go. A name let go this way hands its waits
+//     to otherPreemptors at once and counts a preemptor_names drop per wait: the wait
+//     and its time are kept, its name is not.
+//
+// Each name remembers up to maxPreemptorProcesses distinct processes; its count of them
+// saturates there.
 const (
-	maxPreemptorNames     = 8
-	maxPreemptorProcesses = 64
-	otherPreemptors       = "other"
+	maxPreemptorNames      = 8
+	maxPreemptorSeries     = 16
+	maxPreemptorCandidates = 32
+	maxPreemptorProcesses  = 64
+	otherPreemptors        = "other"
 )
 
 // preemptorSeries is what one name took from one CUDA thread: the thread's waits for
@@ -53,12 +81,25 @@ const (
 // kept apart from any other process of the same name (self), so that downstream can
 // tell the collector's cost from the node's.
 type preemptorSeries struct {
-	comm        [16]int8 // as the kernel wrote it, NUL-padded; zero for the other bucket
-	other       bool     // the bucket of names past maxPreemptorNames
-	self        bool
-	preemptions uint64   // waits: preemptions, and woken waits in the run queue
-	seconds     float64  // their time: preempted off-CPU time, woken run-queue time
-	pids        []uint32 // distinct preemptor processes (tgids), up to maxPreemptorProcesses
+	comm  [16]int8 // as the kernel wrote it, NUL-padded; zero for the other bucket
+	other bool     // the bucket of names not named on their own
+	self  bool
+	// held: the name has a series, exported at every export from start on; false for
+	// a name of the current interval not judged yet.
+	held  bool
+	start pcommon.Timestamp
+	grew  pcommon.Timestamp // the last export that credited it
+	// The series' totals: waits (preemptions, and woken waits in the run queue) and
+	// their time (preempted off-CPU time, woken run-queue time).
+	preemptions uint64
+	seconds     float64
+	// The current interval's waits behind the name, credited at the next export.
+	pendingWaits   uint64
+	pendingSeconds float64
+	// estimate bounds from above what the name took in the current interval: its
+	// pending time plus the estimate of the candidate it replaced (Space-Saving).
+	estimate float64
+	pids     []uint32 // distinct preemptor processes (tgids), up to maxPreemptorProcesses
 }
 
 func (s *preemptorSeries) name() string {
@@ -83,9 +124,9 @@ func commOf(name string) (c [16]int8) {
 }
 
 // waitedBehind counts a wait of the thread for a CPU held by process pid under comm,
-// of seconds. It reports false when the name's set of processes was full and pid was
-// not in it: the wait is counted, the process is not.
-func (t *threadSeries) waitedBehind(comm [16]int8, pid uint32, seconds float64, self bool) bool {
+// of seconds, in the current interval. A process the name's set has no room for, and a
+// name the interval's table lets go, are counted in drops.
+func (t *threadSeries) waitedBehind(comm [16]int8, pid uint32, seconds float64, self bool, drops *counterSet) {
 	// The kernel pads a comm with NULs (strscpy_pad); whatever follows a NUL is not
 	// part of the name, and must not split one name into two series.
 	if i := slices.Index(comm[:], 0); i >= 0 {
@@ -94,43 +135,181 @@ func (t *threadSeries) waitedBehind(comm [16]int8, pid uint32, seconds float64, 
 	if comm[0] == 0 {
 		comm = unknownPreemptorComm
 	}
-	s := t.preemptor(comm, self)
-	s.preemptions++
-	s.seconds += seconds
-	if pid == 0 || slices.Contains(s.pids, pid) {
-		return true // the idle task, or a process already counted
-	}
-	if len(s.pids) >= maxPreemptorProcesses {
-		return false
-	}
-	s.pids = append(s.pids, pid)
-	return true
+	s := t.preemptor(comm, self, drops)
+	s.pendingWaits++
+	s.pendingSeconds += seconds
+	s.estimate += seconds
+	s.rememberProcess(pid, drops)
 }
 
-// preemptor returns the series of comm (self or not), creating it, or the other bucket
-// once the thread has maxPreemptorNames names.
-func (t *threadSeries) preemptor(comm [16]int8, self bool) *preemptorSeries {
-	named := 0
+// rememberProcess adds pid (0: the idle task, no process) to the name's processes.
+func (s *preemptorSeries) rememberProcess(pid uint32, drops *counterSet) {
+	if pid == 0 || slices.Contains(s.pids, pid) {
+		return
+	}
+	if len(s.pids) >= maxPreemptorProcesses {
+		drops.add("preemptor_processes", 1)
+		return
+	}
+	s.pids = append(s.pids, pid)
+}
+
+// preemptor returns the entry of comm (self or not): its series, the other bucket for
+// a task named other, or the interval's candidate of that name, which it makes room
+// for when the candidates' table is full.
+func (t *threadSeries) preemptor(comm [16]int8, self bool, drops *counterSet) *preemptorSeries {
+	if comm == otherPreemptorComm {
+		return &t.preemptors[t.otherBucket(self)]
+	}
+	candidates, lightest := 0, -1
 	for i := range t.preemptors {
 		s := &t.preemptors[i]
-		if !s.other {
-			if s.comm == comm && s.self == self {
-				return s
-			}
-			named++
+		if s.other {
+			continue
 		}
-	}
-	other := named >= maxPreemptorNames || comm == otherPreemptorComm
-	if other {
-		for i := range t.preemptors {
-			if s := &t.preemptors[i]; s.other && s.self == self {
-				return s
+		if s.comm == comm && s.self == self {
+			return s
+		}
+		if !s.held {
+			candidates++
+			if lightest < 0 || s.estimate < t.preemptors[lightest].estimate {
+				lightest = i
 			}
 		}
-		comm = [16]int8{}
 	}
-	t.preemptors = append(t.preemptors, preemptorSeries{comm: comm, other: other, self: self})
-	return &t.preemptors[len(t.preemptors)-1]
+	if candidates < maxPreemptorCandidates {
+		t.preemptors = append(t.preemptors, preemptorSeries{comm: comm, self: self})
+		return &t.preemptors[len(t.preemptors)-1]
+	}
+	drops.add("preemptor_names", t.preemptors[lightest].pendingWaits)
+	estimate := t.preemptors[lightest].estimate
+	t.foldIntoOther(lightest, drops)
+	t.preemptors[lightest] = preemptorSeries{comm: comm, self: self, estimate: estimate}
+	return &t.preemptors[lightest]
+}
+
+// otherBucket is the index of the other bucket (self or not), added if missing.
+func (t *threadSeries) otherBucket(self bool) int {
+	for i := range t.preemptors {
+		if s := &t.preemptors[i]; s.other && s.self == self {
+			return i
+		}
+	}
+	t.preemptors = append(t.preemptors, preemptorSeries{other: true, self: self})
+	return len(t.preemptors) - 1
+}
+
+// foldIntoOther hands the current interval's waits of entry i, and their processes, to
+// the other bucket; the entry keeps its credited totals.
+func (t *threadSeries) foldIntoOther(i int, drops *counterSet) {
+	if t.preemptors[i].pendingWaits == 0 {
+		return
+	}
+	o := &t.preemptors[t.otherBucket(t.preemptors[i].self)]
+	s := &t.preemptors[i]
+	o.pendingWaits += s.pendingWaits
+	o.pendingSeconds += s.pendingSeconds
+	o.estimate += s.pendingSeconds
+	for _, pid := range s.pids {
+		o.rememberProcess(pid, drops)
+	}
+	s.pendingWaits, s.pendingSeconds = 0, 0
+}
+
+// namePreemptors ends an interval that began at from, at now: it names its heaviest
+// preemptors and credits every wait of it to one series (see maxPreemptorNames).
+func (t *threadSeries) namePreemptors(from, now pcommon.Timestamp, drops *counterSet) {
+	var waited []int // the interval's names (not the other buckets), heaviest first
+	held := 0
+	for i := range t.preemptors {
+		s := &t.preemptors[i]
+		if s.other {
+			continue
+		}
+		if s.held {
+			held++
+		}
+		if s.pendingWaits > 0 {
+			waited = append(waited, i)
+		}
+	}
+	sort.Slice(waited, func(a, b int) bool {
+		x, y := &t.preemptors[waited[a]], &t.preemptors[waited[b]]
+		if x.pendingSeconds != y.pendingSeconds {
+			return x.pendingSeconds > y.pendingSeconds
+		}
+		if x.comm != y.comm {
+			return probes.Comm(x.comm) < probes.Comm(y.comm)
+		}
+		return !x.self && y.self
+	})
+	top := make([]bool, len(t.preemptors))
+	for _, i := range waited[:min(len(waited), maxPreemptorNames)] {
+		top[i] = true
+	}
+	letGo := make([]bool, len(t.preemptors))
+	for _, i := range waited[:min(len(waited), maxPreemptorNames)] {
+		if t.preemptors[i].held {
+			continue
+		}
+		if held >= maxPreemptorSeries {
+			// There are more series than top names: one outside the top grew least
+			// recently (lighter first among those that grew at the same export).
+			victim := -1
+			for j := range t.preemptors {
+				s := &t.preemptors[j]
+				if s.other || !s.held || top[j] || letGo[j] {
+					continue
+				}
+				if victim < 0 || growsLater(&t.preemptors[victim], s) {
+					victim = j
+				}
+			}
+			t.foldIntoOther(victim, drops)
+			letGo[victim] = true
+			held--
+		}
+		t.preemptors[i].held, t.preemptors[i].start = true, from
+		held++
+	}
+	for i := range t.preemptors {
+		if s := &t.preemptors[i]; !s.other && !s.held {
+			t.foldIntoOther(i, drops)
+			letGo[i] = true
+		}
+	}
+	n := 0
+	for i := range t.preemptors {
+		if i < len(letGo) && letGo[i] {
+			continue
+		}
+		s := &t.preemptors[i]
+		if s.pendingWaits > 0 {
+			if !s.held {
+				s.held, s.start = true, from // an other bucket's first credit
+			}
+			s.preemptions += s.pendingWaits
+			s.seconds += s.pendingSeconds
+			s.grew = now
+		}
+		s.pendingWaits, s.pendingSeconds, s.estimate = 0, 0, 0
+		t.preemptors[n] = *s
+		n++
+	}
+	clear(t.preemptors[n:])
+	t.preemptors = t.preemptors[:n]
+}
+
+// growsLater says whether series a is to be kept over b when one must be let go: b
+// grew less recently, or at the same export with less waited time in the interval.
+func growsLater(a, b *preemptorSeries) bool {
+	if (a.pendingWaits > 0) != (b.pendingWaits > 0) {
+		return a.pendingWaits > 0
+	}
+	if a.grew != b.grew {
+		return a.grew > b.grew
+	}
+	return a.pendingSeconds > b.pendingSeconds || (a.pendingSeconds == b.pendingSeconds && a.seconds > b.seconds)
 }
 
 // processSeries is everything kept about one traced process.
@@ -385,8 +564,8 @@ func (a *aggregator) Sched(ev *probes.SchedSwitchIn) {
 		t.offCPUVoluntary.Record(offCPU)
 		waited, named = runq, probes.SchedWait(ev.WaitKind) == probes.WaitWoken && ev.PreemptorPid != 0
 	}
-	if named && t != &p.other && !t.waitedBehind(ev.PreemptorComm, ev.PreemptorPid, waited, ev.PreemptorPid == a.selfPID) {
-		a.drops.add("preemptor_processes", 1)
+	if named && t != &p.other {
+		t.waitedBehind(ev.PreemptorComm, ev.PreemptorPid, waited, ev.PreemptorPid == a.selfPID, &a.drops)
 	}
 	if ev.RunqNs != 0 {
 		t.runQueue.Record(runq)

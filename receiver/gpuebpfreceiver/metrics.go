@@ -100,8 +100,11 @@ func putIntIfKnown(a pcommon.Map, k string, v int) {
 type metricSet struct {
 	metrics   pmetric.MetricSlice
 	start, ts pcommon.Timestamp
-	delta     bool
-	byName    map[string]pmetric.Metric
+	// interval is when the interval this export covers began (the last export, or the
+	// process's start when later): where a series first credited now begins.
+	interval pcommon.Timestamp
+	delta    bool
+	byName   map[string]pmetric.Metric
 }
 
 func (m *metricSet) metric(name, unit, desc string, kind pmetric.MetricType) pmetric.Metric {
@@ -209,7 +212,7 @@ func (a *aggregator) emit(now time.Time, lastEmit pcommon.Timestamp, host hostTo
 		if delta {
 			start = lastEmit
 		}
-		return &metricSet{metrics: sm.Metrics(), start: start, ts: ts, delta: delta, byName: map[string]pmetric.Metric{}}
+		return &metricSet{metrics: sm.Metrics(), start: start, ts: ts, interval: max(start, lastEmit), delta: delta, byName: map[string]pmetric.Metric{}}
 	}
 	gpuOf := gpuOfProcess(host.gpus, a.processes, host.selectedDevices)
 	for pid, p := range a.processes {
@@ -281,9 +284,9 @@ func (a *aggregator) emitProcess(set *metricSet, p *processSeries, pageAllocs ma
 	set.sum(semconv.MetricRankTCPRetransmits, "{segment}", "TCP segments retransmitted from sockets the process holds", p.tcpRetransmits)
 	if p.hasSched {
 		for tid, t := range p.threads {
-			emitThread(set, t, "cuda", int64(tid))
+			emitThread(set, t, "cuda", int64(tid), &a.drops)
 		}
-		emitThread(set, &p.other, "other", -1)
+		emitThread(set, &p.other, "other", -1, &a.drops)
 	}
 	if p.forks > 0 {
 		set.sum(semconv.MetricProcessForks, "{process}", "Child processes forked", p.forks)
@@ -436,7 +439,7 @@ func emitRunQueue(set *metricSet, p *processSeries) {
 	set.sumDouble(semconv.MetricRankRunQueue, "s", "Time the process's CUDA threads were runnable but not running", seconds)
 }
 
-func emitThread(set *metricSet, t *threadSeries, role string, tid int64) {
+func emitThread(set *metricSet, t *threadSeries, role string, tid int64, drops *counterSet) {
 	put := func(attrs pcommon.Map) pcommon.Map {
 		attrs.PutStr(semconv.ThreadRole, role)
 		if tid >= 0 {
@@ -453,12 +456,21 @@ func emitThread(set *metricSet, t *threadSeries, role string, tid int64) {
 	if t.runQueue.Count > 0 {
 		put(set.histogram(semconv.MetricThreadRunQueue, "Time threads waited runnable for a CPU", &t.runQueue))
 	}
+	t.namePreemptors(set.interval, set.ts, drops)
 	for i := range t.preemptors {
 		s := &t.preemptors[i]
 		name := s.name()
 		putPreemptor := func(attrs pcommon.Map) {
 			put(attrs).PutStr(semconv.PreemptorName, name)
 			attrs.PutBool(semconv.PreemptorSelf, s.self)
+		}
+		// A cumulative series that began after the process's first interval says so
+		// (see maxPreemptorNames); a delta point covers the interval whatever its name.
+		set := set
+		if !set.delta && s.start > set.start {
+			since := *set
+			since.start = s.start
+			set = &since
 		}
 		putPreemptor(set.sum(semconv.MetricThreadPreemptions, "{preemption}", "Times the thread waited for a CPU, preempted or woken into the run queue, by the name of the task it waited behind", s.preemptions))
 		putPreemptor(set.sumDouble(semconv.MetricThreadPreemptTime, "s", "Time the thread waited for a CPU, preempted (off CPU) or woken (in the run queue), by the name of the task it waited behind", s.seconds))
