@@ -115,11 +115,24 @@ func worstThread(v *view) (int64, *threadView, float64) {
 	return tid, worst, lost
 }
 
-// competitors names who took the thread's CPU, most time first, never the collector.
+// otherPreemptors is the name under which the gpuebpf receiver counts the waits of
+// the names it did not keep apart in an interval (a task itself named so joins them):
+// no culprit, the rest.
+const otherPreemptors = "other"
+
+// competitors names who took the thread's CPU within the view, heaviest first by the
+// time each took in it, never the collector: up to three names, then how many more
+// there were, and last what the receiver counted under no name of its own (other),
+// however much that was, since it is many tasks and none of them the culprit.
 func competitors(t *threadView) string {
 	var ps []*preemptorView
+	var rest *preemptorView
 	for _, p := range t.preemptors {
-		if !p.self && p.count > 0 {
+		switch {
+		case p.self || p.count <= 0:
+		case p.name == otherPreemptors:
+			rest = p
+		default:
 			ps = append(ps, p)
 		}
 	}
@@ -132,16 +145,26 @@ func competitors(t *threadView) string {
 	var parts []string
 	for i, p := range ps {
 		if i == 3 {
-			parts = append(parts, fmt.Sprintf("%d others", len(ps)-3))
+			more := 0.0
+			for _, q := range ps[3:] {
+				more += q.seconds
+			}
+			parts = append(parts, fmt.Sprintf("%d more names %s", len(ps)-3, seconds(more)))
 			break
 		}
-		s := p.name
-		if p.processes > 1 {
-			s = fmt.Sprintf("%s (%.0f processes)", p.name, p.processes)
-		}
-		parts = append(parts, fmt.Sprintf("%s %s", s, seconds(p.seconds)))
+		parts = append(parts, withProcesses(p.name, p.processes)+" "+seconds(p.seconds))
+	}
+	if rest != nil {
+		parts = append(parts, withProcesses("other tasks", rest.processes)+" "+seconds(rest.seconds))
 	}
 	return strings.Join(parts, ", ")
+}
+
+func withProcesses(name string, processes float64) string {
+	if processes > 1 {
+		return fmt.Sprintf("%s (%.0f processes)", name, processes)
+	}
+	return name
 }
 
 func judgeCPUContention(c *Config, v *view) finding {
