@@ -24,6 +24,7 @@ import (
 	"github.com/fathom-gpu/fathom/internal/pushback"
 	"github.com/fathom-gpu/fathom/internal/semconv"
 	"github.com/fathom-gpu/fathom/internal/series"
+	"github.com/fathom-gpu/fathom/processor/stragglerprocessor/internal/metadata"
 )
 
 const scopeName = "github.com/fathom-gpu/fathom/processor/stragglerprocessor"
@@ -41,17 +42,16 @@ type straggler struct {
 	mu   sync.Mutex
 	det  *detector
 	jobs *jobCohorts
-	// arr matches collective instances for the arrival-lag signal (gateway, when it
-	// is among the signals); nil otherwise.
-	arr           *arrivals
-	arrivalSignal int
+	// arr matches collective instances for the arrival-lag signal (the gateway's, when
+	// it is among the signals); nil otherwise.
+	arr *arrivals
 	// reported is what of det.drops the telemetry counter already has.
 	reported map[string]int64
 
 	metricsNext consumer.Metrics
 	logsNext    consumer.Logs
-	// source holds the gateway's pushed-back lines (node mode).
-	source pushback.Source
+	// role is the gateway's or a node's part, chosen from the mode once.
+	role role
 	// verdicts is the remediation hook, nil when off.
 	verdicts *verdictSinks
 
@@ -62,9 +62,8 @@ type straggler struct {
 	done   chan struct{}
 	cancel context.CancelFunc
 
-	dropped   metric.Int64Counter
-	events    metric.Int64Counter
-	telemetry metric.Registration
+	// telemetry is the processor's own metrics, as metadata.yaml declares them.
+	telemetry *metadata.TelemetryBuilder
 }
 
 func newStraggler(cfg *Config, set processor.Settings) (*straggler, error) {
@@ -76,45 +75,33 @@ func newStraggler(cfg *Config, set processor.Settings) (*straggler, error) {
 	for i, sig := range cfg.Signals {
 		s.signalIndex[sig.Metric] = i
 	}
-	if i, ok := s.signalIndex[semconv.MetricRankArrivalLag]; ok && cfg.Mode == ModeGateway {
-		s.arr = newArrivals(cfg.ArrivalLag.MatchWindow, cfg.ArrivalLag.MaxInstances, cfg.Limits.MaxRanksPerCohort, s.det.drops)
-		s.arrivalSignal = i
-	}
-	meter := set.MeterProvider.Meter(scopeName)
+	s.role = newRole(cfg, s.det, s.signalIndex)
+	s.arr = s.role.arrivals()
 	var err error
-	if s.dropped, err = meter.Int64Counter("fathom_straggler_dropped",
-		metric.WithDescription("Signal points, records or tracked ranks the straggler processor let go, by reason: no_rank and no_cohort (a point without fathom.rank, or without fathom.cohort and fathom.job.name), rank_cap and cohort_cap (limits), forgotten (silent past forget_after), unjudged (more samples waiting for a line than a series holds), stale (a sample that ended well before the newest of its cohort, as in a node's queue replayed after an outage); for arrival lag, instance_incomplete (a collective instance not every rank's record reached within arrival_lag.match_window), instance_cap, clock_cap, arrival_duplicate and arrival_nranks."),
-		metric.WithUnit("{item}")); err != nil {
-		return nil, err
-	}
-	if s.events, err = meter.Int64Counter("fathom_straggler_events",
-		metric.WithDescription("fathom.straggler records written, by state (straggler, silent, resolved)."),
-		metric.WithUnit("{record}")); err != nil {
-		return nil, err
-	}
-	cohorts, err := meter.Int64ObservableGauge("fathom_straggler_cohorts",
-		metric.WithDescription("Cohorts the straggler processor holds."), metric.WithUnit("{cohort}"))
-	if err != nil {
-		return nil, err
-	}
-	ranks, err := meter.Int64ObservableGauge("fathom_straggler_ranks",
-		metric.WithDescription("Ranks the straggler processor holds, across its cohorts."), metric.WithUnit("{rank}"))
-	if err != nil {
+	if s.telemetry, err = metadata.NewTelemetryBuilder(set.TelemetrySettings); err != nil {
 		return nil, err
 	}
 	if cfg.Verdicts.enabled() {
-		if s.verdicts, err = newVerdictSinks(cfg.Verdicts, set.Logger, meter); err != nil {
+		if s.verdicts, err = newVerdictSinks(cfg.Verdicts, set.Logger, s.telemetry); err != nil {
 			return nil, err
 		}
 	}
-	s.telemetry, err = meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+	if err = s.telemetry.RegisterFathomStragglerCohortsCallback(func(_ context.Context, o metric.Int64Observer) error {
 		s.mu.Lock()
-		c, r := s.det.counts()
+		c, _ := s.det.counts()
 		s.mu.Unlock()
-		o.ObserveInt64(cohorts, int64(c))
-		o.ObserveInt64(ranks, int64(r))
+		o.Observe(int64(c))
 		return nil
-	}, cohorts, ranks)
+	}); err != nil {
+		return nil, err
+	}
+	err = s.telemetry.RegisterFathomStragglerRanksCallback(func(_ context.Context, o metric.Int64Observer) error {
+		s.mu.Lock()
+		_, r := s.det.counts()
+		s.mu.Unlock()
+		o.Observe(int64(r))
+		return nil
+	})
 	return s, err
 }
 
@@ -125,16 +112,8 @@ func (s *straggler) start(_ context.Context, host component.Host) error {
 		s.starts++
 		return nil
 	}
-	if s.cfg.Mode == ModeNode {
-		ext, ok := host.GetExtensions()[s.cfg.Thresholds]
-		if !ok {
-			return fmt.Errorf("straggler: thresholds extension %q is not an extension of this collector: add it under `extensions:` and `service.extensions`", s.cfg.Thresholds)
-		}
-		src, ok := ext.(pushback.Source)
-		if !ok {
-			return fmt.Errorf("straggler: extension %q does not hold straggler thresholds", s.cfg.Thresholds)
-		}
-		s.source = src
+	if err := s.role.start(host); err != nil {
+		return err
 	}
 	if s.verdicts != nil {
 		if err := s.verdicts.start(); err != nil {
@@ -176,7 +155,7 @@ func (s *straggler) shutdown(context.Context) error {
 		if s.verdicts != nil {
 			s.verdicts.shutdown()
 		}
-		_ = s.telemetry.Unregister()
+		s.telemetry.Shutdown()
 	}
 	return nil
 }
@@ -278,25 +257,13 @@ func (s *straggler) processMetrics(ctx context.Context, md pmetric.Metrics) (pme
 		}
 		s.det.observe(points[i], now)
 	}
-	if resp != nil && s.cfg.Mode == ModeGateway {
-		// The answer to this request carries the lines of the cohorts in it (as of
-		// the last evaluation): the sender's node judges its own ranks by them.
-		// A rank its node knows only by job gets its communicator's line under the
-		// job's name, which is what its node looks it up by.
-		for i, p := range points {
-			if l, ok := s.det.line(p.cohort, p.signal); ok {
-				sig := s.cfg.Signals[p.signal]
-				resp.Add(pushback.Threshold{Cluster: p.cohort.cluster, Cohort: sent[i].cohort, Signal: sig.Metric,
-					Median: l.median, Line: l.threshold, Worse: sig.Worse, At: l.at.UnixMilli()})
-			}
-		}
-	}
+	s.role.answer(resp, points, sent)
 	s.mu.Unlock()
 	if noRank > 0 {
-		s.dropped.Add(ctx, noRank, metric.WithAttributes(attribute.String("reason", "no_rank")))
+		s.telemetry.FathomStragglerDropped.Add(ctx, noRank, metric.WithAttributes(attribute.String("reason", "no_rank")))
 	}
 	if noCohort > 0 {
-		s.dropped.Add(ctx, noCohort, metric.WithAttributes(attribute.String("reason", "no_cohort")))
+		s.telemetry.FathomStragglerDropped.Add(ctx, noCohort, metric.WithAttributes(attribute.String("reason", "no_cohort")))
 	}
 	if !s.cfg.PassThrough {
 		return md, processorhelper.ErrSkipProcessingData
@@ -434,25 +401,12 @@ type sentCohort struct {
 func (s *straggler) evaluate(ctx context.Context) {
 	now := s.now()
 	s.mu.Lock()
-	var ev evaluation
-	var lagGauges []rankValue
-	if s.cfg.Mode == ModeNode {
-		if s.source == nil { // not started
-			s.mu.Unlock()
-			return
-		}
-		ev = s.det.evaluateAgainst(s.source, now)
-	} else {
-		if s.arr != nil {
-			for _, l := range s.arr.drain(now) {
-				v := l.sum / float64(l.n)
-				s.det.observe(point{cohort: l.cohort, job: l.job, node: l.node, rank: l.rank, pid: l.pid, signal: s.arrivalSignal,
-					gauge: true, value: v, ts: now.UnixNano()}, now)
-				lagGauges = append(lagGauges, rankValue{cohort: l.cohort, job: l.job, node: l.node, rank: l.rank, value: v})
-			}
-		}
-		ev = s.det.evaluate(now)
+	ev, lagGauges, ok := s.role.judge(now)
+	if !ok {
+		s.mu.Unlock()
+		return
 	}
+	extra, hasExtra := s.role.extra(now)
 	s.jobs.forget(now.Add(-s.cfg.ForgetAfter))
 	drops := map[string]int64{}
 	for reason, n := range s.det.drops {
@@ -464,7 +418,7 @@ func (s *straggler) evaluate(ctx context.Context) {
 	metricsNext, logsNext := s.metricsNext, s.logsNext
 	s.mu.Unlock()
 	for reason, n := range drops {
-		s.dropped.Add(ctx, n, metric.WithAttributes(attribute.String("reason", reason)))
+		s.telemetry.FathomStragglerDropped.Add(ctx, n, metric.WithAttributes(attribute.String("reason", reason)))
 	}
 	if metricsNext != nil && (len(ev.ranks) > 0 || len(ev.groups) > 0 || len(ev.lost) > 0 || len(lagGauges) > 0) {
 		md := s.gauges(ev, now)
@@ -473,18 +427,16 @@ func (s *straggler) evaluate(ctx context.Context) {
 			s.logger.Warn("straggler gauges not accepted downstream", zap.Error(err))
 		}
 	}
-	if metricsNext != nil && s.cfg.Mode == ModeNode {
-		if md, ok := s.clockGauges(now); ok {
-			if err := metricsNext.ConsumeMetrics(ctx, md); err != nil {
-				s.logger.Warn("clock offset not accepted downstream", zap.Error(err))
-			}
+	if metricsNext != nil && hasExtra {
+		if err := metricsNext.ConsumeMetrics(ctx, extra); err != nil {
+			s.logger.Warn("clock offset not accepted downstream", zap.Error(err))
 		}
 	}
 	if len(ev.events) == 0 {
 		return
 	}
 	for _, e := range ev.events {
-		s.events.Add(ctx, 1, metric.WithAttributes(attribute.String("state", e.state)))
+		s.telemetry.FathomStragglerEvents.Add(ctx, 1, metric.WithAttributes(attribute.String("state", e.state)))
 		s.logger.Info("straggler "+e.state, zap.String("cohort", e.cohort.cohort), zap.Int64("rank", e.rank), zap.String("node", e.node),
 			zap.String("signal", s.cfg.Signals[e.signal].Metric), zap.Float64("value", e.value), zap.Float64("threshold", e.threshold))
 	}
@@ -667,54 +619,6 @@ func (s *straggler) arrivalLags(md pmetric.Metrics, lags []rankValue, now time.T
 	}
 }
 
-// clockGauges is the node's clock offset from the gateway, as its thresholds
-// extension measured it, on a resource per (cluster, node) of its ranks: the gateway
-// takes each node's entry times back by it.
-func (s *straggler) clockGauges(now time.Time) (pmetric.Metrics, bool) {
-	clock, ok := s.source.(pushback.Clock)
-	if !ok {
-		return pmetric.Metrics{}, false
-	}
-	offset, uncertainty, ok := clock.ClockOffset(time.Now())
-	if !ok {
-		return pmetric.Metrics{}, false
-	}
-	s.mu.Lock()
-	nodes := s.det.nodes()
-	s.mu.Unlock()
-	if len(nodes) == 0 {
-		return pmetric.Metrics{}, false
-	}
-	md := pmetric.NewMetrics()
-	ts := pcommon.NewTimestampFromTime(now)
-	for _, k := range nodes {
-		rm := md.ResourceMetrics().AppendEmpty()
-		res := rm.Resource().Attributes()
-		if k.cluster != "" {
-			res.PutStr(semconv.ClusterName, k.cluster)
-		}
-		res.PutStr(semconv.HostName, k.node)
-		sm := rm.ScopeMetrics().AppendEmpty()
-		sm.Scope().SetName(scopeName)
-		for _, g := range []struct {
-			name, desc string
-			v          time.Duration
-		}{
-			{semconv.MetricNodeClockOffset, "This node's clock minus the gateway's", offset},
-			{semconv.MetricNodeClockUncertain, "Half the round trip of the exchange the offset comes from", uncertainty},
-		} {
-			m := sm.Metrics().AppendEmpty()
-			m.SetName(g.name)
-			m.SetUnit("s")
-			m.SetDescription(g.desc)
-			dp := m.SetEmptyGauge().DataPoints().AppendEmpty()
-			dp.SetTimestamp(ts)
-			dp.SetDoubleValue(g.v.Seconds())
-		}
-	}
-	return md, true
-}
-
 // records are the fathom.straggler log records, one resource per rank (its node,
 // rank, cohort and job), so that a backend files each under the node in trouble.
 func (s *straggler) records(events []event) plog.Logs {
@@ -746,7 +650,7 @@ func (s *straggler) records(events []event) plog.Logs {
 		lr.Body().SetStr(describe(e, signal))
 		a := lr.Attributes()
 		a.PutStr(semconv.StragglerState, e.state)
-		a.PutStr(semconv.StragglerSource, s.cfg.Mode)
+		a.PutStr(semconv.StragglerSource, s.role.source())
 		a.PutStr(semconv.StragglerSignal, signal.Metric)
 		a.PutDouble(semconv.StragglerValue, e.value)
 		a.PutDouble(semconv.StragglerMedian, e.median)
@@ -764,7 +668,7 @@ func (s *straggler) toVerdicts(events []event) []Verdict {
 	out := make([]Verdict, 0, len(events))
 	for _, e := range events {
 		signal := s.cfg.Signals[e.signal]
-		v := Verdict{Time: e.at.UTC(), State: e.state, Source: s.cfg.Mode, Cluster: e.cohort.cluster, Cohort: e.cohort.cohort,
+		v := Verdict{Time: e.at.UTC(), State: e.state, Source: s.role.source(), Cluster: e.cohort.cluster, Cohort: e.cohort.cohort,
 			Job: e.job, Node: e.node, Signal: signal.Metric, Value: e.value, Median: e.median, Threshold: e.threshold,
 			Score: e.score, Since: e.since.UTC(), Message: describe(e, signal)}
 		if e.rank >= 0 {

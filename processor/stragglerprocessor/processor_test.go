@@ -194,7 +194,7 @@ func TestTheGatewayFlagsASlowRankThroughItsPipelines(t *testing.T) {
 			}
 		}
 	}
-	if got["fathom_straggler_events"] != 1 || got["fathom_straggler_cohorts"] != 1 || got["fathom_straggler_ranks"] != 8 {
+	if got["otelcol_fathom_straggler_events"] != 1 || got["otelcol_fathom_straggler_cohorts"] != 1 || got["otelcol_fathom_straggler_ranks"] != 8 {
 		t.Errorf("telemetry %v, want 1 event, 1 cohort, 8 ranks", got)
 	}
 	for _, c := range []interface{ Shutdown(context.Context) error }{mp, lp} {

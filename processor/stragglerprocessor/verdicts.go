@@ -17,6 +17,8 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 	"go.uber.org/zap"
+
+	"github.com/fathom-gpu/fathom/processor/stragglerprocessor/internal/metadata"
 )
 
 // VerdictsConfig is the local remediation hook: every state change, as one JSON line,
@@ -82,19 +84,9 @@ type verdictSinks struct {
 	stop     chan struct{}
 }
 
-func newVerdictSinks(cfg VerdictsConfig, logger *zap.Logger, meter metric.Meter) (*verdictSinks, error) {
-	v := &verdictSinks{cfg: cfg, logger: logger, clients: map[chan []byte]struct{}{}, stop: make(chan struct{})}
-	var err error
-	if v.sent, err = meter.Int64Counter("fathom_straggler_verdicts_sent",
-		metric.WithDescription("Verdicts delivered to the remediation hook, by sink (unix_socket: per client; webhook)."),
-		metric.WithUnit("{verdict}")); err != nil {
-		return nil, err
-	}
-	if v.dropped, err = meter.Int64Counter("fathom_straggler_verdicts_dropped",
-		metric.WithDescription("Verdicts the remediation hook could not deliver, by sink and reason (queue_full, client_refused, webhook_failed)."),
-		metric.WithUnit("{verdict}")); err != nil {
-		return nil, err
-	}
+func newVerdictSinks(cfg VerdictsConfig, logger *zap.Logger, telemetry *metadata.TelemetryBuilder) (*verdictSinks, error) {
+	v := &verdictSinks{cfg: cfg, logger: logger, clients: map[chan []byte]struct{}{}, stop: make(chan struct{}),
+		sent: telemetry.FathomStragglerVerdictsSent, dropped: telemetry.FathomStragglerVerdictsDropped}
 	return v, nil
 }
 
