@@ -10,11 +10,8 @@ import (
 	"github.com/google/jsonschema-go/jsonschema"
 
 	"github.com/fathom-gpu/fathom/internal/semconv"
+	"github.com/fathom-gpu/fathom/internal/series"
 )
-
-// madScale makes the MAD a consistent estimator of the standard deviation for normal
-// data, so k reads as "standard deviations" (the straggler processor uses the same).
-const madScale = 1.4826
 
 // maxGroups bounds how many nodes/ranks one outlier query considers.
 const maxGroups = 100_000
@@ -140,12 +137,11 @@ func findOutliers(ctx context.Context, env *Env, in OutlierInput) (OutlierOutput
 	for i, g := range groups {
 		values[i] = g.value
 	}
-	out.Median = median(values)
-	for i, v := range values {
-		values[i] = math.Abs(v - out.Median)
-	}
-	out.MAD = median(values)
-	spread := k * madScale * out.MAD
+	// series' median and MAD, the straggler processor's, so k reads as "standard
+	// deviations" in both.
+	out.Median = series.Median(values)
+	out.MAD = series.MAD(values, out.Median)
+	spread := k * series.MADScale * out.MAD
 	sign := 1.0
 	if in.Direction == "low" {
 		sign = -1
@@ -159,7 +155,7 @@ func findOutliers(ctx context.Context, env *Env, in OutlierInput) (OutlierOutput
 		}
 		score := math.Inf(1)
 		if out.MAD > 0 {
-			score = lag / (madScale * out.MAD)
+			score = lag / (series.MADScale * out.MAD)
 		}
 		o := Outlier{Node: g.node, Cluster: g.cluster, Value: g.value, Lag: lag, Points: g.points, Score: finite(score), worldSize: g.worldSize.Int64}
 		if g.rank.Valid {
@@ -216,16 +212,6 @@ func finite(f float64) float64 {
 		return math.MaxFloat64
 	}
 	return f
-}
-
-func median(v []float64) float64 {
-	s := append([]float64(nil), v...)
-	sort.Float64s(s)
-	n := len(s)
-	if n%2 == 1 {
-		return s[n/2]
-	}
-	return (s[n/2-1] + s[n/2]) / 2
 }
 
 // CostInput is an outlier query plus nothing else: the cost of the stragglers it finds.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"math"
 	"sort"
 	"time"
 
@@ -11,6 +12,7 @@ import (
 
 	"github.com/fathom-gpu/fathom/extension/echoextension/internal/store"
 	"github.com/fathom-gpu/fathom/internal/echoschema"
+	"github.com/fathom-gpu/fathom/internal/series"
 )
 
 // ClusterSummaryInput picks the clusters and window.
@@ -131,7 +133,7 @@ type TraceStatsOutput struct {
 
 func traceStatsTool(env *Env) (*Tool, error) {
 	return newTool("get_trace_stats", "API latency percentiles",
-		"p50/p95/p99 latency per CUDA API / NCCL operation and node in a window, slowest p99 first. Per-call events are read from a per-minute rollup of log buckets (percentiles within about 1% and minute-aligned windows); histogram points contribute their own estimated percentiles where no per-call events exist.",
+		"p50/p95/p99 latency and calls per CUDA API / NCCL operation and node in a window, slowest p99 first. Per-call events are read from a per-minute rollup of log buckets (percentiles within about 1% and minute-aligned windows). Where no per-call events exist, the calls and percentiles are those of the histogram points: the buckets each series gained inside the window (a cumulative point holds its whole history), merged per API and node.",
 		ScopeTools,
 		func(ctx context.Context, in TraceStatsInput) (TraceStatsOutput, error) {
 			since, until, err := window(env, in.Since, in.Until)
@@ -219,51 +221,13 @@ func callStats(ctx context.Context, env *Env, in TraceStatsInput, since, until t
 	}
 	out := make(map[apiNode]*TraceStat, len(hists))
 	for k, h := range hists {
-		q := func(p float64) float64 {
-			rank := p * float64(h.total)
-			var before int64
-			for i, n := range h.counts {
-				if float64(before+n) >= rank || i == len(h.counts)-1 {
-					lo, hi := store.BucketBounds(h.buckets[i])
-					return lo + (hi-lo)*(rank-float64(before))/float64(n)
-				}
-				before += n
-			}
-			return 0
+		buckets := make([]series.Bucket, len(h.buckets))
+		for i, b := range h.buckets {
+			lo, hi := store.BucketBounds(b)
+			buckets[i] = series.Bucket{Lower: lo, Upper: hi, Count: uint64(h.counts[i])}
 		}
+		q := func(p float64) float64 { return series.Quantile(p, buckets, math.NaN(), math.NaN()) }
 		out[k] = &TraceStat{API: k.api, Node: k.node, Calls: h.total, P50: q(0.50), P95: q(0.95), P99: q(0.99), Unit: h.unit}
 	}
 	return out, nil
-}
-
-// histogramStats adds (api, node) pairs known only from histogram or summary points,
-// from the percentiles those points carry.
-func histogramStats(ctx context.Context, env *Env, in TraceStatsInput, since, until time.Time, stats map[apiNode]*TraceStat) error {
-	var f filter
-	f.add("kind IN ('histogram', 'exp_histogram', 'summary')")
-	f.add("ts >= ? AND ts < ?", since, until)
-	f.add("api IS NOT NULL AND node IS NOT NULL AND p50 IS NOT NULL")
-	f.addIf(in.Cluster != "", "cluster = ?", in.Cluster)
-	f.addIf(in.Node != "", "node = ?", in.Node)
-	f.addIf(in.API != "", "api = ?", in.API)
-	f.name(in.Name)
-	rows, err := env.Store.DB().QueryContext(ctx, fmt.Sprintf(`SELECT api, node, coalesce(sum(count), 0)::BIGINT,
-			quantile_cont(p50, 0.5), quantile_cont(coalesce(p95, p50), 0.95), quantile_cont(coalesce(p99, p95, p50), 0.99), any_value(unit)
-		FROM events WHERE %s GROUP BY api, node`, f.sql()), f.args...)
-	if err != nil {
-		return fmt.Errorf("get_trace_stats: %w", err)
-	}
-	defer rows.Close()
-	for rows.Next() {
-		var s TraceStat
-		var unit sql.NullString
-		if err := rows.Scan(&s.API, &s.Node, &s.Calls, &s.P50, &s.P95, &s.P99, &unit); err != nil {
-			return fmt.Errorf("get_trace_stats: %w", err)
-		}
-		s.Unit = unit.String
-		if _, ok := stats[apiNode{s.API, s.Node}]; !ok {
-			stats[apiNode{s.API, s.Node}] = &s
-		}
-	}
-	return rows.Err()
 }
