@@ -53,7 +53,6 @@ func TestTheDemoTellsTheWholeStory(t *testing.T) {
 		"find_outlier_nodes {signal: fathom.straggler.score, by: rank} -> rank 5 on node-2",
 		"get_causal_chains -> ",
 		"cpu_contention on node-2 rank 5",
-		"batch-etl",
 		"get_cost {signal: fathom.straggler.time_lost} -> rank 5 on node-2",
 		`"url": "http://127.0.0.1:` + strconv.Itoa(api) + `/mcp"`,
 		"Stopped every process the demo started.",
@@ -62,12 +61,59 @@ func TestTheDemoTellsTheWholeStory(t *testing.T) {
 			t.Errorf("the demo did not say %q", want)
 		}
 	}
+	// The chain's own evidence names the batch-etl hogs as who took the CPU: the
+	// latest record of the cpu_contention chain, as the MCP answer gives it, first of
+	// all its competitors; the record the story narrates among them. (The incident line
+	// names batch-etl whatever the chain says.)
+	if evidence, ok := chainEvidence(out.String(), "cpu_contention on node-2 rank 5"); !ok {
+		t.Errorf("no cpu_contention chain on node-2 rank 5 in the get_causal_chains answer")
+	} else if who := competitorsIn(evidence); !strings.HasPrefix(who, "batch-etl") {
+		t.Errorf("the cpu_contention chain's evidence does not name batch-etl first as who took the CPU: %q", evidence)
+	}
+	if _, body, ok := strings.Cut(out.String(), "node-2 explains why, as a causal chain: "); ok {
+		body, _, _ = strings.Cut(body, "\n")
+		if who := competitorsIn(body); strings.Contains(body, "its CPU went to") && !strings.Contains(who, "batch-etl") {
+			t.Errorf("the causal chain the story tells does not name batch-etl among who took the CPU: %q", body)
+		}
+	}
 	// Nothing it started is left: no collector on its config, no rank, no hog.
 	ps, _ := exec.Command("pgrep", "-f", "fakegpu-ddp|fakegpu-hog --name batch-etl").Output()
 	if len(bytes.TrimSpace(ps)) > 0 {
 		t.Errorf("processes left behind: %s", ps)
 	}
 	checkDashboard(t, prom, start)
+}
+
+// chainEvidence is the evidence of the chain the get_causal_chains answer gives as
+// "SEVERITY cause on node rank R thread T: evidence; fix: ...", for what = "cause on
+// node rank R".
+func chainEvidence(out, what string) (string, bool) {
+	_, answer, ok := strings.Cut(out, "get_causal_chains -> ")
+	if !ok {
+		return "", false
+	}
+	for i, line := range strings.Split(answer, "\n") {
+		if i > 0 && !strings.HasPrefix(line, "      ") {
+			break // the answer's chains are one per line, the later ones indented
+		}
+		if _, rest, ok := strings.Cut(line, what+" thread "); ok {
+			_, evidence, _ := strings.Cut(rest, ": ")
+			evidence, _, _ = strings.Cut(evidence, "; fix: ")
+			return evidence, true
+		}
+	}
+	return "", false
+}
+
+// competitorsIn is what a chain's evidence (or body) says the thread's CPU went to:
+// "name (N processes) T, ...", "" when it names nobody.
+func competitorsIn(evidence string) string {
+	_, who, ok := strings.Cut(evidence, "its CPU went to ")
+	if !ok {
+		return ""
+	}
+	who, _, _ = strings.Cut(who, "; ")
+	return who
 }
 
 // startPrometheus runs Debian's prometheus with the remote-write receiver and native
