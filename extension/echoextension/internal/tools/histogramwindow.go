@@ -37,7 +37,7 @@ func histogramStats(ctx context.Context, env *Env, in TraceStatsInput, since, un
 	f.addIf(in.API != "", "api = ?", in.API)
 	f.name(in.Name)
 	// Points ordered per series, and inside one time as windowTotalsCTE keeps the first.
-	rows, err := env.Store.DB().QueryContext(ctx, fmt.Sprintf(`SELECT api, node, concat_ws('|', pid, name, thread_id, comm_id, attributes),
+	rows, err := env.Store.DB().QueryContext(ctx, fmt.Sprintf(`SELECT api, node, concat_ws('|', coalesce(pid::VARCHAR, ''), name, coalesce(thread_id::VARCHAR, ''), coalesce(comm_id, ''), attributes),
 			ts, start_ts, kind, coalesce(unit, ''), coalesce(count, 0), coalesce(sum, 0), p50, p95, p99,
 			scale, coalesce(bucket_offset, 0), bucket_counts, coalesce(zero_count, 0), explicit_bounds,
 			coalesce(json_extract_string(attributes, '$."%s"'), '') = 'delta'

@@ -152,4 +152,54 @@ func TestTraceStatsCountTheCallsMadeInTheWindow(t *testing.T) {
 	if len(all.Stats) != 4 || calls != made {
 		t.Errorf("all nodes: %d stats, %d calls, want 4 and %d", len(all.Stats), calls, made)
 	}
+	// The SQL the other tools total with agrees, node by node.
+	var f filter
+	f.add("cluster = ?", "c3")
+	cte, args := windowTotalsCTE(t3, t3.Add(5*time.Minute), []string{semconv.MetricCUDAAPIDuration}, f)
+	res, err := env.Store.DB().QueryContext(context.Background(), `WITH `+cte+` SELECT node, sum(d_count)::BIGINT FROM w GROUP BY node`, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Close()
+	sqlCalls := map[string]int64{}
+	for res.Next() {
+		var node string
+		var n int64
+		if err := res.Scan(&node, &n); err != nil {
+			t.Fatal(err)
+		}
+		sqlCalls[node] = n
+	}
+	for _, f := range ranks {
+		if sqlCalls[f.node] != int64(f.inWindow.Count) {
+			t.Errorf("%s: windowTotalsCTE counts %d calls, the generator made %d", f.node, sqlCalls[f.node], f.inWindow.Count)
+		}
+	}
+}
+
+// A series whose exponential scale coarsened is compared at its coarsest scale, and
+// explicit-bucket points gain bucket by bucket like exponential ones.
+func TestWindowHistogramAcrossScalesAndExplicitBuckets(t *testing.T) {
+	since := t3.UnixNano()
+	until := t3.Add(time.Minute).UnixNano()
+	h := newWindowHistogram()
+	h.addSeries([]histogramPoint{
+		{ts: t3.Add(-10 * time.Second), start: t3.Add(-time.Hour), kind: echoschema.KindExpHistogram, buckets: true, scale: 4, offset: 0, counts: []uint64{2, 2, 1}, zero: 1},
+		{ts: t3.Add(10 * time.Second), start: t3.Add(-time.Hour), kind: echoschema.KindExpHistogram, buckets: true, scale: 3, offset: 0, counts: []uint64{5, 3}, zero: 1},
+	}, since, until)
+	// At scale 3 the first point is [4, 1]: the second gained 1 in bucket 0, 2 in bucket 1.
+	if h.calls != 3 || h.exp[3][0] != 1 || h.exp[3][1] != 2 || h.zero != 0 {
+		t.Fatalf("across scales: calls %v, buckets %v, zero %d", h.calls, h.exp, h.zero)
+	}
+	e := newWindowHistogram()
+	e.addSeries([]histogramPoint{
+		{ts: t3.Add(10 * time.Second), start: t3.Add(5 * time.Second), kind: echoschema.KindHistogram, buckets: true, bounds: []float64{1, 2}, counts: []uint64{1, 0, 0}},
+		{ts: t3.Add(20 * time.Second), start: t3.Add(5 * time.Second), kind: echoschema.KindHistogram, buckets: true, bounds: []float64{1, 2}, counts: []uint64{1, 4, 1}},
+	}, since, until)
+	s := e.stat()
+	// 6 calls: 1 below 1, 4 in (1, 2], 1 above 2; the median is rank 3 of 6, half way
+	// through (1, 2].
+	if s.Calls != 6 || e.explicit[[2]float64{1, 2}] != 4 || s.P50 != 1.5 || s.P99 != 2 {
+		t.Fatalf("explicit buckets: %+v %v", s, e.explicit)
+	}
 }
