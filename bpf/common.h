@@ -270,6 +270,19 @@ struct {
 	__type(value, struct thread_calls);
 } thread_calls SEC(".maps");
 
+/* When a call that waits for the device last returned on any thread of a process (tgid
+ * -> ns). A collective's host lead is measured from it, not from its own thread's last
+ * wait: frameworks issue collectives from another thread than the one that syncs
+ * (PyTorch's DDP all-reduces come from the autograd engine's device thread, its
+ * loss.item() sync from the main thread), and that thread may never wait itself. LRU:
+ * an exited process's entry is recycled. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 16384);
+	__type(key, __u32);
+	__type(value, __u64);
+} process_waits SEC(".maps");
+
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
 	__uint(max_entries, DROP_REASON_COUNT);

@@ -422,8 +422,11 @@ int BPF_KRETPROBE(leave_call)
 	__u64 now = bpf_ktime_get_ns();
 	__u64 ns = now - e->ts;
 	__s32 ret = (__s32)PT_REGS_RC(ctx);
-	if (device_wait_apis & (1ull << (api & 63)))
+	if (device_wait_apis & (1ull << (api & 63))) {
+		__u32 tgid = bpf_get_current_pid_tgid() >> 32;
 		tc->last_wait_return = now;
+		bpf_map_update_elem(&process_waits, &tgid, &now, BPF_ANY);
+	}
 	if (api == API_CUDA_SET_DEVICE && ret == 0) {
 		__u32 tgid = bpf_get_current_pid_tgid() >> 32;
 		__s32 device = (__s32)e->handle;

@@ -134,10 +134,12 @@ static __always_inline struct nccl_entry *begin(struct pt_regs *ctx, struct nccl
 		return NULL;
 	struct nccl_entry *e = &t->calls[api & (NCCL_SLOTS - 1)];
 	e->ts = bpf_ktime_get_ns();
-	/* The CUDA probes keep when this thread last came back from waiting for the device
-	 * (shared task storage): the time since is the host's lead into this call. */
-	struct thread_calls *tc = bpf_task_storage_get(&thread_calls, task, 0, 0);
-	e->host_lead = tc && tc->last_wait_return && tc->last_wait_return < e->ts ? e->ts - tc->last_wait_return : 0;
+	/* The CUDA probes keep when a thread of this process last came back from waiting
+	 * for the device (process_waits, shared): the time since is the host's lead into
+	 * this call, whichever thread makes it. */
+	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
+	__u64 *last_wait = bpf_map_lookup_elem(&process_waits, &tgid);
+	e->host_lead = last_wait && *last_wait && *last_wait < e->ts ? e->ts - *last_wait : 0;
 	e->comm = 0;
 	e->count = 0;
 	e->stream = 0;

@@ -72,7 +72,19 @@ type DDPOptions struct {
 	// RankEnv is NAME=VALUE set in each rank's environment by the launcher, %r in VALUE
 	// replaced by the rank (as a wrapper script sets a per-rank NCCL_IB_HCA).
 	RankEnv string
+	// Threads is ThreadsSingle (the default when empty) or ThreadsPyTorch.
+	Threads string
 }
+
+// Threading of a DDP rank's calls.
+const (
+	// ThreadsSingle makes every call from one thread.
+	ThreadsSingle = "single"
+	// ThreadsPyTorch makes them from PyTorch DDP's threads: forward and the loss sync
+	// on the main thread (named python3), backward kernels and the bucket all-reduces
+	// on an autograd thread, a watchdog thread polling the collectives' events.
+	ThreadsPyTorch = "pytorch"
+)
 
 // Args returns the launcher's command-line flags (gate flags excluded).
 func (o DDPOptions) Args() []string {
@@ -118,6 +130,9 @@ func (o DDPOptions) Args() []string {
 	if o.IB {
 		args = append(args, "--ib")
 	}
+	if o.Threads != "" {
+		args = append(args, "--threads", o.Threads)
+	}
 	return args
 }
 
@@ -138,6 +153,9 @@ type DDPRank struct {
 	WorldSize        int              `json:"world_size"`
 	Pid              int              `json:"pid"`
 	Tid              int              `json:"tid"`
+	// AutogradTid and WatchdogTid are the threads of ThreadsPyTorch (0 otherwise).
+	AutogradTid int `json:"autograd_tid"`
+	WatchdogTid int `json:"watchdog_tid"`
 	UniqueID         string           `json:"unique_id"` // hex of the 128-byte ncclUniqueId
 	Slow             bool             `json:"slow"`
 	Steps            int              `json:"steps"`

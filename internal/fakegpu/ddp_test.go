@@ -59,6 +59,7 @@ func TestDDPEightRanksExactCounts(t *testing.T) {
 			"ncclCommInitRank":      1, "ncclCommCount": 1, "ncclCommUserRank": 1, "ncclCommDestroy": 1,
 			"ncclAllReduce": steps, "ncclGroupStart": steps, "ncclGroupEnd": steps, "ncclSend": steps, "ncclRecv": steps,
 			"ibv_get_device_list": 0, "ibv_open_device": 0, "ibv_free_device_list": 0, "ibv_alloc_pd": 0, "ibv_create_qp": 0,
+			"cudaEventCreate": 0, "cudaEventRecord": 0, "cudaEventQuery": 0,
 		}
 		for api, n := range want {
 			if r.Calls[api] != n {
@@ -115,6 +116,59 @@ func TestDDPEightRanksExactCounts(t *testing.T) {
 	}
 	if left, _ := filepath.Glob("/dev/shm/fakenccl-*"); len(left) != 0 {
 		t.Errorf("shared memory left behind: %v", left)
+	}
+}
+
+// With PyTorch's threads the same job makes the same collectives, from other threads:
+// forward kernels and the loss sync on the main thread, backward kernels and each
+// bucket's all-reduce on the autograd thread, event polls on a watchdog thread. The
+// counts are exact, the sums right, and the slow rank's peers still wait for it in the
+// main thread's sync.
+func TestDDPPyTorchThreadsExactCounts(t *testing.T) {
+	p := Build(t)
+	const steps, buckets, from = 60, 3, 20
+	delay := 20 * time.Millisecond
+	o := DDPOptions{Ranks: 4, Steps: steps, Buckets: buckets, BucketBytes: 16 << 10, KernelTime: 10 * time.Microsecond,
+		HostCompute: 2 * time.Millisecond, HostComputeSleeps: true, Threads: ThreadsPyTorch,
+		Slow: &Slowness{Rank: 2, Delay: delay, FromStep: from}}
+	ranks := RunDDP(t, p, o)
+	for i, r := range ranks {
+		if r.VerifyErrors != 0 {
+			t.Errorf("rank %d: %d wrong all-reduce results", i, r.VerifyErrors)
+		}
+		if r.AutogradTid == 0 || r.WatchdogTid == 0 || r.AutogradTid == r.Tid || r.WatchdogTid == r.Tid || r.AutogradTid == r.WatchdogTid {
+			t.Errorf("rank %d: main %d, autograd %d, watchdog %d: want three threads", i, r.Tid, r.AutogradTid, r.WatchdogTid)
+		}
+		want := map[string]int64{
+			"cudaLaunchKernel": steps * (8 + 2), "cudaStreamSynchronize": steps, "ncclAllReduce": steps * buckets,
+			"cudaEventCreate": 2, "cudaEventRecord": steps, "cudaMalloc": 2, "cudaFree": 2,
+		}
+		for api, n := range want {
+			if r.Calls[api] != n {
+				t.Errorf("rank %d: calls[%s] = %d, want %d", i, api, r.Calls[api], n)
+			}
+		}
+		if r.Calls["cudaEventQuery"] == 0 {
+			t.Errorf("rank %d: the watchdog never polled", i)
+		}
+		if r.Bytes.AllReduce != steps*buckets*(16<<10) {
+			t.Errorf("rank %d: all-reduced %d bytes", i, r.Bytes.AllReduce)
+		}
+	}
+	// The peers wait for the slow rank in their one sync a step (the loss), by about the
+	// delay; the slow rank itself waits least.
+	medianSync := func(r DDPRank) time.Duration {
+		v := append([]int64(nil), r.StreamSyncNS[from:]...)
+		slices.Sort(v)
+		return time.Duration(v[len(v)/2])
+	}
+	for i, r := range ranks {
+		if i == 2 {
+			continue
+		}
+		if w := medianSync(r); w < delay/2 || w <= medianSync(ranks[2]) {
+			t.Errorf("rank %d waited %v a step in its sync (the slow rank %v), want about %v", i, w, medianSync(ranks[2]), delay)
+		}
 	}
 }
 

@@ -123,7 +123,7 @@ var RuntimeAPIs = []string{
 	"cudaMalloc", "cudaFree", "cudaMallocAsync", "cudaFreeAsync", "cudaMemcpy", "cudaMemcpyAsync",
 	"cudaStreamCreate", "cudaStreamCreateWithFlags", "cudaStreamDestroy", "cudaStreamSynchronize",
 	"cudaStreamWaitEvent", "cudaDeviceSynchronize",
-	"cudaEventCreate", "cudaEventRecord", "cudaEventSynchronize", "cudaEventDestroy",
+	"cudaEventCreate", "cudaEventRecord", "cudaEventSynchronize", "cudaEventQuery", "cudaEventDestroy",
 	"cudaStreamBeginCapture", "cudaStreamEndCapture", "cudaGraphInstantiate", "cudaGraphLaunch",
 	"cudaGraphDestroy", "cudaGraphExecDestroy",
 }

@@ -166,6 +166,7 @@ const (
 	cudaMapEvents                     = "events"
 	cudaMapNotableNs                  = "notable_ns"
 	cudaMapProcSlots                  = "proc_slots"
+	cudaMapProcessWaits               = "process_waits"
 	cudaMapSelectedDevices            = "selected_devices"
 	cudaMapThreadCalls                = "thread_calls"
 	cudaMapTracedCgroups              = "traced_cgroups"
@@ -262,6 +263,7 @@ type cudaMapSpecs struct {
 	Events          *ebpf.MapSpec `ebpf:"events"`
 	NotableNs       *ebpf.MapSpec `ebpf:"notable_ns"`
 	ProcSlots       *ebpf.MapSpec `ebpf:"proc_slots"`
+	ProcessWaits    *ebpf.MapSpec `ebpf:"process_waits"`
 	SelectedDevices *ebpf.MapSpec `ebpf:"selected_devices"`
 	ThreadCalls     *ebpf.MapSpec `ebpf:"thread_calls"`
 	TracedCgroups   *ebpf.MapSpec `ebpf:"traced_cgroups"`
@@ -310,6 +312,7 @@ type cudaMaps struct {
 	Events          *ebpf.Map `ebpf:"events"`
 	NotableNs       *ebpf.Map `ebpf:"notable_ns"`
 	ProcSlots       *ebpf.Map `ebpf:"proc_slots"`
+	ProcessWaits    *ebpf.Map `ebpf:"process_waits"`
 	SelectedDevices *ebpf.Map `ebpf:"selected_devices"`
 	ThreadCalls     *ebpf.Map `ebpf:"thread_calls"`
 	TracedCgroups   *ebpf.Map `ebpf:"traced_cgroups"`
@@ -323,6 +326,7 @@ func (m *cudaMaps) Close() error {
 		m.Events,
 		m.NotableNs,
 		m.ProcSlots,
+		m.ProcessWaits,
 		m.SelectedDevices,
 		m.ThreadCalls,
 		m.TracedCgroups,

@@ -164,6 +164,7 @@ const (
 	hostMapHostCounters             = "host_counters"
 	hostMapHostHists                = "host_hists"
 	hostMapPageAllocs               = "page_allocs"
+	hostMapProcessWaits             = "process_waits"
 	hostMapThreadCalls              = "thread_calls"
 	hostMapThreadScheds             = "thread_scheds"
 	hostMapTracedCgroups            = "traced_cgroups"
@@ -251,6 +252,7 @@ type hostMapSpecs struct {
 	HostCounters  *ebpf.MapSpec `ebpf:"host_counters"`
 	HostHists     *ebpf.MapSpec `ebpf:"host_hists"`
 	PageAllocs    *ebpf.MapSpec `ebpf:"page_allocs"`
+	ProcessWaits  *ebpf.MapSpec `ebpf:"process_waits"`
 	ThreadCalls   *ebpf.MapSpec `ebpf:"thread_calls"`
 	ThreadScheds  *ebpf.MapSpec `ebpf:"thread_scheds"`
 	TracedCgroups *ebpf.MapSpec `ebpf:"traced_cgroups"`
@@ -296,6 +298,7 @@ type hostMaps struct {
 	HostCounters  *ebpf.Map `ebpf:"host_counters"`
 	HostHists     *ebpf.Map `ebpf:"host_hists"`
 	PageAllocs    *ebpf.Map `ebpf:"page_allocs"`
+	ProcessWaits  *ebpf.Map `ebpf:"process_waits"`
 	ThreadCalls   *ebpf.Map `ebpf:"thread_calls"`
 	ThreadScheds  *ebpf.Map `ebpf:"thread_scheds"`
 	TracedCgroups *ebpf.Map `ebpf:"traced_cgroups"`
@@ -310,6 +313,7 @@ func (m *hostMaps) Close() error {
 		m.HostCounters,
 		m.HostHists,
 		m.PageAllocs,
+		m.ProcessWaits,
 		m.ThreadCalls,
 		m.ThreadScheds,
 		m.TracedCgroups,

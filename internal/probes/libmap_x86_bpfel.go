@@ -68,6 +68,7 @@ const (
 	libmapMapDrops                    = "drops"
 	libmapMapEvents                   = "events"
 	libmapMapPendingMaps              = "pending_maps"
+	libmapMapProcessWaits             = "process_waits"
 	libmapMapThreadCalls              = "thread_calls"
 	libmapMapTracedCgroups            = "traced_cgroups"
 	libmapMapTracedPids               = "traced_pids"
@@ -130,6 +131,7 @@ type libmapMapSpecs struct {
 	Drops         *ebpf.MapSpec `ebpf:"drops"`
 	Events        *ebpf.MapSpec `ebpf:"events"`
 	PendingMaps   *ebpf.MapSpec `ebpf:"pending_maps"`
+	ProcessWaits  *ebpf.MapSpec `ebpf:"process_waits"`
 	ThreadCalls   *ebpf.MapSpec `ebpf:"thread_calls"`
 	TracedCgroups *ebpf.MapSpec `ebpf:"traced_cgroups"`
 	TracedPids    *ebpf.MapSpec `ebpf:"traced_pids"`
@@ -166,6 +168,7 @@ type libmapMaps struct {
 	Drops         *ebpf.Map `ebpf:"drops"`
 	Events        *ebpf.Map `ebpf:"events"`
 	PendingMaps   *ebpf.Map `ebpf:"pending_maps"`
+	ProcessWaits  *ebpf.Map `ebpf:"process_waits"`
 	ThreadCalls   *ebpf.Map `ebpf:"thread_calls"`
 	TracedCgroups *ebpf.Map `ebpf:"traced_cgroups"`
 	TracedPids    *ebpf.Map `ebpf:"traced_pids"`
@@ -176,6 +179,7 @@ func (m *libmapMaps) Close() error {
 		m.Drops,
 		m.Events,
 		m.PendingMaps,
+		m.ProcessWaits,
 		m.ThreadCalls,
 		m.TracedCgroups,
 		m.TracedPids,

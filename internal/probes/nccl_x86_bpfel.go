@@ -145,6 +145,7 @@ const (
 	ncclMapNcclComms           = "nccl_comms"
 	ncclMapNcclP2pSeq          = "nccl_p2p_seq"
 	ncclMapNcclThreads         = "nccl_threads"
+	ncclMapProcessWaits        = "process_waits"
 	ncclMapThreadCalls         = "thread_calls"
 	ncclMapTracedCgroups       = "traced_cgroups"
 	ncclMapTracedPids          = "traced_pids"
@@ -230,6 +231,7 @@ type ncclMapSpecs struct {
 	NcclComms     *ebpf.MapSpec `ebpf:"nccl_comms"`
 	NcclP2pSeq    *ebpf.MapSpec `ebpf:"nccl_p2p_seq"`
 	NcclThreads   *ebpf.MapSpec `ebpf:"nccl_threads"`
+	ProcessWaits  *ebpf.MapSpec `ebpf:"process_waits"`
 	ThreadCalls   *ebpf.MapSpec `ebpf:"thread_calls"`
 	TracedCgroups *ebpf.MapSpec `ebpf:"traced_cgroups"`
 	TracedPids    *ebpf.MapSpec `ebpf:"traced_pids"`
@@ -269,6 +271,7 @@ type ncclMaps struct {
 	NcclComms     *ebpf.Map `ebpf:"nccl_comms"`
 	NcclP2pSeq    *ebpf.Map `ebpf:"nccl_p2p_seq"`
 	NcclThreads   *ebpf.Map `ebpf:"nccl_threads"`
+	ProcessWaits  *ebpf.Map `ebpf:"process_waits"`
 	ThreadCalls   *ebpf.Map `ebpf:"thread_calls"`
 	TracedCgroups *ebpf.Map `ebpf:"traced_cgroups"`
 	TracedPids    *ebpf.Map `ebpf:"traced_pids"`
@@ -281,6 +284,7 @@ func (m *ncclMaps) Close() error {
 		m.NcclComms,
 		m.NcclP2pSeq,
 		m.NcclThreads,
+		m.ProcessWaits,
 		m.ThreadCalls,
 		m.TracedCgroups,
 		m.TracedPids,

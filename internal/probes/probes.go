@@ -143,6 +143,7 @@ func Load(opts Options) (*Probes, error) {
 		"traced_cgroups": p.cuda.TracedCgroups,
 		"drops":          p.cuda.Drops,
 		"thread_calls":   p.cuda.ThreadCalls,
+		"process_waits":  p.cuda.ProcessWaits,
 	}
 	hostOpts, err := p.state.pin("host", hostSpec, shared)
 	if err != nil {

@@ -78,6 +78,7 @@ const (
 	rdmaMapAsyncWaits             = "async_waits"
 	rdmaMapDrops                  = "drops"
 	rdmaMapEvents                 = "events"
+	rdmaMapProcessWaits           = "process_waits"
 	rdmaMapThreadCalls            = "thread_calls"
 	rdmaMapTracedCgroups          = "traced_cgroups"
 	rdmaMapTracedPids             = "traced_pids"
@@ -144,6 +145,7 @@ type rdmaMapSpecs struct {
 	AsyncWaits    *ebpf.MapSpec `ebpf:"async_waits"`
 	Drops         *ebpf.MapSpec `ebpf:"drops"`
 	Events        *ebpf.MapSpec `ebpf:"events"`
+	ProcessWaits  *ebpf.MapSpec `ebpf:"process_waits"`
 	ThreadCalls   *ebpf.MapSpec `ebpf:"thread_calls"`
 	TracedCgroups *ebpf.MapSpec `ebpf:"traced_cgroups"`
 	TracedPids    *ebpf.MapSpec `ebpf:"traced_pids"`
@@ -180,6 +182,7 @@ type rdmaMaps struct {
 	AsyncWaits    *ebpf.Map `ebpf:"async_waits"`
 	Drops         *ebpf.Map `ebpf:"drops"`
 	Events        *ebpf.Map `ebpf:"events"`
+	ProcessWaits  *ebpf.Map `ebpf:"process_waits"`
 	ThreadCalls   *ebpf.Map `ebpf:"thread_calls"`
 	TracedCgroups *ebpf.Map `ebpf:"traced_cgroups"`
 	TracedPids    *ebpf.Map `ebpf:"traced_pids"`
@@ -190,6 +193,7 @@ func (m *rdmaMaps) Close() error {
 		m.AsyncWaits,
 		m.Drops,
 		m.Events,
+		m.ProcessWaits,
 		m.ThreadCalls,
 		m.TracedCgroups,
 		m.TracedPids,

@@ -697,6 +697,21 @@ FAKEGPU_API cudaError_t cudaEventSynchronize(cudaEvent_t event)
 	return fail(wait_for(read_event, event));
 }
 
+/* Polls an event without blocking, as ProcessGroupNCCL's watchdog thread does: not
+ * ready (not an error) while its work waits for a collective some rank has not reached,
+ * or has not finished on the device. */
+FAKEGPU_API cudaError_t cudaEventQuery(cudaEvent_t event)
+{
+	enter();
+	struct fg_when w = {0};
+	pthread_mutex_lock(&fg_lock);
+	cudaError_t err = read_event(event, &w);
+	pthread_mutex_unlock(&fg_lock);
+	if (err)
+		return fail(err);
+	return w.dep || fg_now_ns() < w.at ? cudaErrorNotReady : cudaSuccess;
+}
+
 FAKEGPU_API cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned int flags)
 {
 	enter();

@@ -12,6 +12,13 @@
  * peers wait inside ncclAllReduce instead. A slow kernel (--slow-mode kernel) delays every
  * rank's sync alike: no host-side timing names a slow device.
  *
+ * With --threads pytorch a rank makes its calls from the threads PyTorch DDP uses: the
+ * main (Python) thread runs the forward pass (host work, forward kernels), the autograd
+ * engine's device thread runs the backward pass (backward kernels, each gradient bucket's
+ * all-reduce as it fills), the main thread then runs the optimizer and syncs on the loss
+ * (loss.item()), and a watchdog thread polls the last collective's event, as
+ * ProcessGroupNCCL's does. The main thread is named python3.
+ *
  * `--spawn N` is the launcher (like torchrun): it makes the NCCL unique id and runs N rank
  * processes of this same program with RANK, LOCAL_RANK, WORLD_SIZE and FAKENCCL_UNIQUE_ID
  * set, then prints their JSON report lines in rank order. Without --spawn the process is
@@ -29,6 +36,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -48,13 +56,14 @@ static struct {
 	long spawn, steps, bucket_bytes, buckets, compute_kernels, optimizer_kernels;
 	double kernel_us, host_compute_us;
 	long slow_rank, slow_ms, slow_from_step, slow_threads, host_compute_sleep;
-	const char *slow_mode, *slow_while_file;
+	const char *slow_mode, *slow_while_file, *threads;
 	long ring_bytes, ib, no_nccl, wait_timeout_ms;
 	const char *wait_file, *ready_file, *rank_env;
 	long help;
 } opt = {
 	.steps = 200, .bucket_bytes = 1 << 20, .buckets = 1, .compute_kernels = 8, .optimizer_kernels = 2,
 	.kernel_us = 50, .slow_rank = -1, .slow_threads = 2, .slow_mode = "compute", .wait_timeout_ms = 120000,
+	.threads = "single",
 };
 
 static const struct flag flags[] = {
@@ -79,6 +88,10 @@ static const struct flag flags[] = {
 	 "work while --slow-threads busy threads share its CPU; kernel: one extra kernel of --slow-ms "
 	 "(a slow device)"},
 	{"slow-threads", OPT_LONG, &opt.slow_threads, "busy threads for --slow-mode contention"},
+	{"threads", OPT_STRING, &opt.threads,
+	 "single: one thread makes every call; pytorch: forward and the loss sync on the main thread "
+	 "(named python3), backward kernels and the bucket all-reduces on an autograd thread, a "
+	 "watchdog thread polling the collectives' events"},
 	{"slow-while-file", OPT_STRING, &opt.slow_while_file,
 	 "the slow rank is slow only in steps that start while PATH exists (from --slow-from-step on): "
 	 "a test turns a slowdown on and off mid-run"},
@@ -260,6 +273,7 @@ static int spawn_ranks(int argc, char **argv)
 	X(cudaFree) X(cudaMemcpy) X(cudaLaunchKernel) X(cudaStreamSynchronize) X(ncclCommInitRank)        \
 	X(ncclCommCount) X(ncclCommUserRank) X(ncclCommDestroy) X(ncclAllReduce) X(ncclGroupStart)        \
 	X(ncclGroupEnd) X(ncclSend) X(ncclRecv) X(ibv_get_device_list) X(ibv_open_device)                 \
+	X(cudaEventCreate) X(cudaEventRecord) X(cudaEventQuery)                                           \
 	X(ibv_free_device_list) X(ibv_alloc_pd) X(ibv_create_qp)
 #define AS_ENUM(name) API_##name,
 #define AS_NAME(name) #name,
@@ -269,16 +283,18 @@ static struct {
 	uint64_t calls, total_ns, max_ns;
 } stats[API_COUNT];
 
+/* Counts one call; atomically, since with --threads pytorch two threads make calls. */
 static void record(enum api api, uint64_t t0)
 {
 	uint64_t dt = now_ns() - t0;
-	stats[api].calls++;
-	stats[api].total_ns += dt;
-	if (dt > stats[api].max_ns)
-		stats[api].max_ns = dt;
+	__atomic_fetch_add(&stats[api].calls, 1, __ATOMIC_RELAXED);
+	__atomic_fetch_add(&stats[api].total_ns, dt, __ATOMIC_RELAXED);
+	uint64_t max = __atomic_load_n(&stats[api].max_ns, __ATOMIC_RELAXED);
+	while (dt > max && !__atomic_compare_exchange_n(&stats[api].max_ns, &max, dt, 1, __ATOMIC_RELAXED, __ATOMIC_RELAXED))
+		;
 }
 
-/* Times one call from the dispatcher thread, which makes all counted calls. */
+/* Times one call, from whichever thread makes it. */
 #define CALL(name, ...)                                                                   \
 	do {                                                                              \
 		uint64_t t0_ = now_ns();                                                  \
@@ -388,6 +404,100 @@ static void print_array(const char *key, const uint64_t *v, long n)
 	for (long i = 0; i < n; i++)
 		printf("%s%llu", i ? "," : "", (unsigned long long)v[i]);
 	printf("]");
+}
+
+/* --threads pytorch: what the main thread hands the autograd thread each step. */
+static struct {
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	long step;      /* the step whose backward is asked for, -1 none */
+	long done_step; /* the last step whose backward is done */
+	int stop;
+	cudaStream_t stream;
+	ncclComm_t comm;
+	float *grads, *reduced;
+	size_t count, bucket;
+	uint64_t *ar_entry, *ar_exit, allreduce_bytes;
+	cudaEvent_t events[2];
+	_Atomic long last_event; /* index of the event the watchdog polls, -1 none */
+	_Atomic long tid, watchdog_tid;
+} autograd = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER, .step = -1, .done_step = -1,
+	      .last_event = -1};
+
+/* The autograd engine's device thread: each step's backward kernels, each bucket's
+ * all-reduce queued as its gradients are ready (DDP's reducer hooks), then the event the
+ * watchdog polls. */
+static void *autograd_main(void *arg)
+{
+	(void)arg;
+	atomic_store(&autograd.tid, (long)syscall(SYS_gettid));
+	long backward = opt.compute_kernels - opt.compute_kernels / 2;
+	for (;;) {
+		pthread_mutex_lock(&autograd.mu);
+		while (autograd.step <= autograd.done_step && !autograd.stop)
+			pthread_cond_wait(&autograd.cv, &autograd.mu);
+		long s = autograd.step;
+		int stop = autograd.stop;
+		pthread_mutex_unlock(&autograd.mu);
+		if (stop)
+			return NULL;
+		for (long b = 0; b < opt.buckets; b++) {
+			for (long k = b * backward / opt.buckets; k < (b + 1) * backward / opt.buckets; k++)
+				launch(autograd.stream, 128);
+			if (autograd.comm) {
+				if (b == 0)
+					autograd.ar_entry[s] = now_ns();
+				CALL(ncclAllReduce, autograd.grads + (size_t)b * autograd.count,
+				     autograd.reduced + (size_t)b * autograd.count, autograd.count, ncclFloat32, ncclSum,
+				     autograd.comm, autograd.stream);
+				autograd.allreduce_bytes += autograd.bucket;
+			}
+		}
+		autograd.ar_exit[s] = now_ns();
+		if (autograd.comm) {
+			CALL(cudaEventRecord, autograd.events[s & 1], autograd.stream);
+			atomic_store(&autograd.last_event, s & 1);
+		}
+		pthread_mutex_lock(&autograd.mu);
+		autograd.done_step = s;
+		pthread_cond_broadcast(&autograd.cv);
+		pthread_mutex_unlock(&autograd.mu);
+	}
+}
+
+/* ProcessGroupNCCL's watchdog: polls the last collective's event without blocking. */
+static void *watchdog_main(void *arg)
+{
+	(void)arg;
+	atomic_store(&autograd.watchdog_tid, (long)syscall(SYS_gettid));
+	for (;;) {
+		pthread_mutex_lock(&autograd.mu);
+		int stop = autograd.stop;
+		pthread_mutex_unlock(&autograd.mu);
+		if (stop)
+			return NULL;
+		long e = atomic_load(&autograd.last_event);
+		if (e >= 0) {
+			uint64_t t0 = now_ns();
+			cudaError_t rc = cudaEventQuery(autograd.events[e]);
+			record(API_cudaEventQuery, t0);
+			if (rc != cudaSuccess && rc != cudaErrorNotReady)
+				die(1, "rank %d: cudaEventQuery failed with error %d", rank, (int)rc);
+		}
+		struct timespec d = {0, 2000000L};
+		nanosleep(&d, NULL);
+	}
+}
+
+/* Runs the backward of step s on the autograd thread and waits for it. */
+static void backward(long s)
+{
+	pthread_mutex_lock(&autograd.mu);
+	autograd.step = s;
+	pthread_cond_broadcast(&autograd.cv);
+	while (autograd.done_step < s)
+		pthread_cond_wait(&autograd.cv, &autograd.mu);
+	pthread_mutex_unlock(&autograd.mu);
 }
 
 static int run_rank(void)
@@ -502,6 +612,26 @@ static int run_rank(void)
 	pthread_t busy[64];
 	int busy_started = 0;
 	cpu_set_t cpu;
+	int pytorch = !strcmp(opt.threads, "pytorch");
+	pthread_t autograd_thread, watchdog_thread;
+	if (pytorch) {
+		prctl(PR_SET_NAME, "python3", 0, 0, 0);
+		autograd.stream = stream;
+		autograd.comm = nccl ? comm : NULL;
+		autograd.grads = grads;
+		autograd.reduced = reduced;
+		autograd.count = count;
+		autograd.bucket = bucket;
+		autograd.ar_entry = ar_entry;
+		autograd.ar_exit = ar_exit;
+		if (nccl) {
+			CALL(cudaEventCreate, &autograd.events[0]);
+			CALL(cudaEventCreate, &autograd.events[1]);
+		}
+		if (pthread_create(&autograd_thread, NULL, autograd_main, NULL) ||
+		    pthread_create(&watchdog_thread, NULL, watchdog_main, NULL))
+			die(1, "cannot start the autograd and watchdog threads");
+	}
 
 	for (long s = 0; s < steps; s++) {
 		int slow_now = slow && s >= opt.slow_from_step && (!opt.slow_while_file || access(opt.slow_while_file, F_OK) == 0);
@@ -510,7 +640,7 @@ static int run_rank(void)
 		host_work((uint64_t)(opt.host_compute_us * 1000.0));
 		if (slow_now && !strcmp(mode, "compute"))
 			host_work((uint64_t)opt.slow_ms * 1000000ull);
-		for (long k = 0; k < opt.compute_kernels; k++)
+		for (long k = 0; k < (pytorch ? opt.compute_kernels / 2 : opt.compute_kernels); k++)
 			launch(stream, 128);
 		if (slow_now && !strcmp(mode, "kernel")) {
 			/* kernels are billed by waves of one block per SM (132 by default) */
@@ -526,6 +656,17 @@ static int run_rank(void)
 					pthread_create(&busy[busy_started], NULL, busy_main, &cpu);
 			}
 			cpu_work((uint64_t)opt.slow_ms * 1000000ull);
+		}
+		if (pytorch) {
+			/* The forward pass queued its kernels without waiting; a data-loader
+			 * stall comes before the backward, and backward() returns once the
+			 * autograd thread has queued every bucket's all-reduce. */
+			if (slow_now && (!strcmp(mode, "stall") || !strcmp(mode, "barrier"))) {
+				struct timespec d = {opt.slow_ms / 1000, (opt.slow_ms % 1000) * 1000000L};
+				nanosleep(&d, NULL);
+			}
+			backward(s);
+			goto optimizer;
 		}
 		CALL(cudaStreamSynchronize, stream);
 		if (slow_now && (!strcmp(mode, "stall") || !strcmp(mode, "barrier"))) {
@@ -551,6 +692,7 @@ static int run_rank(void)
 			recv_bytes += (uint64_t)opt.ring_bytes;
 		}
 
+	optimizer:
 		for (long k = 0; k < opt.optimizer_kernels; k++)
 			launch(stream, 128);
 		CALL(cudaStreamSynchronize, stream);
@@ -576,6 +718,15 @@ static int run_rank(void)
 	atomic_store(&stop_busy, 1);
 	for (int i = 0; i < busy_started; i++)
 		pthread_join(busy[i], NULL);
+	if (pytorch) {
+		pthread_mutex_lock(&autograd.mu);
+		autograd.stop = 1;
+		pthread_cond_broadcast(&autograd.cv);
+		pthread_mutex_unlock(&autograd.mu);
+		pthread_join(autograd_thread, NULL);
+		pthread_join(watchdog_thread, NULL);
+		allreduce_bytes += autograd.allreduce_bytes;
+	}
 	if (nccl)
 		CALL(ncclCommDestroy, comm);
 	CALL(cudaFree, grads);
@@ -591,7 +742,8 @@ static int run_rank(void)
 	       local_rank, world, (int)getpid(), tid);
 	for (int i = 0; i < NCCL_UNIQUE_ID_BYTES; i++)
 		printf("%02x", (unsigned char)id.internal[i]);
-	printf("\",\"slow\":%s,\"steps\":%ld,\"bucket_bytes\":%zu,\"buckets\":%ld,\"start_ns\":%llu,\"end_ns\":%llu",
+	printf("\",\"autograd_tid\":%ld,\"watchdog_tid\":%ld", atomic_load(&autograd.tid), atomic_load(&autograd.watchdog_tid));
+	printf(",\"slow\":%s,\"steps\":%ld,\"bucket_bytes\":%zu,\"buckets\":%ld,\"start_ns\":%llu,\"end_ns\":%llu",
 	       slow ? "true" : "false", steps, bucket, opt.buckets, (unsigned long long)start,
 	       (unsigned long long)end);
 	const char *fields[] = {"calls", "total_ns", "max_ns"};
@@ -642,6 +794,8 @@ int main(int argc, char **argv)
 		die(2, "bad flags: --spawn 0..%d, --steps 1..%d, --buckets 1..1024, --bucket-bytes a positive "
 		       "multiple of 4, --slow-threads 0..64, no negative values",
 		    MAX_SPAWN, MAX_STEPS);
+	if (strcmp(opt.threads, "single") && strcmp(opt.threads, "pytorch"))
+		die(2, "--threads must be single or pytorch");
 	if (strcmp(opt.slow_mode, "compute") && strcmp(opt.slow_mode, "stall") && strcmp(opt.slow_mode, "barrier") &&
 	    strcmp(opt.slow_mode, "contention") && strcmp(opt.slow_mode, "kernel"))
 		die(2, "--slow-mode must be compute, stall, contention or kernel");

@@ -28,6 +28,7 @@ typedef enum cudaError {
 	cudaErrorInvalidDevice = 101,
 	cudaErrorInvalidResourceHandle = 400,
 	cudaErrorIllegalState = 401,
+	cudaErrorNotReady = 600,
 	cudaErrorStreamCaptureUnsupported = 900,
 	cudaErrorStreamCaptureInvalidated = 901,
 	cudaErrorStreamCaptureUnmatched = 903,
@@ -116,6 +117,7 @@ FAKEGPU_API cudaError_t cudaDeviceSynchronize(void);
 FAKEGPU_API cudaError_t cudaEventCreate(cudaEvent_t *event);
 FAKEGPU_API cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream);
 FAKEGPU_API cudaError_t cudaEventSynchronize(cudaEvent_t event);
+FAKEGPU_API cudaError_t cudaEventQuery(cudaEvent_t event);
 FAKEGPU_API cudaError_t cudaEventDestroy(cudaEvent_t event);
 
 FAKEGPU_API cudaError_t cudaStreamBeginCapture(cudaStream_t stream, enum cudaStreamCaptureMode mode);
