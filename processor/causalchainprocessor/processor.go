@@ -24,6 +24,7 @@ import (
 
 	"github.com/fathom-gpu/fathom/internal/semconv"
 	"github.com/fathom-gpu/fathom/internal/series"
+	"github.com/fathom-gpu/fathom/processor/causalchainprocessor/internal/metadata"
 )
 
 const scopeName = "github.com/fathom-gpu/fathom/processor/causalchainprocessor"
@@ -111,40 +112,26 @@ type chains struct {
 	logsNext  consumer.Logs
 	starts    int
 
-	dropped   metric.Int64Counter
-	records   metric.Int64Counter
-	open      metric.Int64ObservableGauge
-	telemetry metric.Registration
+	// telemetry is the processor's own metrics, as metadata.yaml declares them.
+	telemetry *metadata.TelemetryBuilder
 }
 
 func newChains(cfg *Config, set processor.Settings) (*chains, error) {
 	c := &chains{cfg: cfg, logger: set.Logger, now: time.Now, horizon: time.Now().UnixNano(), processes: map[processID]*process{}}
-	meter := set.MeterProvider.Meter(scopeName)
 	var err error
-	if c.dropped, err = meter.Int64Counter("fathom_causalchain_dropped",
-		metric.WithDescription("Points or processes the causalchain processor let go, by reason: process_cap and series_cap (limits), out_of_order (a point not newer than the process's last), scale (a histogram not on the receiver's scale), forgotten (a process not heard from for a window and resolve_after)."),
-		metric.WithUnit("{item}")); err != nil {
+	if c.telemetry, err = metadata.NewTelemetryBuilder(set.TelemetrySettings); err != nil {
 		return nil, err
 	}
-	if c.records, err = meter.Int64Counter("fathom_causalchain_records",
-		metric.WithDescription("fathom.causal_chain records written, by state (open, update, resolved) and root cause."),
-		metric.WithUnit("{record}")); err != nil {
-		return nil, err
-	}
-	if c.open, err = meter.Int64ObservableGauge("fathom_causalchain_open",
-		metric.WithDescription("Chains open now, across the node's processes."), metric.WithUnit("{chain}")); err != nil {
-		return nil, err
-	}
-	c.telemetry, err = meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+	err = c.telemetry.RegisterFathomCausalchainOpenCallback(func(_ context.Context, o metric.Int64Observer) error {
 		c.mu.Lock()
 		n := 0
 		for _, p := range c.processes {
 			n += len(p.chains)
 		}
 		c.mu.Unlock()
-		o.ObserveInt64(c.open, int64(n))
+		o.Observe(int64(n))
 		return nil
-	}, c.open)
+	})
 	return c, err
 }
 
@@ -163,7 +150,7 @@ func (c *chains) shutdown(context.Context) error {
 	defer c.mu.Unlock()
 	if c.starts > 0 {
 		if c.starts--; c.starts == 0 {
-			_ = c.telemetry.Unregister()
+			c.telemetry.Shutdown()
 		}
 	}
 	return nil
@@ -214,7 +201,7 @@ func (c *chains) processMetrics(ctx context.Context, md pmetric.Metrics) (pmetri
 	next := c.logsNext
 	c.mu.Unlock()
 	for _, w := range out {
-		c.records.Add(ctx, 1, metric.WithAttributes(attribute.String("state", w.state), attribute.String("root_cause", w.ch.finding.cause)))
+		c.telemetry.FathomCausalchainRecords.Add(ctx, 1, metric.WithAttributes(attribute.String("state", w.state), attribute.String("root_cause", w.ch.finding.cause)))
 	}
 	if next != nil && ld.LogRecordCount() > 0 {
 		if err := next.ConsumeLogs(ctx, ld); err != nil {
@@ -243,7 +230,7 @@ func (c *chains) ingest(ctx context.Context, id processID, rm pmetric.ResourceMe
 	p := c.processes[id]
 	if p == nil {
 		if len(c.processes) >= c.cfg.Limits.MaxProcesses {
-			c.dropped.Add(ctx, 1, metric.WithAttributes(attribute.String("reason", "process_cap")))
+			c.telemetry.FathomCausalchainDropped.Add(ctx, 1, metric.WithAttributes(attribute.String("reason", "process_cap")))
 			return nil
 		}
 		p = &process{id: id, resource: pcommon.NewResource(), series: map[seriesKey]*windowSeries{}, chains: map[string]*chain{}}
@@ -263,7 +250,7 @@ func (c *chains) ingest(ctx context.Context, id processID, rm pmetric.ResourceMe
 	}
 	endTime := end.AsTime()
 	if !p.lastEnd.IsZero() && !endTime.After(p.lastEnd) {
-		c.dropped.Add(ctx, 1, metric.WithAttributes(attribute.String("reason", "out_of_order")))
+		c.telemetry.FathomCausalchainDropped.Add(ctx, 1, metric.WithAttributes(attribute.String("reason", "out_of_order")))
 		return nil
 	}
 	iv := interval{start: p.lastEnd, end: endTime}
@@ -311,7 +298,7 @@ func (c *chains) seriesOf(ctx context.Context, p *process, k seriesKey) *windowS
 	s := p.series[k]
 	if s == nil {
 		if len(p.series) >= c.cfg.Limits.MaxSeriesPerProcess {
-			c.dropped.Add(ctx, 1, metric.WithAttributes(attribute.String("reason", "series_cap")))
+			c.telemetry.FathomCausalchainDropped.Add(ctx, 1, metric.WithAttributes(attribute.String("reason", "series_cap")))
 			return nil
 		}
 		s = &windowSeries{}
@@ -353,7 +340,7 @@ func (c *chains) ingestMetric(ctx context.Context, p *process, m pmetric.Metric,
 			}
 			h, ok := s.addHistogram(dp, cumulative, c.horizon)
 			if !ok && dp.Scale() != 3 {
-				c.dropped.Add(ctx, 1, metric.WithAttributes(attribute.String("reason", "scale")))
+				c.telemetry.FathomCausalchainDropped.Add(ctx, 1, metric.WithAttributes(attribute.String("reason", "scale")))
 			}
 			if ok && h.Count > 0 {
 				s.deltas = append(s.deltas, delta{end: end, value: h.Sum, count: h.Count, hist: h})
@@ -540,7 +527,7 @@ func (c *chains) forget(ctx context.Context) []written {
 			out = append(out, written{p: p, ch: p.chains[cause], state: StateResolved, at: p.lastEnd})
 		}
 		delete(c.processes, id)
-		c.dropped.Add(ctx, 1, metric.WithAttributes(attribute.String("reason", "forgotten")))
+		c.telemetry.FathomCausalchainDropped.Add(ctx, 1, metric.WithAttributes(attribute.String("reason", "forgotten")))
 	}
 	return out
 }
