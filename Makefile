@@ -40,6 +40,14 @@ deps:
 	@if [ "$$(id -u)" = 0 ] && [ ! -e /sys/kernel/tracing/events ]; then mount -t tracefs tracefs /sys/kernel/tracing; fi
 	@if [ "$$(id -u)" = 0 ] && [ "$$(stat -f -c %T /sys/fs/bpf 2>/dev/null)" != bpf_fs ]; then mount -t bpf bpf /sys/fs/bpf; fi
 
+# NVIDIA's own libcudart, libcuda and libnvidia-ml, from Debian's non-free archive, in
+# build/vendor/nvidia: the tests that run Fathom on the real libraries (no GPU needed)
+# use them. Quick when they are already there; fails saying why when the archive is out of
+# reach.
+.PHONY: vendor-libs
+vendor-libs:
+	@.ci/vendor-libs
+
 # go build is incremental: after a one-line change only the touched packages and the
 # link are redone; nothing here downloads modules or reruns ocb.
 build:
@@ -87,7 +95,7 @@ check-generated: generate
 # instead of skipping. The last line is the plain "N passed, N failed" count.
 # Packages run one at a time (-p 1): the BPF tests time real workloads, and another
 # package's workload on the same two cores changes what they measure.
-test: deps build
+test: deps vendor-libs build
 	@mkdir -p $(BUILD_DIR)
 	@set -o pipefail; FATHOM_BIN=$(abspath $(BIN)) $(GO) test -p 1 -count=1 -v -timeout 40m ./... 2>&1 \
 	  | tee $(BUILD_DIR)/test.log | grep -E '^(ok|FAIL|panic|--- FAIL|\s+--- FAIL|---)|^\s+\S+_test\.go:[0-9]+:' ; status=$$?; \
