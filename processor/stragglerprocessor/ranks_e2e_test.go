@@ -128,6 +128,8 @@ type jobOptions struct {
 	// deploy/configs/node.yaml has it; "0s": with each collection only). With samples
 	// that short the processors' persistence is 5 of 6 unless settings name one.
 	rankSignals string
+	// threads is fakegpu-ddp's threading (fakegpu.ThreadsSingle when empty).
+	threads string
 }
 
 func (o *jobOptions) defaults() {
@@ -160,7 +162,7 @@ func startJob(t testing.TB, o jobOptions) *job {
 	}
 	j.run = fakegpu.StartDDP(t, paths, fakegpu.DDPOptions{
 		Ranks: o.ranks, Steps: 100000, BucketBytes: 16 << 10, HostCompute: o.hostCompute, HostComputeSleeps: true,
-		NCCLMode: o.ncclMode, NoNCCL: o.noNCCL, Gate: true, Env: rankEnv, RankEnv: o.rankEnv,
+		NCCLMode: o.ncclMode, NoNCCL: o.noNCCL, Gate: true, Env: rankEnv, RankEnv: o.rankEnv, Threads: o.threads,
 		Slow: &fakegpu.Slowness{Rank: o.slowRank, Delay: o.slowBy, Mode: o.slowMode, WhileFile: j.slowFile},
 	})
 	for node := range o.ranks / o.perNode {
@@ -327,14 +329,18 @@ func allOver(transport string) func(int) string { return func(int) string { retu
 // collectives, whose wait lands in the next sync; blocking ones, whose wait lands in the
 // collective), over gRPC and over HTTP.
 func TestTheSlowRankOfARealJobIsNamedByItsOwnNode(t *testing.T) {
-	for _, c := range []struct{ nccl, slow, transport string }{
-		{fakegpu.NCCLAsync, "compute", "grpc"},
-		{fakegpu.NCCLAsync, "stall", "http"},
-		{fakegpu.NCCLBlocking, "compute", "http"},
-		{fakegpu.NCCLBlocking, "stall", "grpc"},
+	for _, c := range []struct{ nccl, slow, transport, threads string }{
+		{fakegpu.NCCLAsync, "compute", "grpc", fakegpu.ThreadsSingle},
+		{fakegpu.NCCLAsync, "stall", "http", fakegpu.ThreadsSingle},
+		{fakegpu.NCCLBlocking, "compute", "http", fakegpu.ThreadsSingle},
+		{fakegpu.NCCLBlocking, "stall", "grpc", fakegpu.ThreadsSingle},
+		// PyTorch DDP's threads: all-reduces from the autograd thread, the sync on
+		// the main thread.
+		{fakegpu.NCCLAsync, "compute", "grpc", fakegpu.ThreadsPyTorch},
+		{fakegpu.NCCLAsync, "stall", "http", fakegpu.ThreadsPyTorch},
 	} {
-		t.Run(c.nccl+"/"+c.slow+"/"+c.transport, func(t *testing.T) {
-			j := startJob(t, jobOptions{ncclMode: c.nccl, slowMode: c.slow, transport: allOver(c.transport)})
+		t.Run(c.nccl+"/"+c.slow+"/"+c.transport+"/"+c.threads, func(t *testing.T) {
+			j := startJob(t, jobOptions{ncclMode: c.nccl, slowMode: c.slow, transport: allOver(c.transport), threads: c.threads})
 			time.Sleep(12 * time.Second) // healthy: the gateway warms up, lines reach every node
 			if recs := j.records(); len(recs) != 0 {
 				t.Fatalf("records from a healthy job: %+v", recs)
