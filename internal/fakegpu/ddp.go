@@ -148,14 +148,14 @@ type DDPBytes struct {
 // time the step spent in cudaStreamSynchronize (where an asynchronous all-reduce's wait
 // for a late peer shows).
 type DDPRank struct {
-	Rank             int              `json:"rank"`
-	LocalRank        int              `json:"local_rank"`
-	WorldSize        int              `json:"world_size"`
-	Pid              int              `json:"pid"`
-	Tid              int              `json:"tid"`
+	Rank      int `json:"rank"`
+	LocalRank int `json:"local_rank"`
+	WorldSize int `json:"world_size"`
+	Pid       int `json:"pid"`
+	Tid       int `json:"tid"`
 	// AutogradTid and WatchdogTid are the threads of ThreadsPyTorch (0 otherwise).
-	AutogradTid int `json:"autograd_tid"`
-	WatchdogTid int `json:"watchdog_tid"`
+	AutogradTid      int              `json:"autograd_tid"`
+	WatchdogTid      int              `json:"watchdog_tid"`
 	UniqueID         string           `json:"unique_id"` // hex of the 128-byte ncclUniqueId
 	Slow             bool             `json:"slow"`
 	Steps            int              `json:"steps"`
