@@ -167,14 +167,89 @@ func Open(path string) (*Library, error) {
 			return nil, fmt.Errorf("%w (tried %s)", ErrNoLibrary, path)
 		}
 		return nil, ErrNoLibrary
-	case nvml.ERROR_DRIVER_NOT_LOADED:
-		return nil, errors.New("nvml: the NVIDIA kernel driver is not loaded")
-	case nvml.ERROR_NO_PERMISSION:
-		return nil, errors.New("nvml: no permission to open the GPU devices (/dev/nvidia*)")
 	default:
-		return nil, fmt.Errorf("nvml: init failed: %s", describe(ret))
+		return nil, &InitError{Return: ret, Library: path}
 	}
 }
+
+// InitError is nvmlInit's failure once libnvidia-ml.so.1 has loaded: NVML's own return
+// code, by the name nvml.h gives it, what it means and what to do. It is what NVIDIA's
+// library answers on a node with the user-space driver but no kernel module
+// (NVML_ERROR_DRIVER_NOT_LOADED: a container image that carries the library, a host
+// whose module failed to build), with the wrong module (NVML_ERROR_LIB_RM_VERSION_MISMATCH)
+// or without access to /dev/nvidia* (NVML_ERROR_NO_PERMISSION).
+type InitError struct {
+	Return nvml.Return
+	// Library is the file as configured (nvml.library_path); "" when the loader's
+	// search path found libnvidia-ml.so.1.
+	Library string
+}
+
+// ErrDriverNotLoaded matches (errors.Is) an InitError for NVML_ERROR_DRIVER_NOT_LOADED.
+var ErrDriverNotLoaded = &InitError{Return: nvml.ERROR_DRIVER_NOT_LOADED}
+
+// Is makes errors.Is match InitErrors by their return code, whatever their library.
+func (e *InitError) Is(target error) bool {
+	t, ok := target.(*InitError)
+	return ok && t.Return == e.Return
+}
+
+// Code is the return code's name in nvml.h (NVML_ERROR_DRIVER_NOT_LOADED), named here
+// rather than asked of the library (see the package comment).
+func (e *InitError) Code() string {
+	if name, ok := initReturnNames[e.Return]; ok {
+		return name
+	}
+	return fmt.Sprintf("NVML error %d", int32(e.Return))
+}
+
+var initReturnNames = map[nvml.Return]string{
+	nvml.ERROR_UNINITIALIZED:           "NVML_ERROR_UNINITIALIZED",
+	nvml.ERROR_NO_PERMISSION:           "NVML_ERROR_NO_PERMISSION",
+	nvml.ERROR_DRIVER_NOT_LOADED:       "NVML_ERROR_DRIVER_NOT_LOADED",
+	nvml.ERROR_LIB_RM_VERSION_MISMATCH: "NVML_ERROR_LIB_RM_VERSION_MISMATCH",
+	nvml.ERROR_IRQ_ISSUE:               "NVML_ERROR_IRQ_ISSUE",
+	nvml.ERROR_GPU_IS_LOST:             "NVML_ERROR_GPU_IS_LOST",
+	nvml.ERROR_FUNCTION_NOT_FOUND:      "NVML_ERROR_FUNCTION_NOT_FOUND",
+	nvml.ERROR_INSUFFICIENT_RESOURCES:  "NVML_ERROR_INSUFFICIENT_RESOURCES",
+	nvml.ERROR_UNKNOWN:                 "NVML_ERROR_UNKNOWN",
+}
+
+// Summary says what NVML answered and from which library, without the fix.
+func (e *InitError) Summary() string {
+	from := "libnvidia-ml.so.1 from the loader's search path"
+	if e.Library != "" {
+		from = e.Library
+	}
+	var what string
+	switch e.Return {
+	case nvml.ERROR_DRIVER_NOT_LOADED:
+		what = "the NVIDIA kernel driver is not loaded"
+	case nvml.ERROR_NO_PERMISSION:
+		what = "no permission to open the GPU devices (/dev/nvidia*)"
+	case nvml.ERROR_LIB_RM_VERSION_MISMATCH:
+		what = "the library's version differs from the loaded kernel driver's"
+	default:
+		what = describe(e.Return)
+	}
+	return fmt.Sprintf("nvml: %s from nvmlInit (%s): %s", e.Code(), from, what)
+}
+
+// Fix says what to do about it.
+func (e *InitError) Fix() string {
+	switch e.Return {
+	case nvml.ERROR_DRIVER_NOT_LOADED:
+		return "load the NVIDIA kernel driver on the host (modprobe nvidia; nvidia-smi then lists the GPUs), and run the collector with the host's /dev/nvidia* and driver libraries (the NVIDIA container toolkit mounts both); on a node without GPUs, set nvml.enabled: false"
+	case nvml.ERROR_NO_PERMISSION:
+		return "run the collector as root, or give it read-write access to /dev/nvidiactl and /dev/nvidia* (in Kubernetes, the NVIDIA device plugin's devices or a privileged pod)"
+	case nvml.ERROR_LIB_RM_VERSION_MISMATCH:
+		return "use the host's own libnvidia-ml.so.1 (the version /proc/driver/nvidia/version names), not one baked into the collector's image, or reboot after a driver upgrade"
+	default:
+		return "see NVIDIA's nvml.h for " + e.Code() + "; nvidia-smi on the host shows the same failure"
+	}
+}
+
+func (e *InitError) Error() string { return e.Summary() + "; fix: " + e.Fix() }
 
 // Close shuts NVML down.
 func (l *Library) Close() error {

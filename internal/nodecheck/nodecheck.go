@@ -4,6 +4,7 @@
 package nodecheck
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"sort"
@@ -77,6 +78,17 @@ const NVMLImpact = "no GPU state (clocks and throttle reasons, power, PCIe link,
 
 // NVMLFix says how to give the collector NVML.
 const NVMLFix = "on a GPU node, mount the NVIDIA driver's libnvidia-ml.so.1 into the collector (the NVIDIA container toolkit does) or set nvml.library_path; on a node without GPUs there is nothing to do"
+
+// NVMLFailure is the nvml check's detail and fix for gpustate.Open's error: where the
+// library loaded but NVML did not start, NVML's own answer (NVML_ERROR_DRIVER_NOT_LOADED
+// ...) and the fix for it; else the error and NVMLFix.
+func NVMLFailure(err error) (detail, fix string) {
+	var initErr *gpustate.InitError
+	if errors.As(err, &initErr) {
+		return initErr.Summary(), initErr.Fix()
+	}
+	return err.Error(), NVMLFix
+}
 
 // Run inspects the node. procRoot is normally /proc.
 func Run(procRoot string) Report { return RunWith(procRoot, Options{}) }
@@ -163,7 +175,7 @@ func nvmlCheck() Check {
 	c := Check{Name: NVMLCheck, Advisory: true, Impact: NVMLImpact, Fix: NVMLFix}
 	lib, err := gpustate.Open("")
 	if err != nil {
-		c.Detail = err.Error()
+		c.Detail, c.Fix = NVMLFailure(err)
 		return c
 	}
 	defer lib.Close()

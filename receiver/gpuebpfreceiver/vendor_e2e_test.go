@@ -145,6 +145,10 @@ var copyDirection = map[string]string{
 // driver not initialised, invalid handle). The node collector attaches to every probed
 // function in both files, and exports each function's calls, errors and durations
 // exactly: the counts, the error returns, and the copy directions.
+//
+// The same collector reads GPU state through NVIDIA's libnvidia-ml.so.1 (nvml.library_path),
+// which without the kernel driver answers NVML_ERROR_DRIVER_NOT_LOADED: the collector
+// logs NVML's error with the fix, puts it in its node check, and traces on.
 func TestNVIDIALibrariesAreCountedExactly(t *testing.T) {
 	privtest.Require(t)
 	libs := requireVendorLibs(t)
@@ -166,7 +170,7 @@ func TestNVIDIALibrariesAreCountedExactly(t *testing.T) {
 		perLibrary[api.Library]++
 	}
 
-	sink, col := startCollectorWith(t, "")
+	sink, col := startNodeCollector(t, nodeConfig("collection_interval: 300ms\nlogs:\n  policy: none\nnvml:\n  library_path: "+libs.nvml, true))
 	report := runVendorWorkload(t, bin, libs, plan, func(int) {
 		for path, lib := range map[string]probes.Library{libs.cudart: probes.LibCUDART, libs.cuda: probes.LibCUDA} {
 			line := waitProbing(t, col, path)
@@ -227,4 +231,42 @@ func TestNVIDIALibrariesAreCountedExactly(t *testing.T) {
 		}
 	}
 	t.Logf("%d calls into %d functions, each counted exactly", total, len(probes.APIs))
+	t.Run("NVML without the driver: its own error and the fix, and tracing goes on", func(t *testing.T) {
+		var logged string
+		for _, line := range strings.Split(col.Output(), "\n") {
+			if strings.Contains(line, "no GPU state from NVML on this node") {
+				logged = line
+			}
+		}
+		for _, want := range []string{"NVML_ERROR_DRIVER_NOT_LOADED", libs.nvml, "the NVIDIA kernel driver is not loaded", "modprobe nvidia"} {
+			if !strings.Contains(logged, want) {
+				t.Errorf("the collector's NVML line lacks %q: %q", want, logged)
+			}
+		}
+		var nvml map[string]any
+		for deadline := time.Now().Add(10 * time.Second); nvml == nil && time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+			records, _ := nodeCheckRecords(sink.Logs())
+			for _, lr := range records {
+				for _, c := range lr.Body().Map().AsRaw()["checks"].([]any) {
+					if c := c.(map[string]any); c["name"] == "nvml" {
+						nvml = c
+					}
+				}
+			}
+		}
+		if nvml == nil {
+			t.Fatal("no nvml check in the collector's node check record")
+		}
+		if detail, _ := nvml["detail"].(string); nvml["ok"] != false || nvml["advisory"] != true || !strings.Contains(detail, "NVML_ERROR_DRIVER_NOT_LOADED") {
+			t.Errorf("nvml check %v, want a failed advisory check naming NVML_ERROR_DRIVER_NOT_LOADED", nvml)
+		}
+		t.Logf("logged: %s", logged[strings.Index(logged, "no GPU state"):])
+		if strings.Contains(col.Output(), "panic") {
+			t.Errorf("the collector panicked:\n%s", col.Output())
+		}
+	})
+
+	if code := col.Terminate(t, 30*time.Second); code != 0 {
+		t.Fatalf("collector exit code %d", code)
+	}
 }
