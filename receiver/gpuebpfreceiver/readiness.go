@@ -127,7 +127,7 @@ func (c *controller) newReadinessReporter() *readinessReporter {
 		case nvml != nil:
 			c.OK, c.Detail = true, "loaded by this receiver"
 		case nvmlErr != nil:
-			c.Detail = nvmlErr.Error()
+			c.Detail, c.Fix = nodecheck.NVMLFailure(nvmlErr)
 		default:
 			c.Detail = "off (nvml.enabled: false, or synthetic mode)"
 		}

@@ -260,6 +260,10 @@ func TestNVIDIALibrariesAreCountedExactly(t *testing.T) {
 		if detail, _ := nvml["detail"].(string); nvml["ok"] != false || nvml["advisory"] != true || !strings.Contains(detail, "NVML_ERROR_DRIVER_NOT_LOADED") {
 			t.Errorf("nvml check %v, want a failed advisory check naming NVML_ERROR_DRIVER_NOT_LOADED", nvml)
 		}
+		// The fix is the driver's, not the generic "mount the library" one.
+		if fix, _ := nvml["fix"].(string); !strings.Contains(fix, "modprobe nvidia") {
+			t.Errorf("nvml check's fix %q, want the one for a driver that is not loaded", fix)
+		}
 		t.Logf("logged: %s", logged[strings.Index(logged, "no GPU state"):])
 		if strings.Contains(col.Output(), "panic") {
 			t.Errorf("the collector panicked:\n%s", col.Output())
