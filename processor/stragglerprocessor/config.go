@@ -53,6 +53,11 @@ type Config struct {
 	// Persistence: a rank is flagged when Beyond of its last Of samples were beyond the
 	// line, and resolved when no more than Of-Beyond of them were.
 	Persistence PersistenceConfig `mapstructure:"persistence"`
+	// ResolveWithin is the hysteresis of a flag: a flagged rank counts as back within
+	// its cohort only for samples within this fraction of the way from the median to
+	// the line (0.5: half way; 1: the line itself), so a rank whose slowness keeps it
+	// near the line stays flagged instead of flapping between straggler and resolved.
+	ResolveWithin float64 `mapstructure:"resolve_within"`
 	// SilentAfter: a rank with no sample for this long, while its cohort keeps a
 	// quorum, is reported silent.
 	SilentAfter time.Duration `mapstructure:"silent_after"`
@@ -190,6 +195,7 @@ func createDefaultConfig() *Config {
 		MADFloor:           MADFloorConfig{Relative: 0.05},
 		Warmup:             3,
 		Persistence:        PersistenceConfig{Beyond: 3, Of: 4},
+		ResolveWithin:      0.5,
 		SilentAfter:        30 * time.Second,
 		ForgetAfter:        10 * time.Minute,
 		EvaluationInterval: time.Second,
@@ -237,6 +243,9 @@ func (c *Config) Validate() error {
 	}
 	if !(c.K > 0) || math.IsInf(c.K, 0) {
 		errs = append(errs, errors.New("straggler: `k` must be a finite number > 0"))
+	}
+	if !(c.ResolveWithin > 0) || c.ResolveWithin > 1 {
+		errs = append(errs, errors.New("straggler: `resolve_within` must be above 0 and at most 1 (the fraction of the way from the median to the line within which a flagged rank counts as back)"))
 	}
 	if c.Quorum < 3 {
 		errs = append(errs, errors.New("straggler: `quorum` must be at least 3 (a median of two ranks cannot tell which one is slow)"))

@@ -58,8 +58,10 @@ type signalSeries struct {
 }
 
 type verdict struct {
-	beyond bool
-	at     time.Time
+	// beyond: past the line; held: past the resolve line (ResolveWithin of the way from
+	// the median to the line), which keeps a flagged rank flagged.
+	beyond, held bool
+	at           time.Time
 }
 
 type rankState struct {
@@ -411,7 +413,7 @@ func (d *detector) evaluateSignal(c *cohort, sig int, now time.Time, out *evalua
 				continue
 			}
 			score := worse * (sm.value - median) / spread
-			if state := s.judge(sm, score > cfg.K, warm, cfg.persistence(sig)); state != "" {
+			if state := s.judge(sm, score > cfg.K, score > cfg.K*cfg.ResolveWithin, warm, cfg.persistence(sig)); state != "" {
 				ev.state, ev.since, ev.value, ev.score = state, s.since, sm.value, score
 				out.events = append(out.events, ev)
 				out.ranks[len(out.ranks)-1].flagged = s.flagged
@@ -427,21 +429,24 @@ func (d *detector) evaluateSignal(c *cohort, sig int, now time.Time, out *evalua
 }
 
 // judge records the verdict on one sample and returns the state change it makes, if
-// any: flagged when p.Beyond of the last p.Of samples were beyond, resolved when no
-// more than p.Of-p.Beyond were. Before the warm-up ends verdicts are kept but change
-// nothing.
-func (s *signalSeries) judge(sm sample, beyond, warm bool, p PersistenceConfig) string {
-	s.verdicts = append(s.verdicts, verdict{beyond: beyond, at: sm.at})
+// any: flagged when p.Beyond of the last p.Of samples were beyond the line, resolved
+// when no more than p.Of-p.Beyond were beyond the resolve line (held). Before the
+// warm-up ends verdicts are kept but change nothing.
+func (s *signalSeries) judge(sm sample, beyond, held, warm bool, p PersistenceConfig) string {
+	s.verdicts = append(s.verdicts, verdict{beyond: beyond, held: held || beyond, at: sm.at})
 	if len(s.verdicts) > p.Of {
 		s.verdicts = s.verdicts[1:]
 	}
 	if !warm {
 		return ""
 	}
-	n := 0
+	n, kept := 0, 0
 	for _, v := range s.verdicts {
 		if v.beyond {
 			n++
+		}
+		if v.held {
+			kept++
 		}
 	}
 	switch {
@@ -449,7 +454,7 @@ func (s *signalSeries) judge(sm sample, beyond, warm bool, p PersistenceConfig) 
 		s.flagged = true
 		s.since = s.verdicts[slices.IndexFunc(s.verdicts, func(v verdict) bool { return v.beyond })].at
 		return "straggler"
-	case s.flagged && n <= p.Of-p.Beyond:
+	case s.flagged && kept <= p.Of-p.Beyond:
 		s.flagged = false
 		return "resolved"
 	}
@@ -509,7 +514,8 @@ func (d *detector) evaluateAgainst(src pushback.Source, now time.Time) evaluatio
 					judged++
 					ev := event{cohort: c.key, job: r.job, node: r.node, rank: rank, signal: sig, value: sm.value,
 						median: t.Median, threshold: t.Line, at: now, gauge: sm.gauge, detail: sm.detail}
-					if state := s.judge(sm, t.Beyond(sm.value), true, d.cfg.persistence(sig)); state != "" {
+					held := t.Beyond(sm.value) || (pushback.Threshold{Median: t.Median, Line: t.Median + (t.Line-t.Median)*d.cfg.ResolveWithin, Worse: t.Worse}).Beyond(sm.value)
+					if state := s.judge(sm, t.Beyond(sm.value), held, true, d.cfg.persistence(sig)); state != "" {
 						ev.state, ev.since = state, s.since
 						out.events = append(out.events, ev)
 						g.flagged = s.flagged
