@@ -140,7 +140,8 @@ lint:
 # One package at a time: benchmarks of two packages running at once on a small machine
 # would measure each other. Then the straggler loop's detection report on a real job
 # under BPF (needs root; ~20 min; processor/stragglerprocessor/detection_bench_test.go),
-# written to build/straggler-bench.md. BENCH_TRIALS and BENCH_SLOWDOWNS change it. Before
+# written to build/straggler-bench.md, and again with PyTorch DDP's threads
+# (build/straggler-bench-pytorch.md). BENCH_TRIALS and BENCH_SLOWDOWNS change it. Before
 # it, the causal-chain scenario suite's precision, recall and time to each chain
 # (docs/causalchain.md), written to build/causalchain-bench.md.
 BENCH_TRIALS ?= 20
@@ -150,6 +151,8 @@ bench: build
 	FATHOM_CHAIN_REPORT=$(abspath $(BUILD_DIR))/causalchain-bench.md FATHOM_BIN=$(abspath $(BIN)) \
 	  $(GO) test -count=1 -v -run '^TestScenariosYieldTheirRootCauseOverMCP$$' ./processor/causalchainprocessor
 	FATHOM_BENCH_TRIALS=$(BENCH_TRIALS) FATHOM_BENCH_SLOWDOWNS=$(BENCH_SLOWDOWNS) FATHOM_BIN=$(abspath $(BIN)) \
+	  $(GO) test -tags duckdb_arrow,bench -count=1 -v -run '^TestStragglerDetectionReport$$' -timeout 0 ./processor/stragglerprocessor
+	FATHOM_BENCH_THREADS=pytorch FATHOM_BENCH_TRIALS=$(BENCH_TRIALS) FATHOM_BENCH_SLOWDOWNS=$(BENCH_SLOWDOWNS) FATHOM_BIN=$(abspath $(BIN)) \
 	  $(GO) test -tags duckdb_arrow,bench -count=1 -v -run '^TestStragglerDetectionReport$$' -timeout 0 ./processor/stragglerprocessor
 
 # The soak (not in CI): a node collector under ~100k CUDA calls/s from fake GPU

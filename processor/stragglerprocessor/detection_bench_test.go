@@ -30,8 +30,9 @@ import (
 //
 // FATHOM_BENCH_TRIALS (default 20) and FATHOM_BENCH_SLOWDOWNS (default 20,10,5, in
 // percent) change the run, FATHOM_BENCH_PERSISTENCE ("{beyond: 2, of: 3}") the
-// processors' persistence, and FATHOM_BENCH_RANK_SIGNALS ("0s", default 250ms) the
-// nodes' rank_signals.interval; the table is printed and written to build/straggler-bench.md.
+// processors' persistence, FATHOM_BENCH_RANK_SIGNALS ("0s", default 250ms) the
+// nodes' rank_signals.interval, and FATHOM_BENCH_THREADS ("pytorch", default single)
+// the ranks' threading (fakegpu-ddp --threads, written to build/straggler-bench-pytorch.md); the table is printed and written to build/straggler-bench.md.
 func TestStragglerDetectionReport(t *testing.T) {
 	trials := 20
 	if v, err := strconv.Atoi(os.Getenv("FATHOM_BENCH_TRIALS")); err == nil && v > 0 {
@@ -56,7 +57,7 @@ func TestStragglerDetectionReport(t *testing.T) {
 			if p := os.Getenv("FATHOM_BENCH_PERSISTENCE"); p != "" {
 				settings = append(settings, "persistence: "+p)
 			}
-			j := startJob(t, jobOptions{settings: settings, rankSignals: os.Getenv("FATHOM_BENCH_RANK_SIGNALS"),
+			j := startJob(t, jobOptions{settings: settings, rankSignals: os.Getenv("FATHOM_BENCH_RANK_SIGNALS"), threads: os.Getenv("FATHOM_BENCH_THREADS"),
 				ncclMode: fakegpu.NCCLAsync, slowMode: "compute", ranks: ranks, perNode: perNode, slowRank: slow,
 				hostCompute: hostCompute, slowBy: hostCompute * time.Duration(pct) / 100,
 				transport: func(node int) string { return []string{"grpc", "http"}[node%2] },
@@ -121,8 +122,15 @@ func TestStragglerDetectionReport(t *testing.T) {
 	if r := os.Getenv("FATHOM_BENCH_RANK_SIGNALS"); r != "" {
 		table = "rank_signals.interval: " + r + "\n\n" + table
 	}
+	if th := os.Getenv("FATHOM_BENCH_THREADS"); th != "" {
+		table = "threads: " + th + "\n\n" + table
+	}
 	fmt.Print(table)
-	out := filepath.Join(collectortest.RepoRoot(t), "build", "straggler-bench.md")
+	name := "straggler-bench.md"
+	if th := os.Getenv("FATHOM_BENCH_THREADS"); th != "" {
+		name = "straggler-bench-" + th + ".md"
+	}
+	out := filepath.Join(collectortest.RepoRoot(t), "build", name)
 	_ = os.MkdirAll(filepath.Dir(out), 0o755)
 	if err := os.WriteFile(out, []byte(table), 0o644); err != nil {
 		t.Error(err)
