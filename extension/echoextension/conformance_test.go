@@ -378,8 +378,18 @@ func (p tracedProcess) export(md pmetric.Metrics, base time.Time, i int) {
 		}
 		dp := m.ExponentialHistogram().DataPoints().AppendEmpty()
 		dp.SetStartTimestamp(pcommon.NewTimestampFromTime(start))
+		if first := s.firstSent(); !p.delta && first > 0 {
+			// A thread that appeared between two exports, inside the window: its series
+			// begins when it was first seen, so a reader counts its first point whole.
+			seen := base.Add((tracedExports[first-1] + tracedExports[first]) / 2)
+			dp.SetStartTimestamp(pcommon.NewTimestampFromTime(seen))
+		}
 		dp.SetTimestamp(ts)
-		pt.fill(dp)
+		if p.delta {
+			pt.fill(dp)
+		} else {
+			s.fillCumulative(dp, i)
+		}
 		role := "cuda"
 		if s.tid < 0 {
 			role = "other"
@@ -432,6 +442,57 @@ func (s spans) fill(dp pmetric.ExponentialHistogramDataPoint) {
 	dp.SetMax(s.max)
 	dp.Positive().SetOffset(lo)
 	dp.Positive().BucketCounts().FromRaw(counts)
+}
+
+// firstSent is the first export that carries the series.
+func (s schedSeries) firstSent() int {
+	for i, pt := range s.points {
+		if pt.count > 0 {
+			return i
+		}
+	}
+	return len(s.points)
+}
+
+// fillCumulative writes export i of a cumulative series whose buckets only grow, as a
+// real cumulative histogram's do: each export's increase (its count and sum less the
+// previous export's) lands in the bucket of its mean, and a max that rose in that
+// export in the max's own bucket. Count, sum and max are the planted totals.
+func (s schedSeries) fillCumulative(dp pmetric.ExponentialHistogramDataPoint, i int) {
+	const scale = 3
+	index := func(v float64) int32 { return int32(math.Ceil(math.Log2(v)*(1<<scale))) - 1 }
+	counts := map[int32]uint64{}
+	var prev spans
+	for j := 0; j <= i; j++ {
+		pt := s.points[j]
+		if pt.count == 0 {
+			continue
+		}
+		n, sum := pt.count-prev.count, pt.sum-prev.sum
+		if pt.max > prev.max && n > 0 {
+			counts[index(pt.max)]++
+			n, sum = n-1, sum-pt.max
+		}
+		if n > 0 {
+			counts[index(sum/float64(n))] += n
+		}
+		prev = pt
+	}
+	lo, hi := int32(math.MaxInt32), int32(math.MinInt32)
+	for k := range counts {
+		lo, hi = min(lo, k), max(hi, k)
+	}
+	raw := make([]uint64, hi-lo+1)
+	for k, n := range counts {
+		raw[k-lo] = n
+	}
+	pt := s.points[i]
+	dp.SetScale(scale)
+	dp.SetCount(pt.count)
+	dp.SetSum(pt.sum)
+	dp.SetMax(pt.max)
+	dp.Positive().SetOffset(lo)
+	dp.Positive().BucketCounts().FromRaw(raw)
 }
 
 // badCall is an argument set a tool must refuse: the error text starts with the code
