@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/fathom-gpu/fathom/internal/semconv"
 )
 
 // sql runs one query on the gateway's store over its HTTP API.
@@ -225,6 +227,10 @@ func (d *demo) answers(ctx context.Context, story *Story) error {
 	if err := call("get_causal_chains", map[string]any{"since": "10m"}, &chains); err != nil {
 		return err
 	}
+	// The costliest first: on a busy host every rank's dispatcher waits for a CPU now
+	// and then, and the chains written last are not the ones that matter most.
+	chainCost := func(attrs map[string]any) float64 { f, _ := attrs[semconv.ChainCost].(float64); return f }
+	sort.SliceStable(chains.Chains, func(i, j int) bool { return chainCost(chains.Chains[i].Attrs) > chainCost(chains.Chains[j].Attrs) })
 	lines = nil
 	for i, c := range chains.Chains {
 		if i == 3 {
