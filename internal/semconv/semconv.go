@@ -94,6 +94,9 @@ const (
 	ThreadRole        = "fathom.thread.role"
 	PreemptorName     = "fathom.preemptor.name"
 	PreemptorSelf     = "fathom.preemptor.self"
+	WakerName         = "fathom.waker.name"
+	WakerSelf         = "fathom.waker.self"
+	BlockedOn         = "fathom.blocked.on"
 	DiskIODirection   = "disk.io.direction"
 	NetworkType       = "network.type"
 	EventName         = "event.name"
@@ -168,6 +171,9 @@ const (
 	MetricThreadPreemptions   = "host.thread.preemptions"
 	MetricThreadPreemptTime   = "host.thread.preemption.time"
 	MetricThreadPreemptors    = "host.thread.preemptor.processes"
+	MetricThreadBlockedTime   = "host.thread.blocked.time"
+	MetricThreadBlocks        = "host.thread.blocks"
+	MetricThreadWakerThreads  = "host.thread.waker.threads"
 	MetricProcessForks        = "host.process.forks"
 	MetricProcessPageAllocs   = "host.process.page_allocs"
 	MetricBlockIODuration     = "host.block.io.duration"
@@ -298,6 +304,9 @@ var Attributes = []Doc{
 	{ThreadRole, "point", "", "cuda (thread calls CUDA) or other (all other threads of the process)"},
 	{PreemptorName, "point", "", "on a CUDA thread's preemption series: the thread name (comm) of the task the thread waited behind for a CPU, the task that took its CPU when it was preempted, or the task that held the CPU until it got it after waiting woken in the run queue; named by weight: each interval's 8 heaviest names get a series (as does a name that still holds one, up to 16), the rest of the interval's waits are counted under other, so a task that takes the thread's CPU is named however many names came before it; a series that begins after its process's first interval starts at the interval it was first credited in; swapper/N is the idle task taking a preempted thread's CPU"},
 	{PreemptorSelf, "point", "", "on a CUDA thread's preemption series: true when the task it waited behind belongs to the collector's own process, so that its own cost is not blamed on the node"},
+	{WakerName, "point", "", "on a CUDA thread's blocked series: the thread name (comm) of the task whose wakeup ended a voluntary wait (the first wakeup between switch-out and switch-in), interrupt when it came from interrupt context (a timer, a device, a softirq: the end of a sleep, a packet), none when no wakeup was seen (the wait began before the programs attached); named by weight like fathom.preemptor.name (8 heaviest names an interval, up to 16 series), the rest under other"},
+	{WakerSelf, "point", "", "on a CUDA thread's blocked series: true when the waker belongs to the blocked thread's own process (a lock held by its own threads), false for another process, an interrupt or none"},
+	{BlockedOn, "point", "", "on a CUDA thread's blocked series: what the thread waited in, from the system call it blocked in: lock (futex, futex_waitv), io (read, write, pread, pwrite, readv, writev, fsync, fdatasync, io_uring_enter, io_getevents), sleep (nanosleep, clock_nanosleep), poll (poll, select, epoll waits, socket send/receive, accept, connect: waiting for a file descriptor or a peer), device (ioctl: real CUDA drivers block a sync in an ioctl; a sync that spins or waits on a condition variable shows as lock), other (any other system call, or none: a page fault, a kernel-internal wait)"},
 	{DiskIODirection, "point/log", "", "read or write"},
 	{NetworkType, "point/log", "", "ipv4 or ipv6"},
 	{EventName, "log", "", "what the log record is about (see the event table)"},
@@ -360,6 +369,9 @@ var Metrics = []Doc{
 	{MetricThreadPreemptions, "sum", "{preemption}", "a CUDA thread's waits for a CPU, by the name of the task it waited behind (fathom.preemptor.name, fathom.preemptor.self): preempted (switched out while still runnable), attributed to the task that took its CPU, or woken and waiting in the run queue, attributed to the task that ran until the thread got the CPU (none when the CPU was idle)"},
 	{MetricThreadPreemptTime, "sum", "s", "time of those waits, by the name of the task waited behind: a preemption's off-CPU time (switch-out to switch-in), a woken wait's run-queue time (wakeup to switch-in)"},
 	{MetricThreadPreemptors, "gauge", "{process}", "distinct processes (tgids) a CUDA thread waited behind for a CPU under that name, since the series began (per interval under delta temporality); saturates at 64"},
+	{MetricThreadBlockedTime, "sum", "s", "time a CUDA thread spent blocked voluntarily (switched out while not runnable, until its wakeup), by who woke it (fathom.waker.name, fathom.waker.self) and what it waited in (fathom.blocked.on); cumulative like the other thread sums"},
+	{MetricThreadBlocks, "sum", "{wait}", "a CUDA thread's voluntary waits, same attributes as host.thread.blocked.time"},
+	{MetricThreadWakerThreads, "gauge", "{thread}", "distinct thread ids that woke a CUDA thread in that series (same attributes as host.thread.blocked.time, fathom.blocked.on included: sum over it for a name's wakers, which may count a thread twice), since the series began (per interval under delta temporality); saturates at 64; 0 for interrupt and none"},
 	{MetricProcessForks, "sum", "{process}", "child processes forked by a traced process (DataLoader workers)"},
 	{MetricProcessPageAllocs, "sum", "{page}", "pages allocated by a traced process (aggregated in the kernel)"},
 	{MetricBlockIODuration, "exponential histogram", "s", "block I/O latency of requests a traced process issued"},
