@@ -49,6 +49,7 @@ type LimitsConfig struct {
 // RulesConfig holds one block per root-cause class.
 type RulesConfig struct {
 	CPUContention      CPUContentionRule      `mapstructure:"cpu_contention"`
+	LockContention     LockContentionRule     `mapstructure:"lock_contention"`
 	DataloaderStorm    DataloaderRule         `mapstructure:"dataloader_oversubscription"`
 	HiddenSync         HiddenSyncRule         `mapstructure:"hidden_sync"`
 	MemcpyBound        ShareRule              `mapstructure:"memcpy_bound"`
@@ -70,6 +71,16 @@ type ShareRule struct {
 // woken and waiting in the run queue) for at least MinShare of the window.
 type CPUContentionRule struct {
 	ShareRule `mapstructure:",squash"`
+}
+
+// LockContentionRule: a CUDA-calling thread blocked on a lock (a futex wait) for at
+// least MinShare of the window, woken by at least MinHolders distinct threads of its own
+// process: the threads that held the lock it waited for. One waker alone is a hand-off
+// (a thread waiting for the one that produces its work), not contention.
+type LockContentionRule struct {
+	ShareRule `mapstructure:",squash"`
+	// MinHolders is the fewest distinct waker threads of the thread's own process.
+	MinHolders float64 `mapstructure:"min_holders"`
 }
 
 // DataloaderRule: the process forks at least MinForksPerSecond while its CUDA threads
@@ -132,6 +143,7 @@ func createDefaultConfig() *Config {
 		Severity:     SeverityConfig{High: 0.20, Medium: 0.05},
 		Rules: RulesConfig{
 			CPUContention:      CPUContentionRule{ShareRule{Enabled: true, MinShare: 0.05}},
+			LockContention:     LockContentionRule{ShareRule: ShareRule{Enabled: true, MinShare: 0.05}, MinHolders: 2},
 			DataloaderStorm:    DataloaderRule{ShareRule: ShareRule{Enabled: true, MinShare: 0.02}, MinForksPerSecond: 5, MinPagesPerSecond: 50000},
 			HiddenSync:         HiddenSyncRule{ShareRule: ShareRule{Enabled: true, MinShare: 0.05}, MinPerSecond: 20, MaxBytes: 1 << 20},
 			MemcpyBound:        ShareRule{Enabled: true, MinShare: 0.30},
@@ -166,6 +178,7 @@ func (c *Config) Validate() error {
 	}
 	r := c.Rules
 	share("cpu_contention", r.CPUContention.ShareRule)
+	share("lock_contention", r.LockContention.ShareRule)
 	share("dataloader_oversubscription", r.DataloaderStorm.ShareRule)
 	share("hidden_sync", r.HiddenSync.ShareRule)
 	share("memcpy_bound", r.MemcpyBound)
@@ -177,6 +190,7 @@ func (c *Config) Validate() error {
 			errs = append(errs, fmt.Errorf("causalchain: `rules.%s` must be positive, got %g", name, v))
 		}
 	}
+	positive("lock_contention.min_holders", r.LockContention.MinHolders)
 	positive("dataloader_oversubscription.min_forks_per_second", r.DataloaderStorm.MinForksPerSecond)
 	positive("dataloader_oversubscription.min_pages_per_second", r.DataloaderStorm.MinPagesPerSecond)
 	positive("hidden_sync.min_per_second", r.HiddenSync.MinPerSecond)

@@ -13,6 +13,7 @@ import (
 // Root-cause classes, the values of fathom.chain.root_cause.
 const (
 	CauseCPUContention      = "cpu_contention"
+	CauseLockContention     = "lock_contention"
 	CauseDataloader         = "dataloader_oversubscription"
 	CauseHiddenSync         = "hidden_sync"
 	CauseMemcpyBound        = "memcpy_bound"
@@ -46,6 +47,7 @@ type rule struct {
 // into itself (its workers are the contention).
 var rules = []rule{
 	{CauseCPUContention, judgeCPUContention},
+	{CauseLockContention, judgeLockContention},
 	{CauseDataloader, judgeDataloader},
 	{CauseHiddenSync, judgeHiddenSync},
 	{CauseMemcpyBound, judgeMemcpyBound},
@@ -176,13 +178,103 @@ func judgeCPUContention(c *Config, v *view) finding {
 		return f
 	}
 	f.tid, f.cost = tid, lost/v.wall
-	f.fired = r.Enabled && f.cost >= r.MinShare && f.cost > 0
+	// A thread that lost more to its own process's lock than to its CPU is the lock
+	// rule's: pinning it does nothing for a lock.
+	f.fired = r.Enabled && f.cost >= r.MinShare && f.cost > 0 && !lockBound(c, t)
 	f.symptom = launchSymptom(v)
 	f.evidence = fmt.Sprintf("thread %d waited %s for a CPU (%s of the window; preempted %d times, %s)",
 		tid, seconds(lost), percent(f.cost), t.preemptions, seconds(t.preempted))
 	if who := competitors(t); who != "" {
 		f.evidence += "; its CPU went to " + who
 	}
+	return f
+}
+
+// lockWait is a CUDA thread's time blocked on a lock that threads of its own process
+// woke it from, and those holders heaviest first: the threads that held the lock (a
+// mutex handed over, the GIL released) wake the waiter when they let it go. Wakeups
+// from interrupts (timers, I/O completions), from other processes and those nobody was
+// seen making are not a lock of the process's own.
+func lockWait(t *threadView) (seconds, waits, holderThreads float64, holders []*wakerView) {
+	for _, w := range t.wakers {
+		if w.on != blockedOnLock || !w.self || w.name == wokenByInterrupt || w.name == wokenByNobody {
+			continue
+		}
+		seconds += w.seconds
+		waits += w.count
+		holderThreads += w.threads
+		holders = append(holders, w)
+	}
+	sort.Slice(holders, func(i, j int) bool {
+		if holders[i].seconds != holders[j].seconds {
+			return holders[i].seconds > holders[j].seconds
+		}
+		return holders[i].name < holders[j].name
+	})
+	return seconds, waits, holderThreads, holders
+}
+
+// The values of fathom.blocked.on and fathom.waker.name the lock rule reads.
+const (
+	blockedOnLock    = "lock"
+	wokenByInterrupt = "interrupt"
+	wokenByNobody    = "none"
+)
+
+// worstLockWait is the CUDA thread that waited longest on its own process's lock.
+func worstLockWait(v *view) (int64, *threadView, float64) {
+	var tid int64 = -1
+	var worst *threadView
+	waited := 0.0
+	for id, t := range v.threads {
+		if s, _, _, _ := lockWait(t); s > 0 && (worst == nil || s > waited || (s == waited && id < tid)) {
+			tid, worst, waited = id, t, s
+		}
+	}
+	return tid, worst, waited
+}
+
+// lockBound says whether a thread lost more to its own process's lock than to its
+// CPU: then pinning it would not help, and CPU contention is not its cause.
+func lockBound(c *Config, t *threadView) bool {
+	waited, _, threads, _ := lockWait(t)
+	return waited > cpuLoss(t) && threads >= c.Rules.LockContention.MinHolders
+}
+
+func judgeLockContention(c *Config, v *view) finding {
+	r := c.Rules.LockContention
+	f := finding{cause: CauseLockContention, tid: -1,
+		fix: "shorten or split the critical section the threads share (hold the lock only around the shared state), move that work out of the process (a separate tokenizer or data-loading process), release the GIL around native work in Python extensions, or run fewer threads that take the lock"}
+	tid, t, waited := worstLockWait(v)
+	if t == nil || v.wall <= 0 {
+		return f
+	}
+	_, waits, threads, holders := lockWait(t)
+	f.tid, f.cost = tid, waited/v.wall
+	f.fired = r.Enabled && f.cost >= r.MinShare && threads >= r.MinHolders
+	f.symptom = launchSymptom(v)
+	f.evidence = fmt.Sprintf("thread %d blocked %s on a lock held in its own process (%s of the window, %.0f waits; preempted %s)",
+		tid, seconds(waited), percent(f.cost), waits, seconds(t.preempted))
+	var parts []string
+	for i, h := range holders {
+		if i == 3 {
+			more := 0.0
+			for _, m := range holders[3:] {
+				more += m.seconds
+			}
+			parts = append(parts, fmt.Sprintf("%d more names %s", len(holders)-3, seconds(more)))
+			break
+		}
+		name := h.name
+		if name == otherPreemptors {
+			name = "other threads"
+		}
+		if h.threads > 1 {
+			name = fmt.Sprintf("%s (%.0f threads)", name, h.threads)
+		}
+		parts = append(parts, fmt.Sprintf("%s %s (%s)", name, seconds(h.seconds), percent(h.seconds/waited)))
+	}
+	f.evidence += "; woken by the holders " + strings.Join(parts, ", ")
 	return f
 }
 

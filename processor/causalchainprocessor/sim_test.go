@@ -34,6 +34,7 @@ type sim struct {
 	dur          map[string]*expohisto.Histogram
 	thread       map[threadSeries]*expohisto.Histogram
 	preempt      map[preemptorSeries]*preemptorCount
+	wakers       map[wakerSeries]*preemptorCount
 	forks, pages float64
 	retransmits  float64
 	blockIO      map[string]*expohisto.Histogram
@@ -51,6 +52,14 @@ type preemptorSeries struct {
 	self bool
 }
 
+// wakerSeries is one blocked series: who woke the thread and what it waited on.
+type wakerSeries struct {
+	tid  int64
+	name string
+	self bool
+	on   string
+}
+
 type preemptorCount struct {
 	n, seconds, procs float64
 }
@@ -65,6 +74,7 @@ func (s *sim) reset() {
 	s.calls, s.bytes = map[[2]string]float64{}, map[[2]string]float64{}
 	s.dur, s.thread = map[string]*expohisto.Histogram{}, map[threadSeries]*expohisto.Histogram{}
 	s.preempt, s.blockIO = map[preemptorSeries]*preemptorCount{}, map[string]*expohisto.Histogram{}
+	s.wakers = map[wakerSeries]*preemptorCount{}
 	s.forks, s.pages, s.retransmits = 0, 0, 0
 }
 
@@ -117,6 +127,20 @@ func (s *sim) slept(tid int64, n int, each time.Duration) *sim {
 		s.threadHist(tid, "voluntary").Record(each.Seconds())
 		s.threadHist(tid, "runq").Record(20e-6)
 	}
+	return s
+}
+
+// blocked: thread tid went off CPU voluntarily n times for each, waiting on on, woken
+// by name (threads distinct threads of that name; self: of its own process).
+func (s *sim) blocked(tid int64, name string, self bool, on string, n int, each time.Duration, threads int) *sim {
+	s.slept(tid, n, each)
+	k := wakerSeries{tid, name, self, on}
+	if s.wakers[k] == nil {
+		s.wakers[k] = &preemptorCount{}
+	}
+	s.wakers[k].n += float64(n)
+	s.wakers[k].seconds += float64(n) * each.Seconds()
+	s.wakers[k].procs = max(s.wakers[k].procs, float64(threads))
 	return s
 }
 
@@ -234,6 +258,21 @@ func (s *sim) export(step time.Duration) pmetric.Metrics {
 		g.SetIntValue(int64(c.procs))
 		put(g.Attributes())
 	}
+	for k, c := range s.wakers {
+		put := func(a pcommon.Map) {
+			a.PutStr(semconv.ThreadRole, "cuda")
+			a.PutInt(semconv.ThreadID, k.tid)
+			a.PutStr(semconv.WakerName, k.name)
+			a.PutBool(semconv.WakerSelf, k.self)
+			a.PutStr(semconv.BlockedOn, k.on)
+		}
+		put(sum(semconv.MetricThreadBlocks, c.n))
+		put(sum(semconv.MetricThreadBlockedTime, c.seconds))
+		g := get(semconv.MetricThreadWakerThreads, pmetric.MetricTypeGauge).Gauge().DataPoints().AppendEmpty()
+		g.SetTimestamp(ts)
+		g.SetIntValue(int64(c.procs))
+		put(g.Attributes())
+	}
 	sum(semconv.MetricProcessForks, s.forks)
 	sum(semconv.MetricProcessPageAllocs, s.pages)
 	sum(semconv.MetricRankTCPRetransmits, s.retransmits)
@@ -311,10 +350,10 @@ func (l *loop) feed(md pmetric.Metrics) {
 
 // rec is one fathom.causal_chain record, flattened.
 type rec struct {
-	id, state, cause, severity, symptom, evidence, timeline, body string
-	cost                                                          float64
-	tid, pid                                                      int64
-	at                                                            time.Time
+	id, state, cause, severity, symptom, evidence, timeline, fix, body string
+	cost                                                               float64
+	tid, pid                                                           int64
+	at                                                                 time.Time
 }
 
 func (l *loop) chainRecords() []rec {
@@ -328,7 +367,7 @@ func (l *loop) chainRecords() []rec {
 			str := func(k string) string { v, _ := a.Get(k); return v.AsString() }
 			x := rec{id: str(semconv.ChainID), state: str(semconv.ChainState), cause: str(semconv.ChainRootCause),
 				severity: str(semconv.ChainSeverity), symptom: str(semconv.ChainSymptom), evidence: str(semconv.ChainEvidence),
-				timeline: str(semconv.ChainTimeline), body: lr.Body().AsString(), tid: -1, at: lr.Timestamp().AsTime()}
+				timeline: str(semconv.ChainTimeline), fix: str(semconv.ChainFix), body: lr.Body().AsString(), tid: -1, at: lr.Timestamp().AsTime()}
 			if v, ok := a.Get(semconv.ChainCost); ok {
 				x.cost = v.Double()
 			}

@@ -31,6 +31,19 @@ type threadView struct {
 	preempted, voluntary, runQueue float64 // seconds
 	preemptions                    uint64
 	preemptors                     map[preemptorKey]*preemptorView
+	// wakers are its voluntary waits by who woke it and what it waited on.
+	wakers map[wakerKey]*wakerView
+}
+
+type wakerKey struct {
+	name string // fathom.waker.name: a thread name, interrupt, none or other
+	self bool   // the waker is a thread of the same process
+	on   string // fathom.blocked.on: lock, io, sleep, network, device or other
+}
+
+type wakerView struct {
+	wakerKey
+	count, seconds, threads float64
 }
 
 type preemptorKey struct {
@@ -54,7 +67,7 @@ func newView() *view {
 func (v *view) thread(tid int64) *threadView {
 	t := v.threads[tid]
 	if t == nil {
-		t = &threadView{preemptors: map[preemptorKey]*preemptorView{}}
+		t = &threadView{preemptors: map[preemptorKey]*preemptorView{}, wakers: map[wakerKey]*wakerView{}}
 		v.threads[tid] = t
 	}
 	return t
@@ -67,6 +80,15 @@ func (t *threadView) preemptor(k preemptorKey) *preemptorView {
 		t.preemptors[k] = p
 	}
 	return p
+}
+
+func (t *threadView) waker(k wakerKey) *wakerView {
+	w := t.wakers[k]
+	if w == nil {
+		w = &wakerView{wakerKey: k}
+		t.wakers[k] = w
+	}
+	return w
 }
 
 func mergeInto(m map[string]*expohisto.Histogram, k string, h *expohisto.Histogram) {
@@ -133,6 +155,13 @@ func (v *view) add(k seriesKey, d delta) {
 		v.thread(k.tid).preemptor(preemptorKey{k.name, k.self}).count += d.value
 	case semconv.MetricThreadPreemptTime:
 		v.thread(k.tid).preemptor(preemptorKey{k.name, k.self}).seconds += d.value
+	case semconv.MetricThreadBlockedTime:
+		v.thread(k.tid).waker(wakerKey{k.name, k.self, k.attr}).seconds += d.value
+	case semconv.MetricThreadBlocks:
+		v.thread(k.tid).waker(wakerKey{k.name, k.self, k.attr}).count += d.value
+	case semconv.MetricThreadWakerThreads:
+		w := v.thread(k.tid).waker(wakerKey{k.name, k.self, k.attr})
+		w.threads = max(w.threads, d.value)
 	case semconv.MetricThreadPreemptors:
 		p := v.thread(k.tid).preemptor(preemptorKey{k.name, k.self})
 		p.processes = max(p.processes, d.value)

@@ -105,6 +105,18 @@ func key(metric string, attrs pcommon.Map) seriesKey {
 		k.name = str(semconv.NCCLOp)
 	case semconv.MetricBlockIODuration:
 		k.attr = str(semconv.DiskIODirection)
+	case semconv.MetricThreadBlockedTime, semconv.MetricThreadBlocks, semconv.MetricThreadWakerThreads:
+		if str(semconv.ThreadRole) != "cuda" {
+			return seriesKey{}
+		}
+		if v, ok := attrs.Get(semconv.ThreadID); ok {
+			k.tid = v.Int()
+		}
+		k.name, k.attr = str(semconv.WakerName), str(semconv.BlockedOn)
+		if v, ok := attrs.Get(semconv.WakerSelf); ok {
+			k.self = v.Bool()
+		}
+		return k
 	case semconv.MetricThreadOffCPU, semconv.MetricThreadRunQueue,
 		semconv.MetricThreadPreemptions, semconv.MetricThreadPreemptTime, semconv.MetricThreadPreemptors:
 		if str(semconv.ThreadRole) != "cuda" {
@@ -128,6 +140,7 @@ var wanted = map[string]bool{
 	semconv.MetricNCCLDuration: true, semconv.MetricNCCLCalls: true,
 	semconv.MetricThreadOffCPU: true, semconv.MetricThreadRunQueue: true,
 	semconv.MetricThreadPreemptions: true, semconv.MetricThreadPreemptTime: true, semconv.MetricThreadPreemptors: true,
+	semconv.MetricThreadBlockedTime: true, semconv.MetricThreadBlocks: true, semconv.MetricThreadWakerThreads: true,
 	semconv.MetricProcessForks: true, semconv.MetricProcessPageAllocs: true, semconv.MetricBlockIODuration: true,
 	semconv.MetricRankTCPRetransmits: true, semconv.MetricRankLaunches: true, semconv.MetricRankDeviceWait: true,
 }
