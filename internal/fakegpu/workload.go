@@ -51,10 +51,15 @@ type Options struct {
 	LaunchCost time.Duration // --launch-us: CPU time per launch or copy call
 	GBps       float64       // --gbps: host<->device bandwidth
 
-	ContentionThreads int  // busy threads competing with the dispatcher
-	Pin               bool // pin the dispatcher (and contention threads) to PinCPU
-	PinCPU            int
-	DispatcherThread  bool // run the loop on a thread other than the main one
+	ContentionThreads int // busy threads competing with the dispatcher
+	// LockHolders threads named LockName (default tokenizer) take a process-wide mutex
+	// the dispatcher also takes around each step, and hold it LockHold at a time.
+	LockHolders      int
+	LockHold         time.Duration
+	LockName         string
+	Pin              bool // pin the dispatcher (and contention threads) to PinCPU
+	PinCPU           int
+	DispatcherThread bool // run the loop on a thread other than the main one
 
 	Forks          int
 	ForkWork       time.Duration // CPU time per child (default 2ms)
@@ -150,6 +155,11 @@ func (o Options) Args() []string {
 		args = append(args, "--gbps", strconv.FormatFloat(o.GBps, 'f', -1, 64))
 	}
 	num("contention-threads", int64(o.ContentionThreads))
+	num("lock-holders", int64(o.LockHolders))
+	num("lock-hold-us", o.LockHold.Microseconds())
+	if o.LockName != "" {
+		args = append(args, "--lock-name", o.LockName)
+	}
 	if o.Pin {
 		args = append(args, "--pin-cpu", strconv.Itoa(o.PinCPU))
 	}
@@ -218,7 +228,10 @@ type Result struct {
 	IOBursts          int64            `json:"io_bursts"`
 	IOBytes           int64            `json:"io_bytes"`
 	ContentionThreads int              `json:"contention_threads"`
-	PinCPU            int              `json:"pin_cpu"`
+	// LockWaits and LockWaitNS are the dispatcher's waits for the LockHolders' mutex.
+	LockWaits  int64 `json:"lock_waits"`
+	LockWaitNS int64 `json:"lock_wait_ns"`
+	PinCPU     int   `json:"pin_cpu"`
 }
 
 // ParseResult decodes a workload report line, rejecting fields it does not know so the C

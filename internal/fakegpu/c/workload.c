@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <netinet/in.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -45,6 +46,8 @@ struct options {
 	long graph_captures, graph_kernels, graph_replays, driver_graph_launches;
 	double kernel_us, launch_us, gbps;
 	long contention_threads, pin_cpu, dispatcher_thread;
+	long lock_holders, lock_hold_us;
+	const char *lock_name;
 	long forks, fork_work_us, fork_cuda_copies;
 	long io_burst_mb, io_every_ms, io_inline;
 	const char *io_dir;
@@ -63,7 +66,7 @@ static struct options opt = {
 	.alloc_bytes = 1 << 20, .graph_kernels = 8,
 	.kernel_us = -1, .launch_us = -1, .gbps = -1,
 	.pin_cpu = -1, .fork_work_us = 2000, .io_every_ms = 100,
-	.wait_timeout_ms = 120000, .stall_in = "stream-sync", .tcp_bytes = 4096,
+	.wait_timeout_ms = 120000, .stall_in = "stream-sync", .tcp_bytes = 4096, .lock_name = "tokenizer",
 };
 
 #define L(field) OPT_LONG, &opt.field
@@ -116,6 +119,11 @@ static const struct flag flags[] = {
 	{"launch-us", D(launch_us), "CPU cost of one launch or copy call (sets FAKEGPU_LAUNCH_US)"},
 	{"gbps", D(gbps), "host<->device bandwidth in GB/s (sets FAKEGPU_GBPS)"},
 	{"contention-threads", L(contention_threads), "busy-looping threads that compete with the dispatcher"},
+	{"lock-holders", L(lock_holders),
+	 "threads that take a process-wide mutex the dispatcher also takes around each step's calls, "
+	 "and hold it --lock-hold-us at a time (a framework lock, the GIL)"},
+	{"lock-hold-us", L(lock_hold_us), "how long a lock holder keeps the mutex, spinning on its CPU"},
+	{"lock-name", S(lock_name), "thread name (comm) of the lock holders, at most 15 bytes"},
 	{"pin-cpu", L(pin_cpu), "pin the dispatcher and the contention threads to this CPU (-1: no pinning)"},
 	{"dispatcher-thread", F(dispatcher_thread), "run the loop on a new thread, so its tid differs from the pid"},
 	{"forks", L(forks), "short-lived child processes forked from the dispatcher (DataLoader-like)"},
@@ -165,7 +173,8 @@ static void validate_flags(void)
 	                        &opt.driver_allocs, &opt.syncs, &opt.stream_waits, &opt.driver_syncs,
 	                        &opt.graph_captures, &opt.graph_replays, &opt.driver_graph_launches,
 	                        &opt.contention_threads, &opt.forks, &opt.fork_cuda_copies, &opt.io_burst_mb,
-	                        &opt.hold_ms, &opt.stall_ms, &opt.step_gap_us, &opt.fork_work_us};
+	                        &opt.hold_ms, &opt.stall_ms, &opt.step_gap_us, &opt.fork_work_us,
+	                        &opt.lock_holders, &opt.lock_hold_us};
 	for (size_t i = 0; i < sizeof(counts) / sizeof(counts[0]); i++)
 		if (*counts[i] < 0)
 			die(2, "counts, sizes and times must not be negative");
@@ -181,6 +190,8 @@ static void validate_flags(void)
 		die(2, "graph launches need --graph-captures >= 1");
 	if (opt.contention_threads > 64 || opt.forks > 100000 || opt.io_burst_mb > 4096)
 		die(2, "--contention-threads <= 64, --forks <= 100000, --io-burst-mb <= 4096");
+	if (opt.lock_holders > 64 || strlen(opt.lock_name) > 15)
+		die(2, "--lock-holders <= 64 and --lock-name at most 15 bytes");
 	if (opt.io_burst_mb && opt.io_every_ms < 1)
 		die(2, "--io-every-ms must be at least 1");
 	if (strcmp(opt.stall_in, "stream-sync") && strcmp(opt.stall_in, "device-sync") &&
@@ -293,6 +304,36 @@ static uint64_t thread_cpu_ns(void)
 	struct timespec ts;
 	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
 	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* The process-wide mutex of --lock-holders: the dispatcher takes it around each step's
+ * calls, the holders take it again and again and keep it --lock-hold-us each time, as
+ * tokenizer threads hold a framework lock or the GIL. */
+static pthread_mutex_t shared_lock = PTHREAD_MUTEX_INITIALIZER;
+static atomic_long lock_waits_ns, lock_waits;
+
+static void *lock_holder_main(void *arg)
+{
+	(void)arg;
+	prctl(PR_SET_NAME, opt.lock_name, 0, 0, 0);
+	while (!atomic_load_explicit(&stop_threads, memory_order_relaxed)) {
+		pthread_mutex_lock(&shared_lock);
+		uint64_t until = now_ns() + (uint64_t)opt.lock_hold_us * 1000ull;
+		while (now_ns() < until)
+			__asm__ volatile("pause" ::: "memory");
+		pthread_mutex_unlock(&shared_lock);
+		sched_yield();
+	}
+	return NULL;
+}
+
+/* take_lock takes the shared mutex for the dispatcher and counts how long it waited. */
+static void take_lock(void)
+{
+	uint64_t t0 = now_ns();
+	pthread_mutex_lock(&shared_lock);
+	atomic_fetch_add(&lock_waits_ns, (long)(now_ns() - t0));
+	atomic_fetch_add(&lock_waits, 1);
 }
 
 struct io_state {
@@ -797,6 +838,7 @@ static void report(struct buffers *b, uint64_t start, uint64_t end)
 	        (unsigned long long)fork_failures);
 	fprintf(f, ",\"io_bursts\":%llu,\"io_bytes\":%llu", (unsigned long long)io.bursts,
 	        (unsigned long long)io.bytes);
+	fprintf(f, ",\"lock_waits\":%ld,\"lock_wait_ns\":%ld", atomic_load(&lock_waits), atomic_load(&lock_waits_ns));
 	fprintf(f, ",\"contention_threads\":%ld,\"pin_cpu\":%ld}\n", opt.contention_threads, opt.pin_cpu);
 	fflush(f);
 }
@@ -839,10 +881,13 @@ static void *dispatcher_main(void *arg)
 	start_gate();
 
 	uint64_t start = now_ns();
-	pthread_t contenders[64], io_thread;
+	pthread_t contenders[64], io_thread, holders[64];
 	for (long i = 0; i < opt.contention_threads; i++)
 		if (pthread_create(&contenders[i], NULL, contention_main, NULL))
 			die(1, "cannot start contention thread");
+	for (long i = 0; i < opt.lock_holders; i++)
+		if (pthread_create(&holders[i], NULL, lock_holder_main, NULL))
+			die(1, "cannot start lock holder thread");
 	if (opt.io_burst_mb) {
 		io_setup();
 		if (!opt.io_inline && pthread_create(&io_thread, NULL, io_main, NULL))
@@ -856,7 +901,11 @@ static void *dispatcher_main(void *arg)
 	long sync_seq = 0, driver_sync_seq = 0;
 	uint64_t next_io = now_ns() + (uint64_t)opt.io_every_ms * 1000000ull;
 	for (long step = 0; step < opt.steps; step++) {
+		if (opt.lock_holders)
+			take_lock();
 		run_step(&b, step, &sync_seq, &driver_sync_seq, &next_io);
+		if (opt.lock_holders)
+			pthread_mutex_unlock(&shared_lock);
 		for (long sent = 0; tcp_buf && sent < opt.tcp_bytes;) {
 			ssize_t n = send(tcp, tcp_buf + sent, (size_t)(opt.tcp_bytes - sent), MSG_NOSIGNAL);
 			if (n <= 0)
@@ -876,6 +925,8 @@ static void *dispatcher_main(void *arg)
 	atomic_store(&stop_threads, 1);
 	for (long i = 0; i < opt.contention_threads; i++)
 		pthread_join(contenders[i], NULL);
+	for (long i = 0; i < opt.lock_holders; i++)
+		pthread_join(holders[i], NULL);
 	if (opt.io_burst_mb) {
 		if (!opt.io_inline) {
 			pthread_mutex_lock(&io.mu);
