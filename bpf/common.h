@@ -148,13 +148,21 @@ enum sched_wait {
 	SCHED_WAIT_WOKEN = 2,     /* switched out blocked, woken, then waited in the run queue */
 };
 
+/* Who ended a traced thread's voluntary wait (sched_event.waker_kind). */
+enum sched_waker {
+	SCHED_WAKER_NONE = 0,      /* preempted, or blocked with no wakeup seen */
+	SCHED_WAKER_TASK = 1,      /* a task woke it: waker_pid, waker_tid, waker_comm */
+	SCHED_WAKER_INTERRUPT = 2, /* woken from hardirq, NMI or softirq context (a timer, a device) */
+};
+
 struct sched_event {
 	struct event_header hdr;  /* ts_ns is the switch-in time */
 	__u64 off_cpu_ns;         /* switch-out to switch-in */
 	__u64 runq_ns;            /* runnable (woken or preempted) to switch-in; 0 if unknown */
 	__u8 preempted;           /* switched out while still runnable (prev_state == TASK_RUNNING) */
 	__u8 wait_kind;           /* enum sched_wait */
-	__u8 _pad[2];
+	__u8 waker_kind;          /* enum sched_waker; NONE when preempted */
+	__u8 _pad;
 	/* The task the thread waited behind for a CPU: when preempted, the task that took the
 	 * CPU at the switch-out (next in that sched_switch); when woken, the task that held
 	 * the CPU until this switch-in (prev in this one). Its tgid, 0 = the idle task or
@@ -162,6 +170,16 @@ struct sched_event {
 	 * terminated; empty with pid 0 when woken, swapper/N when preempted). */
 	__u32 preemptor_pid;
 	char preemptor_comm[16];
+	/* A voluntary wait's first waker (waker_kind TASK): its tgid, tid and comm, as
+	 * sched_waking saw them in the waker's own context. Zero otherwise. */
+	__u32 waker_pid;
+	__u32 waker_tid;
+	char waker_comm[16];
+	/* The system call a voluntary wait blocked in (x86-64 number, from the thread's
+	 * user entry frame); -1 when it blocked outside one (a page fault) or was preempted.
+	 * Userspace names what it waited on from it. */
+	__s32 syscall_nr;
+	__u32 _pad2;
 };
 
 struct process_event {

@@ -33,6 +33,7 @@ const enum host_hist *unused_host_hist __attribute__((unused));
 const enum host_counter *unused_host_counter __attribute__((unused));
 const struct sched_event *unused_sched_event __attribute__((unused));
 const enum sched_wait *unused_sched_wait __attribute__((unused));
+const enum sched_waker *unused_sched_waker __attribute__((unused));
 const struct process_event *unused_process_event __attribute__((unused));
 const struct block_io_event *unused_block_io_event __attribute__((unused));
 const struct tcp_retransmit_event *unused_tcp_retransmit_event __attribute__((unused));
@@ -48,8 +49,30 @@ struct thread_sched {
 	__u64 preemptor_comm[2];
 	__u32 preemptor_pid;
 	__u8 preempted;       /* it was still runnable when switched out */
-	__u8 _pad[3];
+	/* A traced thread switched out blocked: the first task (or interrupt) that woke it,
+	 * enum sched_waker, set by sched_waking; cleared at each switch-out. */
+	__u8 waker_kind;
+	__u8 _pad[2];
+	__u32 waker_pid;
+	__u32 waker_tid;
+	__u64 waker_comm[2];
 };
+
+/* x86 keeps preempt_count per CPU, not in the task: it tells a wakeup from interrupt
+ * context (whose current task is whoever was interrupted) from a task's. A typed ksym
+ * (bpf_this_cpu_ptr(&__preempt_count)) would need the variable in kallsyms, which lists
+ * no data symbols without CONFIG_KALLSYMS_ALL, as on this kernel. So it is found from
+ * another per-CPU variable of this CPU that a pointer leads to, the run queue of the
+ * current task (current->se.cfs_rq->rq, checked by its cpu): both lie in the per-CPU
+ * section, so their distance is the distance of their offsets there, which the loader
+ * reads from vmlinux BTF (internal/probes/percpu.go). 0: not known, no interrupt is
+ * told apart. */
+volatile const __s64 preempt_count_from_rq = 0;
+
+#define PREEMPT_HARDIRQ_MASK 0x000f0000 /* HARDIRQ_MASK: bits 16-19 */
+#define PREEMPT_NMI_MASK 0x00f00000     /* NMI_MASK: bits 20-23 */
+#define PREEMPT_SOFTIRQ_OFFSET 0x100    /* serving a softirq (not merely bh disabled) */
+#define X86_ENOSYS 38
 
 struct {
 	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
@@ -135,6 +158,35 @@ static __always_inline void note_preemptor(struct thread_sched *s, struct task_s
 	s->preemptor_comm[1] = comm[1];
 }
 
+/* Who woke a blocked traced thread, and in which system call it blocked: copied into its
+ * switch-in event. The syscall is read at switch-in, where the event is built: the
+ * thread is still inside the call then, and its user entry frame holds the number in
+ * orig_ax, with ax still -ENOSYS (a page fault's frame holds its error code in orig_ax
+ * instead, and the user's ax). */
+static __always_inline void note_wait_cause(struct sched_event *ev, struct thread_sched *s, struct task_struct *next)
+{
+	__u64 *comm = (__u64 *)ev->waker_comm;
+	ev->syscall_nr = -1;
+	if (s->preempted || s->waker_kind != SCHED_WAKER_TASK) {
+		ev->waker_kind = s->preempted ? SCHED_WAKER_NONE : s->waker_kind;
+		ev->waker_pid = 0;
+		ev->waker_tid = 0;
+		comm[0] = 0;
+		comm[1] = 0;
+	} else {
+		ev->waker_kind = SCHED_WAKER_TASK;
+		ev->waker_pid = s->waker_pid;
+		ev->waker_tid = s->waker_tid;
+		comm[0] = s->waker_comm[0];
+		comm[1] = s->waker_comm[1];
+	}
+	if (s->preempted)
+		return;
+	struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(next);
+	if (regs && regs->ax == (unsigned long)-X86_ENOSYS)
+		ev->syscall_nr = (__s32)regs->orig_ax;
+}
+
 SEC("tp_btf/sched_switch")
 int BPF_PROG(on_sched_switch, bool preempt, struct task_struct *prev, struct task_struct *next,
 	     unsigned int prev_state)
@@ -154,6 +206,7 @@ int BPF_PROG(on_sched_switch, bool preempt, struct task_struct *prev, struct tas
 				if (traced) {
 					s->off_cpu_since = now;
 					s->preempted = still_runnable;
+					s->waker_kind = SCHED_WAKER_NONE;
 					if (still_runnable)
 						note_preemptor(s, next);
 				}
@@ -183,6 +236,7 @@ int BPF_PROG(on_sched_switch, bool preempt, struct task_struct *prev, struct tas
 		ev->off_cpu_ns = now - s->off_cpu_since;
 		ev->runq_ns = runq;
 		ev->preempted = s->preempted;
+		note_wait_cause(ev, s, next);
 		__u64 *comm = (__u64 *)ev->preemptor_comm;
 		if (s->preempted) {
 			ev->wait_kind = SCHED_WAIT_PREEMPTED;
@@ -218,10 +272,48 @@ static __always_inline int mark_runnable(struct task_struct *p)
 	return 0;
 }
 
-SEC("tp_btf/sched_wakeup")
-int BPF_PROG(on_sched_wakeup, struct task_struct *p)
+/* Whether this CPU runs in hardirq, NMI or softirq context, from its preempt count
+ * (see preempt_count_from_rq). Only the wakeups of traced threads blocked voluntarily
+ * pay for it: three reads. */
+static __always_inline bool in_interrupt(struct task_struct *current_task)
 {
-	return mark_runnable(p);
+	if (!preempt_count_from_rq)
+		return false;
+	struct rq *rq = BPF_CORE_READ(current_task, se.cfs_rq, rq);
+	int cpu = -1, count = 0;
+	if (!rq || bpf_probe_read_kernel(&cpu, sizeof(cpu), &rq->cpu) || cpu != (int)bpf_get_smp_processor_id())
+		return false;
+	if (bpf_probe_read_kernel(&count, sizeof(count), (void *)((__u64)rq + preempt_count_from_rq)))
+		return false;
+	return count & (PREEMPT_HARDIRQ_MASK | PREEMPT_NMI_MASK | PREEMPT_SOFTIRQ_OFFSET);
+}
+
+/* The first wakeup of a traced thread blocked voluntarily names its waker. sched_waking
+ * runs in the waker's context (sched_wakeup may run on the woken task's CPU, from an
+ * IPI, where current is arbitrary). Every wakeup of the node comes here: an untraced
+ * task costs what marking it runnable did, one task-storage get, and a traced thread
+ * that is not blocked one more test. */
+SEC("tp_btf/sched_waking")
+int BPF_PROG(on_sched_waking, struct task_struct *p)
+{
+	struct thread_sched *s = bpf_task_storage_get(&thread_scheds, p, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
+	if (!s)
+		return 0;
+	s->runnable_since = bpf_ktime_get_ns();
+	if (!s->off_cpu_since || s->preempted || s->waker_kind != SCHED_WAKER_NONE)
+		return 0;
+	struct task_struct *waker = bpf_get_current_task_btf();
+	if (in_interrupt(waker)) {
+		s->waker_kind = SCHED_WAKER_INTERRUPT;
+		return 0;
+	}
+	const __u64 *comm = (const __u64 *)waker->comm;
+	s->waker_pid = waker->tgid;
+	s->waker_tid = waker->pid;
+	s->waker_comm[0] = comm[0];
+	s->waker_comm[1] = comm[1];
+	s->waker_kind = SCHED_WAKER_TASK;
+	return 0;
 }
 
 SEC("tp_btf/sched_wakeup_new")

@@ -15,7 +15,7 @@ char LICENSE[] SEC("license") = "Dual BSD/GPL";
 	}
 
 EMPTY(sched_switch)
-EMPTY(sched_wakeup)
+EMPTY(sched_waking)
 EMPTY(sched_wakeup_new)
 EMPTY(sched_process_fork)
 EMPTY(sched_process_exec)

@@ -32,6 +32,9 @@ type Paths struct {
 	NVML string
 	// Workload is fakegpu-workload; DDP is fakegpu-ddp; Hog is fakegpu-hog (StartHog).
 	Workload, DDP, Hog string
+	// LockWait is fakegpu-lockwait: a dispatcher that waits on a lock its own tokenizer
+	// threads hold, then sleeps (c/lockwait.c).
+	LockWait string
 }
 
 var (
@@ -112,6 +115,7 @@ func PathsIn(out string) Paths {
 		Workload: filepath.Join(out, "bin", "fakegpu-workload"),
 		DDP:      filepath.Join(out, "bin", "fakegpu-ddp"),
 		Hog:      filepath.Join(out, "bin", "fakegpu-hog"),
+		LockWait: filepath.Join(out, "bin", "fakegpu-lockwait"),
 	}
 }
 

@@ -194,6 +194,70 @@ const (
 // CPU (see WaitKind); "" when it names none.
 func (ev *SchedSwitchIn) PreemptorName() string { return Comm(ev.PreemptorComm) }
 
+// SchedWaker is enum sched_waker: who ended a traced thread's voluntary wait
+// (SchedSwitchIn.WakerKind).
+type SchedWaker uint8
+
+const (
+	// WakerNone: preempted, or blocked with no wakeup seen (it blocked before the
+	// programs attached, or the wakeup raced its switch-out).
+	WakerNone = SchedWaker(hostSchedWakerSCHED_WAKER_NONE)
+	// WakerTask: a task woke it; WakerPid, WakerTid and WakerComm name it.
+	WakerTask = SchedWaker(hostSchedWakerSCHED_WAKER_TASK)
+	// WakerInterrupt: it was woken from hardirq, NMI or softirq context (a timer's
+	// expiry, a device's completion, a packet), where the current task is unrelated.
+	WakerInterrupt = SchedWaker(hostSchedWakerSCHED_WAKER_INTERRUPT)
+)
+
+// WakerName is the thread name (comm) of the task that woke the thread; "" when none.
+func (ev *SchedSwitchIn) WakerName() string { return Comm(ev.WakerComm) }
+
+// BlockedOn names what a voluntary wait waited in, from the x86-64 system call it
+// blocked in (SchedSwitchIn.SyscallNr, -1 for none).
+type BlockedOn uint8
+
+const (
+	BlockedOther  BlockedOn = iota // any other system call, or none (a page fault)
+	BlockedLock                    // futex, futex_waitv: a mutex, condition variable, join
+	BlockedIO                      // file reads, writes, syncs, io_uring and AIO waits
+	BlockedSleep                   // nanosleep, clock_nanosleep
+	BlockedPoll                    // waiting for a file descriptor or a peer: poll, epoll, sockets
+	BlockedDevice                  // ioctl: a driver call (real CUDA syncs block in one)
+	BlockedOnCount
+)
+
+var blockedOnNames = [BlockedOnCount]string{"other", "lock", "io", "sleep", "poll", "device"}
+
+func (b BlockedOn) String() string {
+	if b < BlockedOnCount {
+		return blockedOnNames[b]
+	}
+	return "other"
+}
+
+// x86-64 system call numbers (arch/x86/entry/syscalls/syscall_64.tbl).
+var blockedOnSyscall = map[int32]BlockedOn{
+	202: BlockedLock, 449: BlockedLock, // futex, futex_waitv
+	0: BlockedIO, 1: BlockedIO, 17: BlockedIO, 18: BlockedIO, 19: BlockedIO, 20: BlockedIO, // read, write, pread64, pwrite64, readv, writev
+	295: BlockedIO, 296: BlockedIO, 327: BlockedIO, 328: BlockedIO, // preadv, pwritev, preadv2, pwritev2
+	74: BlockedIO, 75: BlockedIO, 208: BlockedIO, 426: BlockedIO, // fsync, fdatasync, io_getevents, io_uring_enter
+	35: BlockedSleep, 230: BlockedSleep, // nanosleep, clock_nanosleep
+	7: BlockedPoll, 271: BlockedPoll, 23: BlockedPoll, 270: BlockedPoll, // poll, ppoll, select, pselect6
+	232: BlockedPoll, 281: BlockedPoll, 441: BlockedPoll, // epoll_wait, epoll_pwait, epoll_pwait2
+	45: BlockedPoll, 47: BlockedPoll, 44: BlockedPoll, 46: BlockedPoll, // recvfrom, recvmsg, sendto, sendmsg
+	299: BlockedPoll, 307: BlockedPoll, // recvmmsg, sendmmsg
+	43: BlockedPoll, 288: BlockedPoll, 42: BlockedPoll, // accept, accept4, connect
+	16: BlockedDevice, // ioctl
+}
+
+// BlockedOnSyscall classifies the system call a thread blocked in.
+func BlockedOnSyscall(nr int32) BlockedOn {
+	if b, ok := blockedOnSyscall[nr]; ok {
+		return b
+	}
+	return BlockedOther
+}
+
 // Comm returns a NUL-terminated kernel comm as a string.
 func Comm(c [16]int8) string { return cString(c[:]) }
 

@@ -90,9 +90,15 @@ type hostSchedEvent struct {
 	RunqNs        uint64
 	Preempted     uint8
 	WaitKind      uint8
-	Pad           [2]uint8
+	WakerKind     uint8
+	Pad           uint8
 	PreemptorPid  uint32
 	PreemptorComm [16]int8
+	WakerPid      uint32
+	WakerTid      uint32
+	WakerComm     [16]int8
+	SyscallNr     int32
+	Pad2          uint32
 }
 
 type hostSchedWait uint32
@@ -101,6 +107,14 @@ const (
 	hostSchedWaitSCHED_WAIT_NONE      hostSchedWait = 0
 	hostSchedWaitSCHED_WAIT_PREEMPTED hostSchedWait = 1
 	hostSchedWaitSCHED_WAIT_WOKEN     hostSchedWait = 2
+)
+
+type hostSchedWaker uint32
+
+const (
+	hostSchedWakerSCHED_WAKER_NONE      hostSchedWaker = 0
+	hostSchedWakerSCHED_WAKER_TASK      hostSchedWaker = 1
+	hostSchedWakerSCHED_WAKER_INTERRUPT hostSchedWaker = 2
 )
 
 type hostTcpRetransmitEvent struct {
@@ -151,7 +165,11 @@ type hostThreadSched struct {
 	PreemptorComm [2]uint64
 	PreemptorPid  uint32
 	Preempted     uint8
-	Pad           [3]uint8
+	WakerKind     uint8
+	Pad           [2]uint8
+	WakerPid      uint32
+	WakerTid      uint32
+	WakerComm     [2]uint64
 }
 
 // Names of all BPF objects in the ELF.
@@ -176,15 +194,17 @@ const (
 	hostProgOnSchedProcessExit      = "on_sched_process_exit"
 	hostProgOnSchedProcessFork      = "on_sched_process_fork"
 	hostProgOnSchedSwitch           = "on_sched_switch"
-	hostProgOnSchedWakeup           = "on_sched_wakeup"
 	hostProgOnSchedWakeupNew        = "on_sched_wakeup_new"
+	hostProgOnSchedWaking           = "on_sched_waking"
 	hostProgOnTcpRetransmitSkb      = "on_tcp_retransmit_skb"
+	hostVarPreemptCountFromRq       = "preempt_count_from_rq"
 	hostVarUnusedBlockIoEvent       = "unused_block_io_event"
 	hostVarUnusedHostCounter        = "unused_host_counter"
 	hostVarUnusedHostHist           = "unused_host_hist"
 	hostVarUnusedProcessEvent       = "unused_process_event"
 	hostVarUnusedSchedEvent         = "unused_sched_event"
 	hostVarUnusedSchedWait          = "unused_sched_wait"
+	hostVarUnusedSchedWaker         = "unused_sched_waker"
 	hostVarUnusedTcpRetransmitEvent = "unused_tcp_retransmit_event"
 )
 
@@ -237,8 +257,8 @@ type hostProgramSpecs struct {
 	OnSchedProcessExit *ebpf.ProgramSpec `ebpf:"on_sched_process_exit"`
 	OnSchedProcessFork *ebpf.ProgramSpec `ebpf:"on_sched_process_fork"`
 	OnSchedSwitch      *ebpf.ProgramSpec `ebpf:"on_sched_switch"`
-	OnSchedWakeup      *ebpf.ProgramSpec `ebpf:"on_sched_wakeup"`
 	OnSchedWakeupNew   *ebpf.ProgramSpec `ebpf:"on_sched_wakeup_new"`
+	OnSchedWaking      *ebpf.ProgramSpec `ebpf:"on_sched_waking"`
 	OnTcpRetransmitSkb *ebpf.ProgramSpec `ebpf:"on_tcp_retransmit_skb"`
 }
 
@@ -263,12 +283,14 @@ type hostMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type hostVariableSpecs struct {
+	PreemptCountFromRq       *ebpf.VariableSpec `ebpf:"preempt_count_from_rq"`
 	UnusedBlockIoEvent       *ebpf.VariableSpec `ebpf:"unused_block_io_event"`
 	UnusedHostCounter        *ebpf.VariableSpec `ebpf:"unused_host_counter"`
 	UnusedHostHist           *ebpf.VariableSpec `ebpf:"unused_host_hist"`
 	UnusedProcessEvent       *ebpf.VariableSpec `ebpf:"unused_process_event"`
 	UnusedSchedEvent         *ebpf.VariableSpec `ebpf:"unused_sched_event"`
 	UnusedSchedWait          *ebpf.VariableSpec `ebpf:"unused_sched_wait"`
+	UnusedSchedWaker         *ebpf.VariableSpec `ebpf:"unused_sched_waker"`
 	UnusedTcpRetransmitEvent *ebpf.VariableSpec `ebpf:"unused_tcp_retransmit_event"`
 }
 
@@ -325,12 +347,14 @@ func (m *hostMaps) Close() error {
 //
 // It can be passed to loadHostObjects or ebpf.CollectionSpec.LoadAndAssign.
 type hostVariables struct {
+	PreemptCountFromRq       *ebpf.Variable `ebpf:"preempt_count_from_rq"`
 	UnusedBlockIoEvent       *ebpf.Variable `ebpf:"unused_block_io_event"`
 	UnusedHostCounter        *ebpf.Variable `ebpf:"unused_host_counter"`
 	UnusedHostHist           *ebpf.Variable `ebpf:"unused_host_hist"`
 	UnusedProcessEvent       *ebpf.Variable `ebpf:"unused_process_event"`
 	UnusedSchedEvent         *ebpf.Variable `ebpf:"unused_sched_event"`
 	UnusedSchedWait          *ebpf.Variable `ebpf:"unused_sched_wait"`
+	UnusedSchedWaker         *ebpf.Variable `ebpf:"unused_sched_waker"`
 	UnusedTcpRetransmitEvent *ebpf.Variable `ebpf:"unused_tcp_retransmit_event"`
 }
 
@@ -345,8 +369,8 @@ type hostPrograms struct {
 	OnSchedProcessExit *ebpf.Program `ebpf:"on_sched_process_exit"`
 	OnSchedProcessFork *ebpf.Program `ebpf:"on_sched_process_fork"`
 	OnSchedSwitch      *ebpf.Program `ebpf:"on_sched_switch"`
-	OnSchedWakeup      *ebpf.Program `ebpf:"on_sched_wakeup"`
 	OnSchedWakeupNew   *ebpf.Program `ebpf:"on_sched_wakeup_new"`
+	OnSchedWaking      *ebpf.Program `ebpf:"on_sched_waking"`
 	OnTcpRetransmitSkb *ebpf.Program `ebpf:"on_tcp_retransmit_skb"`
 }
 
@@ -359,8 +383,8 @@ func (p *hostPrograms) Close() error {
 		p.OnSchedProcessExit,
 		p.OnSchedProcessFork,
 		p.OnSchedSwitch,
-		p.OnSchedWakeup,
 		p.OnSchedWakeupNew,
+		p.OnSchedWaking,
 		p.OnTcpRetransmitSkb,
 	)
 }

@@ -23,8 +23,8 @@ const (
 	hostbaselineProgEmptySchedProcessExit = "empty_sched_process_exit"
 	hostbaselineProgEmptySchedProcessFork = "empty_sched_process_fork"
 	hostbaselineProgEmptySchedSwitch      = "empty_sched_switch"
-	hostbaselineProgEmptySchedWakeup      = "empty_sched_wakeup"
 	hostbaselineProgEmptySchedWakeupNew   = "empty_sched_wakeup_new"
+	hostbaselineProgEmptySchedWaking      = "empty_sched_waking"
 	hostbaselineProgEmptyTcpRetransmitSkb = "empty_tcp_retransmit_skb"
 )
 
@@ -77,8 +77,8 @@ type hostbaselineProgramSpecs struct {
 	EmptySchedProcessExit *ebpf.ProgramSpec `ebpf:"empty_sched_process_exit"`
 	EmptySchedProcessFork *ebpf.ProgramSpec `ebpf:"empty_sched_process_fork"`
 	EmptySchedSwitch      *ebpf.ProgramSpec `ebpf:"empty_sched_switch"`
-	EmptySchedWakeup      *ebpf.ProgramSpec `ebpf:"empty_sched_wakeup"`
 	EmptySchedWakeupNew   *ebpf.ProgramSpec `ebpf:"empty_sched_wakeup_new"`
+	EmptySchedWaking      *ebpf.ProgramSpec `ebpf:"empty_sched_waking"`
 	EmptyTcpRetransmitSkb *ebpf.ProgramSpec `ebpf:"empty_tcp_retransmit_skb"`
 }
 
@@ -137,8 +137,8 @@ type hostbaselinePrograms struct {
 	EmptySchedProcessExit *ebpf.Program `ebpf:"empty_sched_process_exit"`
 	EmptySchedProcessFork *ebpf.Program `ebpf:"empty_sched_process_fork"`
 	EmptySchedSwitch      *ebpf.Program `ebpf:"empty_sched_switch"`
-	EmptySchedWakeup      *ebpf.Program `ebpf:"empty_sched_wakeup"`
 	EmptySchedWakeupNew   *ebpf.Program `ebpf:"empty_sched_wakeup_new"`
+	EmptySchedWaking      *ebpf.Program `ebpf:"empty_sched_waking"`
 	EmptyTcpRetransmitSkb *ebpf.Program `ebpf:"empty_tcp_retransmit_skb"`
 }
 
@@ -151,8 +151,8 @@ func (p *hostbaselinePrograms) Close() error {
 		p.EmptySchedProcessExit,
 		p.EmptySchedProcessFork,
 		p.EmptySchedSwitch,
-		p.EmptySchedWakeup,
 		p.EmptySchedWakeupNew,
+		p.EmptySchedWaking,
 		p.EmptyTcpRetransmitSkb,
 	)
 }

@@ -133,6 +133,10 @@ func Load(opts Options) (*Probes, error) {
 		return nil, explainLoadError("cuda probes", err)
 	}
 	hostSpec, err := loadHost()
+	if err == nil {
+		// sched_waking tells a wakeup from interrupt context by the CPU's preempt count.
+		err = setPreemptCountFromRQ(hostSpec)
+	}
 	if err != nil {
 		p.cuda.Close()
 		return nil, err
@@ -211,7 +215,7 @@ func (p *Probes) Adopted() bool { return p.state != nil && p.state.adopted }
 
 // HostTracepoints names the host tracepoints in the order hostPrograms lists them.
 var HostTracepoints = []string{
-	"sched_switch", "sched_wakeup", "sched_wakeup_new",
+	"sched_switch", "sched_waking", "sched_wakeup_new",
 	"sched_process_fork", "sched_process_exec", "sched_process_exit",
 	"mm_page_alloc", "block_rq_issue", "block_rq_complete", "tcp_retransmit_skb",
 }
@@ -222,7 +226,7 @@ func (p *Probes) hostPrograms() []*ebpf.Program {
 	if p.baseline {
 		b := &p.hostBaseline
 		return []*ebpf.Program{
-			b.EmptySchedSwitch, b.EmptySchedWakeup, b.EmptySchedWakeupNew,
+			b.EmptySchedSwitch, b.EmptySchedWaking, b.EmptySchedWakeupNew,
 			b.EmptySchedProcessFork, b.EmptySchedProcessExec, b.EmptySchedProcessExit,
 			b.EmptyMmPageAlloc, b.EmptyBlockRqIssue, b.EmptyBlockRqComplete,
 			b.EmptyTcpRetransmitSkb,
@@ -230,7 +234,7 @@ func (p *Probes) hostPrograms() []*ebpf.Program {
 	}
 	h := &p.host
 	return []*ebpf.Program{
-		h.OnSchedSwitch, h.OnSchedWakeup, h.OnSchedWakeupNew,
+		h.OnSchedSwitch, h.OnSchedWaking, h.OnSchedWakeupNew,
 		h.OnSchedProcessFork, h.OnSchedProcessExec, h.OnSchedProcessExit,
 		h.OnMmPageAlloc, h.OnBlockRqIssue, h.OnBlockRqComplete,
 		h.OnTcpRetransmitSkb,

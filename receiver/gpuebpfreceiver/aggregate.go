@@ -35,24 +35,31 @@ type threadSeries struct {
 	runQueue        expohisto.Histogram
 	// preemptors are the tasks a thread that calls CUDA waited behind for a CPU, by
 	// name: the task that took its CPU when it was preempted, or the task that held the
-	// CPU while it waited in the run queue after a wakeup. The "other" threads keep none.
-	// It holds the names with a series, the other buckets, and the names of the current
-	// interval still to be judged (see namePreemptors).
-	preemptors []preemptorSeries
+	// CPU while it waited in the run queue after a wakeup. Members are their processes.
+	preemptors namedByWeight
+	// wakers are what ended a CUDA thread's voluntary waits (blocked, not preempted), by
+	// the waker's name and what the thread blocked in (the class): a task, interrupt, or
+	// none (no wakeup seen). Members are the waker threads. The "other" threads keep
+	// neither table.
+	wakers namedByWeight
 }
 
-// The preemptors of one CUDA thread are named by weight, interval by interval, so that
-// a task that takes the thread's CPU is named however many names came before it:
+// A CUDA thread's preemptors and wakers are each named by weight, interval by
+// interval, so that a task that takes the thread's CPU, or that the thread waits for,
+// is named however many names came before it. A name here is a (comm, self, class)
+// key: the class is what a blocked wait waited on (0 for preemptors), so the same
+// waker's lock waits and its I/O waits are two names.
 //
 //   - Each export credits what every name took in the interval just ended. The
-//     interval's maxPreemptorNames heaviest names (by waited time) each get their own
+//     interval's maxPreemptorNames heaviest names (by time) each get their own
 //     series, and so does any name that already holds one; the rest of the interval's
-//     waits are credited to otherPreemptors. Each wait is credited to exactly one series.
+//     waits are credited to the other bucket of their (self, class). Each wait is
+//     credited to exactly one series.
 //   - A series, once it exists, only grows: an interval in which its name is light or
 //     absent leaves it flat, never lower. At most maxPreemptorSeries names hold a series;
 //     to give one to a name among an interval's heaviest, the series that grew least
 //     recently is let go (it is no longer exported, and its interval's waits, if any, go
-//     to otherPreemptors). Should that name return, its series begins again at the
+//     to the other bucket). Should that name return, its series begins again at the
 //     start of the interval it returns in, after every point of the old one: a reader
 //     that follows the start time (internal/series) counts it whole, nothing twice.
 //   - A series that begins after the process's first interval starts at the interval
@@ -61,13 +68,15 @@ type threadSeries struct {
 //   - Within an interval, the names not holding a series are kept in a table of
 //     maxPreemptorCandidates. When it is full, a new name takes the place of the
 //     candidate with the least estimate and inherits that estimate (Space-Saving), so a
-//     name that took more than 1/maxPreemptorCandidates of the interval's waits behind
+//     name that took more than 1/maxPreemptorCandidates of the interval's time among
 //     names without a series is never let go. A name let go this way hands its waits
-//     to otherPreemptors at once and counts a preemptor_names drop per wait: the wait
-//     and its time are kept, its name is not.
+//     to the other bucket at once and counts a drop per wait (preemptor_names,
+//     waker_names): the wait and its time are kept, its name is not.
 //
-// Each name remembers up to maxPreemptorProcesses distinct processes; its count of them
-// saturates there.
+// Each name remembers up to maxPreemptorProcesses distinct members (processes of a
+// preemptor, threads of a waker); its count of them saturates there, and each member it
+// had no room for counts a drop (preemptor_processes, waker_threads). The other
+// buckets, one per (self, class), hold no more than that either.
 const (
 	maxPreemptorNames      = 8
 	maxPreemptorSeries     = 16
@@ -76,41 +85,70 @@ const (
 	otherPreemptors        = "other"
 )
 
-// preemptorSeries is what one name took from one CUDA thread: the thread's waits for
-// a CPU that a task of that name held. Waits behind the collector's own process are
-// kept apart from any other process of the same name (self), so that downstream can
-// tell the collector's cost from the node's.
-type preemptorSeries struct {
-	comm  [16]int8 // as the kernel wrote it, NUL-padded; zero for the other bucket
-	other bool     // the bucket of names not named on their own
+// nameDrops says which drop reasons a table counts its losses under.
+type nameDrops struct {
+	counters *counterSet
+	// names: waits whose name the candidates' table let go; members: members a name's
+	// set had no room for.
+	names, members string
+}
+
+func preemptorDrops(c *counterSet) nameDrops {
+	return nameDrops{counters: c, names: "preemptor_names", members: "preemptor_processes"}
+}
+
+func wakerDrops(c *counterSet) nameDrops {
+	return nameDrops{counters: c, names: "waker_names", members: "waker_threads"}
+}
+
+// nameKey is what one series of a table is about.
+type nameKey struct {
+	comm  [16]int8 // as the kernel wrote it, NUL-padded; zero for an other bucket
 	self  bool
+	class uint8 // what a blocked wait waited on (probes.BlockedOn); 0 for preemptors
+}
+
+// namedSeries is what one name took from one CUDA thread: its waits, their time, and
+// the distinct members (processes or threads) seen under it. For preemptors, waits
+// behind the collector's own process are kept apart from any other process of the same
+// name (self); for wakers, self is a waker of the thread's own process.
+type namedSeries struct {
+	nameKey
+	other bool // the bucket of names not named on their own
 	// held: the name has a series, exported at every export from start on; false for
 	// a name of the current interval not judged yet.
 	held  bool
 	start pcommon.Timestamp
 	grew  pcommon.Timestamp // the last export that credited it
-	// The series' totals: waits (preemptions, and woken waits in the run queue) and
-	// their time (preempted off-CPU time, woken run-queue time).
+	// The series' totals: waits and their time.
 	preemptions uint64
 	seconds     float64
-	// The current interval's waits behind the name, credited at the next export.
+	// The current interval's waits under the name, credited at the next export.
 	pendingWaits   uint64
 	pendingSeconds float64
 	// estimate bounds from above what the name took in the current interval: its
 	// pending time plus the estimate of the candidate it replaced (Space-Saving).
 	estimate float64
-	pids     []uint32 // distinct preemptor processes (tgids), up to maxPreemptorProcesses
+	pids     []uint32 // distinct members, up to maxPreemptorProcesses
 }
 
-func (s *preemptorSeries) name() string {
+// preemptorSeries is a preemptor's entry (the tests' name for a namedSeries).
+type preemptorSeries = namedSeries
+
+func (s *namedSeries) name() string {
 	if s.other {
 		return otherPreemptors
 	}
 	return probes.Comm(s.comm)
 }
 
+// namedByWeight is a CUDA thread's table of one kind of names: those with a series,
+// the other buckets, and the names of the current interval still to be judged (see
+// maxPreemptorNames).
+type namedByWeight []namedSeries
+
 // Comms that the kernel left empty are named unknown, and a task named "other" is
-// counted in the other bucket: each (name, self) is then one series.
+// counted in the other bucket: each (name, self, class) is then one series.
 var (
 	unknownPreemptorComm = commOf("unknown")
 	otherPreemptorComm   = commOf(otherPreemptors)
@@ -124,105 +162,158 @@ func commOf(name string) (c [16]int8) {
 }
 
 // waitedBehind counts a wait of the thread for a CPU held by process pid under comm,
-// of seconds, in the current interval. A process the name's set has no room for, and a
-// name the interval's table lets go, are counted in drops.
+// of seconds, in the current interval.
 func (t *threadSeries) waitedBehind(comm [16]int8, pid uint32, seconds float64, self bool, drops *counterSet) {
-	// The kernel pads a comm with NULs (strscpy_pad); whatever follows a NUL is not
-	// part of the name, and must not split one name into two series.
+	t.preemptors.credit(nameKey{comm: comm, self: self}, pid, seconds, preemptorDrops(drops))
+}
+
+// namePreemptors ends an interval that began at from, at now, for the preemptors.
+func (t *threadSeries) namePreemptors(from, now pcommon.Timestamp, drops *counterSet) {
+	t.preemptors.nameInterval(from, now, preemptorDrops(drops))
+}
+
+// Waker names that are not a task's comm: they cannot clash with one, since a task
+// named so is counted in the other bucket.
+var (
+	interruptWakerComm = commOf("interrupt")
+	noWakerComm        = commOf("none")
+)
+
+// blocked counts a voluntary wait of the thread of seconds (switch-out to wakeup),
+// ended by the waker ev names, in what ev's system call says it waited on.
+func (t *threadSeries) blocked(ev *probes.SchedSwitchIn, seconds float64, self bool, drops *counterSet) {
+	key := nameKey{class: uint8(probes.BlockedOnSyscall(ev.SyscallNr))}
+	var member uint32
+	switch probes.SchedWaker(ev.WakerKind) {
+	case probes.WakerTask:
+		key.comm, key.self, member = ev.WakerComm, self, ev.WakerTid
+		if c := trimComm(key.comm); c == interruptWakerComm || c == noWakerComm {
+			key.comm = otherPreemptorComm
+		}
+	case probes.WakerInterrupt:
+		key.comm = interruptWakerComm
+	default:
+		key.comm = noWakerComm
+	}
+	t.wakers.credit(key, member, seconds, wakerDrops(drops))
+}
+
+// nameWakers ends an interval that began at from, at now, for the wakers.
+func (t *threadSeries) nameWakers(from, now pcommon.Timestamp, drops *counterSet) {
+	t.wakers.nameInterval(from, now, wakerDrops(drops))
+}
+
+// trimComm clears whatever follows a comm's NUL: the kernel pads a comm with NULs
+// (strscpy_pad), and bytes after one are not part of the name, so they must not split
+// one name into two series.
+func trimComm(comm [16]int8) [16]int8 {
 	if i := slices.Index(comm[:], 0); i >= 0 {
 		clear(comm[i:])
 	}
-	if comm[0] == 0 {
-		comm = unknownPreemptorComm
+	return comm
+}
+
+// credit counts a wait of seconds under key, with member (0: none, e.g. the idle
+// task), in the current interval. A member the name's set has no room for, and a name
+// the interval's table lets go, are counted in drops.
+func (n *namedByWeight) credit(key nameKey, member uint32, seconds float64, drops nameDrops) {
+	key.comm = trimComm(key.comm)
+	if key.comm[0] == 0 {
+		key.comm = unknownPreemptorComm
 	}
-	s := t.preemptor(comm, self, drops)
+	s := n.entry(key, drops)
 	s.pendingWaits++
 	s.pendingSeconds += seconds
 	s.estimate += seconds
-	s.rememberProcess(pid, drops)
+	s.rememberMember(member, drops)
 }
 
-// rememberProcess adds pid (0: the idle task, no process) to the name's processes.
-func (s *preemptorSeries) rememberProcess(pid uint32, drops *counterSet) {
-	if pid == 0 || slices.Contains(s.pids, pid) {
+// rememberMember adds a member (0: none) to the name's members.
+func (s *namedSeries) rememberMember(member uint32, drops nameDrops) {
+	if member == 0 || slices.Contains(s.pids, member) {
 		return
 	}
 	if len(s.pids) >= maxPreemptorProcesses {
-		drops.add("preemptor_processes", 1)
+		drops.counters.add(drops.members, 1)
 		return
 	}
-	s.pids = append(s.pids, pid)
+	s.pids = append(s.pids, member)
 }
 
-// preemptor returns the entry of comm (self or not): its series, the other bucket for
-// a task named other, or the interval's candidate of that name, which it makes room
-// for when the candidates' table is full.
-func (t *threadSeries) preemptor(comm [16]int8, self bool, drops *counterSet) *preemptorSeries {
-	if comm == otherPreemptorComm {
-		return &t.preemptors[t.otherBucket(self)]
+// entry returns the entry of key: its series, the other bucket for a task named
+// other, or the interval's candidate of that name, which it makes room for when the
+// candidates' table is full.
+func (n *namedByWeight) entry(key nameKey, drops nameDrops) *namedSeries {
+	if key.comm == otherPreemptorComm {
+		return &(*n)[n.otherBucket(key)]
 	}
+	t := *n
 	candidates, lightest := 0, -1
-	for i := range t.preemptors {
-		s := &t.preemptors[i]
+	for i := range t {
+		s := &t[i]
 		if s.other {
 			continue
 		}
-		if s.comm == comm && s.self == self {
+		if s.nameKey == key {
 			return s
 		}
 		if !s.held {
 			candidates++
-			if lightest < 0 || s.estimate < t.preemptors[lightest].estimate {
+			if lightest < 0 || s.estimate < t[lightest].estimate {
 				lightest = i
 			}
 		}
 	}
 	if candidates < maxPreemptorCandidates {
-		t.preemptors = append(t.preemptors, preemptorSeries{comm: comm, self: self})
-		return &t.preemptors[len(t.preemptors)-1]
+		*n = append(t, namedSeries{nameKey: key})
+		return &(*n)[len(*n)-1]
 	}
-	drops.add("preemptor_names", t.preemptors[lightest].pendingWaits)
-	estimate := t.preemptors[lightest].estimate
-	t.foldIntoOther(lightest, drops)
-	t.preemptors[lightest] = preemptorSeries{comm: comm, self: self, estimate: estimate}
-	return &t.preemptors[lightest]
+	drops.counters.add(drops.names, t[lightest].pendingWaits)
+	estimate := t[lightest].estimate
+	n.foldIntoOther(lightest, drops)
+	t = *n // the other bucket may have been added
+	t[lightest] = namedSeries{nameKey: key, estimate: estimate}
+	return &t[lightest]
 }
 
-// otherBucket is the index of the other bucket (self or not), added if missing.
-func (t *threadSeries) otherBucket(self bool) int {
-	for i := range t.preemptors {
-		if s := &t.preemptors[i]; s.other && s.self == self {
+// otherBucket is the index of the other bucket of key's (self, class), added if missing.
+func (n *namedByWeight) otherBucket(key nameKey) int {
+	key.comm = [16]int8{}
+	for i := range *n {
+		if s := &(*n)[i]; s.other && s.nameKey == key {
 			return i
 		}
 	}
-	t.preemptors = append(t.preemptors, preemptorSeries{other: true, self: self})
-	return len(t.preemptors) - 1
+	*n = append(*n, namedSeries{nameKey: key, other: true})
+	return len(*n) - 1
 }
 
-// foldIntoOther hands the current interval's waits of entry i, and their processes, to
-// the other bucket; the entry keeps its credited totals.
-func (t *threadSeries) foldIntoOther(i int, drops *counterSet) {
-	if t.preemptors[i].pendingWaits == 0 {
+// foldIntoOther hands the current interval's waits of entry i, and its members, to
+// its other bucket; the entry keeps its credited totals.
+func (n *namedByWeight) foldIntoOther(i int, drops nameDrops) {
+	if (*n)[i].pendingWaits == 0 {
 		return
 	}
-	o := &t.preemptors[t.otherBucket(t.preemptors[i].self)]
-	s := &t.preemptors[i]
-	o.pendingWaits += s.pendingWaits
-	o.pendingSeconds += s.pendingSeconds
-	o.estimate += s.pendingSeconds
-	for _, pid := range s.pids {
-		o.rememberProcess(pid, drops)
+	o := n.otherBucket((*n)[i].nameKey)
+	t := *n
+	s := &t[i]
+	t[o].pendingWaits += s.pendingWaits
+	t[o].pendingSeconds += s.pendingSeconds
+	t[o].estimate += s.pendingSeconds
+	for _, member := range s.pids {
+		t[o].rememberMember(member, drops)
 	}
 	s.pendingWaits, s.pendingSeconds = 0, 0
 }
 
-// namePreemptors ends an interval that began at from, at now: it names its heaviest
-// preemptors and credits every wait of it to one series (see maxPreemptorNames).
-func (t *threadSeries) namePreemptors(from, now pcommon.Timestamp, drops *counterSet) {
+// nameInterval ends an interval that began at from, at now: it names its heaviest
+// names and credits every wait of it to one series (see maxPreemptorNames).
+func (n *namedByWeight) nameInterval(from, now pcommon.Timestamp, drops nameDrops) {
+	t := *n
 	var waited []int // the interval's names (not the other buckets), heaviest first
 	held := 0
-	for i := range t.preemptors {
-		s := &t.preemptors[i]
+	for i := range t {
+		s := &t[i]
 		if s.other {
 			continue
 		}
@@ -234,56 +325,61 @@ func (t *threadSeries) namePreemptors(from, now pcommon.Timestamp, drops *counte
 		}
 	}
 	sort.Slice(waited, func(a, b int) bool {
-		x, y := &t.preemptors[waited[a]], &t.preemptors[waited[b]]
+		x, y := &t[waited[a]], &t[waited[b]]
 		if x.pendingSeconds != y.pendingSeconds {
 			return x.pendingSeconds > y.pendingSeconds
 		}
 		if x.comm != y.comm {
 			return probes.Comm(x.comm) < probes.Comm(y.comm)
 		}
-		return !x.self && y.self
+		if x.self != y.self {
+			return !x.self
+		}
+		return x.class < y.class
 	})
-	top := make([]bool, len(t.preemptors))
+	top := make([]bool, len(t))
 	for _, i := range waited[:min(len(waited), maxPreemptorNames)] {
 		top[i] = true
 	}
-	letGo := make([]bool, len(t.preemptors))
+	letGo := make([]bool, len(t))
 	for _, i := range waited[:min(len(waited), maxPreemptorNames)] {
-		if t.preemptors[i].held {
+		if (*n)[i].held {
 			continue
 		}
 		if held >= maxPreemptorSeries {
 			// There are more series than top names: one outside the top grew least
 			// recently (lighter first among those that grew at the same export).
 			victim := -1
-			for j := range t.preemptors {
-				s := &t.preemptors[j]
+			for j := range *n {
+				s := &(*n)[j]
 				if s.other || !s.held || top[j] || letGo[j] {
 					continue
 				}
-				if victim < 0 || growsLater(&t.preemptors[victim], s) {
+				if victim < 0 || growsLater(&(*n)[victim], s) {
 					victim = j
 				}
 			}
-			t.foldIntoOther(victim, drops)
+			n.foldIntoOther(victim, drops)
 			letGo[victim] = true
 			held--
 		}
-		t.preemptors[i].held, t.preemptors[i].start = true, from
+		(*n)[i].held, (*n)[i].start = true, from
 		held++
 	}
-	for i := range t.preemptors {
-		if s := &t.preemptors[i]; !s.other && !s.held {
-			t.foldIntoOther(i, drops)
+	for i := range letGo {
+		if s := &(*n)[i]; !s.other && !s.held {
+			n.foldIntoOther(i, drops)
 			letGo[i] = true
 		}
 	}
-	n := 0
-	for i := range t.preemptors {
+	// Other buckets added while folding lie beyond letGo: they are kept.
+	t = *n
+	kept := 0
+	for i := range t {
 		if i < len(letGo) && letGo[i] {
 			continue
 		}
-		s := &t.preemptors[i]
+		s := &t[i]
 		if s.pendingWaits > 0 {
 			if !s.held {
 				s.held, s.start = true, from // an other bucket's first credit
@@ -293,16 +389,16 @@ func (t *threadSeries) namePreemptors(from, now pcommon.Timestamp, drops *counte
 			s.grew = now
 		}
 		s.pendingWaits, s.pendingSeconds, s.estimate = 0, 0, 0
-		t.preemptors[n] = *s
-		n++
+		t[kept] = *s
+		kept++
 	}
-	clear(t.preemptors[n:])
-	t.preemptors = t.preemptors[:n]
+	clear(t[kept:])
+	*n = t[:kept]
 }
 
 // growsLater says whether series a is to be kept over b when one must be let go: b
 // grew less recently, or at the same export with less waited time in the interval.
-func growsLater(a, b *preemptorSeries) bool {
+func growsLater(a, b *namedSeries) bool {
 	if (a.pendingWaits > 0) != (b.pendingWaits > 0) {
 		return a.pendingWaits > 0
 	}
@@ -566,6 +662,15 @@ func (a *aggregator) Sched(ev *probes.SchedSwitchIn) {
 	}
 	if named && t != &p.other {
 		t.waitedBehind(ev.PreemptorComm, ev.PreemptorPid, waited, ev.PreemptorPid == a.selfPID, &a.drops)
+	}
+	if ev.Preempted == 0 && t != &p.other {
+		// Blocked from the switch-out until the wakeup; the run-queue wait after it is
+		// the preemptors' (none seen: all of the off-CPU time).
+		blocked := offCPU
+		if ev.RunqNs <= ev.OffCpuNs {
+			blocked = float64(ev.OffCpuNs-ev.RunqNs) / 1e9
+		}
+		t.blocked(ev, blocked, probes.SchedWaker(ev.WakerKind) == probes.WakerTask && ev.WakerPid == ev.Hdr.Pid, &a.drops)
 	}
 	if ev.RunqNs != 0 {
 		t.runQueue.Record(runq)

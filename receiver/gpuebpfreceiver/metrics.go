@@ -457,13 +457,31 @@ func emitThread(set *metricSet, t *threadSeries, role string, tid int64, drops *
 		put(set.histogram(semconv.MetricThreadRunQueue, "Time threads waited runnable for a CPU", &t.runQueue))
 	}
 	t.namePreemptors(set.interval, set.ts, drops)
-	for i := range t.preemptors {
-		s := &t.preemptors[i]
-		name := s.name()
-		putPreemptor := func(attrs pcommon.Map) {
-			put(attrs).PutStr(semconv.PreemptorName, name)
-			attrs.PutBool(semconv.PreemptorSelf, s.self)
-		}
+	emitNamed(set, t.preemptors, func(attrs pcommon.Map, s *namedSeries) {
+		put(attrs).PutStr(semconv.PreemptorName, s.name())
+		attrs.PutBool(semconv.PreemptorSelf, s.self)
+	}, func(set *metricSet, s *namedSeries, put func(pcommon.Map)) {
+		put(set.sum(semconv.MetricThreadPreemptions, "{preemption}", "Times the thread waited for a CPU, preempted or woken into the run queue, by the name of the task it waited behind", s.preemptions))
+		put(set.sumDouble(semconv.MetricThreadPreemptTime, "s", "Time the thread waited for a CPU, preempted (off CPU) or woken (in the run queue), by the name of the task it waited behind", s.seconds))
+		put(set.gaugeInt(semconv.MetricThreadPreemptors, "{process}", "Distinct processes the thread waited behind for a CPU under that name", int64(len(s.pids))))
+	})
+	t.nameWakers(set.interval, set.ts, drops)
+	emitNamed(set, t.wakers, func(attrs pcommon.Map, s *namedSeries) {
+		put(attrs).PutStr(semconv.WakerName, s.name())
+		attrs.PutBool(semconv.WakerSelf, s.self)
+		attrs.PutStr(semconv.BlockedOn, probes.BlockedOn(s.class).String())
+	}, func(set *metricSet, s *namedSeries, put func(pcommon.Map)) {
+		put(set.sumDouble(semconv.MetricThreadBlockedTime, "s", "Time the thread spent blocked (switched out while not runnable, until its wakeup), by who woke it and what it waited in", s.seconds))
+		put(set.sum(semconv.MetricThreadBlocks, "{wait}", "Times the thread blocked, by who woke it and what it waited in", s.preemptions))
+		put(set.gaugeInt(semconv.MetricThreadWakerThreads, "{thread}", "Distinct threads that woke the thread under that name", int64(len(s.pids))))
+	})
+}
+
+// emitNamed emits each series of a table of names (see maxPreemptorNames): attrs puts a
+// series' attributes, points its data points.
+func emitNamed(set *metricSet, table namedByWeight, attrs func(pcommon.Map, *namedSeries), points func(*metricSet, *namedSeries, func(pcommon.Map))) {
+	for i := range table {
+		s := &table[i]
 		// A cumulative series that began after the process's first interval says so
 		// (see maxPreemptorNames); a delta point covers the interval whatever its name.
 		set := set
@@ -472,9 +490,7 @@ func emitThread(set *metricSet, t *threadSeries, role string, tid int64, drops *
 			since.start = s.start
 			set = &since
 		}
-		putPreemptor(set.sum(semconv.MetricThreadPreemptions, "{preemption}", "Times the thread waited for a CPU, preempted or woken into the run queue, by the name of the task it waited behind", s.preemptions))
-		putPreemptor(set.sumDouble(semconv.MetricThreadPreemptTime, "s", "Time the thread waited for a CPU, preempted (off CPU) or woken (in the run queue), by the name of the task it waited behind", s.seconds))
-		putPreemptor(set.gaugeInt(semconv.MetricThreadPreemptors, "{process}", "Distinct processes the thread waited behind for a CPU under that name", int64(len(s.pids))))
+		points(set, s, func(m pcommon.Map) { attrs(m, s) })
 	}
 }
 
