@@ -274,7 +274,7 @@ static __always_inline int mark_runnable(struct task_struct *p)
 
 /* Whether this CPU runs in hardirq, NMI or softirq context, from its preempt count
  * (see preempt_count_from_rq). Only the wakeups of traced threads blocked voluntarily
- * pay for it: three reads. */
+ * pay for it: four reads. */
 static __always_inline bool in_interrupt(struct task_struct *current_task)
 {
 	if (!preempt_count_from_rq)
