@@ -178,8 +178,8 @@ func judgeCPUContention(c *Config, v *view) finding {
 		return f
 	}
 	f.tid, f.cost = tid, lost/v.wall
-	// A thread that lost more to its own process's lock than to its CPU is the lock
-	// rule's: pinning it does nothing for a lock.
+	// A thread whose trouble is its own process's lock is the lock rule's (lockBound):
+	// pinning it does nothing for a lock.
 	f.fired = r.Enabled && f.cost >= r.MinShare && f.cost > 0 && !lockBound(c, t)
 	f.symptom = launchSymptom(v)
 	f.evidence = fmt.Sprintf("thread %d waited %s for a CPU (%s of the window; preempted %d times, %s)",
@@ -234,11 +234,44 @@ func worstLockWait(v *view) (int64, *threadView, float64) {
 	return tid, worst, waited
 }
 
-// lockBound says whether a thread lost more to its own process's lock than to its
-// CPU: then pinning it would not help, and CPU contention is not its cause.
+// lockBound says whether a thread's trouble is its own process's lock rather than its
+// CPU: it lost more to the lock than to its CPU, or at least a quarter as much and its
+// CPU went mostly to the lock's own holders (threads that spin while they hold it, as
+// tokenizers and GIL holders do). Then pinning it would not help, and CPU contention is
+// not its cause.
 func lockBound(c *Config, t *threadView) bool {
-	waited, _, threads, _ := lockWait(t)
-	return waited > cpuLoss(t) && threads >= c.Rules.LockContention.MinHolders
+	r := c.Rules.LockContention
+	waited, _, threads, holders := lockWait(t)
+	if threads < r.MinHolders || waited <= 0 {
+		return false
+	}
+	if waited > cpuLoss(t) {
+		return true
+	}
+	// The lock must be a real part of what the thread lost, not a few stray waits.
+	if waited < cpuLoss(t)/4 {
+		return false
+	}
+	top := heaviestCompetitor(t)
+	for _, h := range holders {
+		if h.name == top {
+			return true
+		}
+	}
+	return false
+}
+
+// heaviestCompetitor is the name that took the most of the thread's CPU, never the
+// collector nor the receiver's other bucket; "" for none.
+func heaviestCompetitor(t *threadView) string {
+	name, most := "", 0.0
+	for _, p := range t.preemptors {
+		if p.self || p.name == otherPreemptors || p.seconds <= most {
+			continue
+		}
+		name, most = p.name, p.seconds
+	}
+	return name
 }
 
 func judgeLockContention(c *Config, v *view) finding {

@@ -145,6 +145,12 @@ var scenarios = []scenario{{
 		}
 	},
 }, {
+	// A process-wide mutex the dispatcher takes around each step, held 400 µs at a
+	// time by four tokenizer threads: the dispatcher waits for the lock, off its CPU
+	// voluntarily. Pinning it would do nothing: lock_contention, not cpu_contention.
+	name: "lock contention", cause: "lock_contention", thread: true, evidence: "woken by the holders tokenizer (4 threads)",
+	opts: func(o *fakegpu.Options) { o.LockHolders, o.LockHold = 4, 400*time.Microsecond },
+}, {
 	name: "dataloader fork storm", cause: "dataloader_oversubscription", thread: true, evidence: "processes forked",
 	opts: func(o *fakegpu.Options) {
 		o.Pin, o.PinCPU = true, 1
