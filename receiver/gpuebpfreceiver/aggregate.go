@@ -132,9 +132,6 @@ type namedSeries struct {
 	pids     []uint32 // distinct members, up to maxPreemptorProcesses
 }
 
-// preemptorSeries is a preemptor's entry (the tests' name for a namedSeries).
-type preemptorSeries = namedSeries
-
 func (s *namedSeries) name() string {
 	if s.other {
 		return otherPreemptors
