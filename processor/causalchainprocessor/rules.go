@@ -127,8 +127,20 @@ const otherPreemptors = "other"
 // there were, and last what the receiver counted under no name of its own (other),
 // however much that was, since it is many tasks and none of them the culprit.
 func competitors(t *threadView) string {
-	var ps []*preemptorView
-	var rest *preemptorView
+	ps, rest := rankedCompetitors(t)
+	parts := heaviestFirst(len(ps), func(i int) (string, float64) {
+		return withProcesses(ps[i].name, ps[i].processes) + " " + seconds(ps[i].seconds), ps[i].seconds
+	})
+	if rest != nil {
+		parts = append(parts, withProcesses("other tasks", rest.processes)+" "+seconds(rest.seconds))
+	}
+	return strings.Join(parts, ", ")
+}
+
+// rankedCompetitors are the names that took the thread's CPU in the view, heaviest
+// first by their time (then by name), never the collector; rest is what the receiver
+// counted under other, nil if nothing.
+func rankedCompetitors(t *threadView) (ps []*preemptorView, rest *preemptorView) {
 	for _, p := range t.preemptors {
 		switch {
 		case p.self || p.count <= 0:
@@ -144,22 +156,26 @@ func competitors(t *threadView) string {
 		}
 		return ps[i].name < ps[j].name
 	})
+	return ps, rest
+}
+
+// heaviestFirst writes the first three of n items, given heaviest first (item i is its
+// text and its time), then how many more there were and their time in all.
+func heaviestFirst(n int, item func(i int) (string, float64)) []string {
 	var parts []string
-	for i, p := range ps {
-		if i == 3 {
-			more := 0.0
-			for _, q := range ps[3:] {
-				more += q.seconds
-			}
-			parts = append(parts, fmt.Sprintf("%d more names %s", len(ps)-3, seconds(more)))
-			break
+	more := 0.0
+	for i := range n {
+		text, secs := item(i)
+		if i < 3 {
+			parts = append(parts, text)
+		} else {
+			more += secs
 		}
-		parts = append(parts, withProcesses(p.name, p.processes)+" "+seconds(p.seconds))
 	}
-	if rest != nil {
-		parts = append(parts, withProcesses("other tasks", rest.processes)+" "+seconds(rest.seconds))
+	if n > 3 {
+		parts = append(parts, fmt.Sprintf("%d more names %s", n-3, seconds(more)))
 	}
-	return strings.Join(parts, ", ")
+	return parts
 }
 
 func withProcesses(name string, processes float64) string {
@@ -264,14 +280,10 @@ func lockBound(c *Config, t *threadView) bool {
 // heaviestCompetitor is the name that took the most of the thread's CPU, never the
 // collector nor the receiver's other bucket; "" for none.
 func heaviestCompetitor(t *threadView) string {
-	name, most := "", 0.0
-	for _, p := range t.preemptors {
-		if p.self || p.name == otherPreemptors || p.seconds <= most {
-			continue
-		}
-		name, most = p.name, p.seconds
+	if ps, _ := rankedCompetitors(t); len(ps) > 0 && ps[0].seconds > 0 {
+		return ps[0].name
 	}
-	return name
+	return ""
 }
 
 func judgeLockContention(c *Config, v *view) finding {
@@ -288,16 +300,8 @@ func judgeLockContention(c *Config, v *view) finding {
 	f.symptom = launchSymptom(v)
 	f.evidence = fmt.Sprintf("thread %d blocked %s on a lock held in its own process (%s of the window, %.0f waits; preempted %s)",
 		tid, seconds(waited), percent(f.cost), waits, seconds(t.preempted))
-	var parts []string
-	for i, h := range holders {
-		if i == 3 {
-			more := 0.0
-			for _, m := range holders[3:] {
-				more += m.seconds
-			}
-			parts = append(parts, fmt.Sprintf("%d more names %s", len(holders)-3, seconds(more)))
-			break
-		}
+	parts := heaviestFirst(len(holders), func(i int) (string, float64) {
+		h := holders[i]
 		name := h.name
 		if name == otherPreemptors {
 			name = "other threads"
@@ -305,8 +309,8 @@ func judgeLockContention(c *Config, v *view) finding {
 		if h.threads > 1 {
 			name = fmt.Sprintf("%s (%.0f threads)", name, h.threads)
 		}
-		parts = append(parts, fmt.Sprintf("%s %s (%s)", name, seconds(h.seconds), percent(h.seconds/waited)))
-	}
+		return fmt.Sprintf("%s %s (%s)", name, seconds(h.seconds), percent(h.seconds/waited)), h.seconds
+	})
 	f.evidence += "; woken by the holders " + strings.Join(parts, ", ")
 	return f
 }
