@@ -99,9 +99,6 @@ func (c *Cumulative) Add(cur Mark, horizon int64) (Increase, bool) {
 	return Increase{}, false
 }
 
-// Known says whether the series has had a point.
-func (c *Cumulative) Known() bool { return c.hasPrev }
-
 // Delta is the increase a delta point stands for: its value, over [start, ts]. A delta
 // point always counts whole; its start is the previous point's time.
 func Delta(start, ts int64, value float64) Increase {
