@@ -80,7 +80,7 @@ func TestHTTPAnswerCarriesThresholdsToTheNode(t *testing.T) {
 		t.Fatal("the answer carries no thresholds header")
 	}
 	got, ok := node.Threshold(line.Key(), time.Now())
-	if !ok || got != line {
+	if !ok || !reflect.DeepEqual(got, line) {
 		t.Fatalf("node holds %+v (%v), want %+v", got, ok, line)
 	}
 	if _, ok := node.Threshold(line.Key(), time.Now().Add(node.cfg.TTL+time.Second)); ok {
@@ -111,7 +111,7 @@ func TestGRPCAnswerCarriesThresholdsToTheNode(t *testing.T) {
 	if _, err := plogotlp.NewGRPCClient(conn).Export(context.Background(), plogotlp.NewExportRequest()); err != nil {
 		t.Fatal(err)
 	}
-	if got, ok := node.Threshold(line.Key(), time.Now()); !ok || got != line {
+	if got, ok := node.Threshold(line.Key(), time.Now()); !ok || !reflect.DeepEqual(got, line) {
 		t.Fatalf("node holds %+v (%v), want %+v", got, ok, line)
 	}
 	checkClock(t, node)

@@ -5,6 +5,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -156,7 +157,7 @@ func TestGETServesTheLinesTheAnswersCarried(t *testing.T) {
 		t.Errorf("Content-Type %q", ct)
 	}
 	got, err := pushback.Decode(strings.TrimSpace(body))
-	if err != nil || len(got) != 2 || got[0] != line || got[1] != launchLine {
+	if err != nil || len(got) != 2 || !reflect.DeepEqual(got[0], line) || !reflect.DeepEqual(got[1], launchLine) {
 		t.Fatalf("decoded %+v (%v); want %+v and %+v", got, err, line, launchLine)
 	}
 	if code, body, _ := httpGet(t, http.MethodGet, base+"?cluster=c1&cohort=comm-1&signal=fathom.rank.launch_rate"); code != http.StatusOK || body != encoded(t, 1024, launchLine)+"\n" {

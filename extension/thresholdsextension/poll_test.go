@@ -5,6 +5,7 @@ import (
 	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
+	"reflect"
 	"sync"
 	"testing"
 	"time"
@@ -95,7 +96,7 @@ func TestPushbackPresentMeansNoPolls(t *testing.T) {
 		if resp := export(t, client, exportURL); resp.Header.Get(pushback.HTTPHeader) == "" {
 			t.Fatal("the answer carries no push-back")
 		}
-		if got, ok := node.Threshold(line.Key(), time.Now()); !ok || got != line {
+		if got, ok := node.Threshold(line.Key(), time.Now()); !ok || !reflect.DeepEqual(got, line) {
 			t.Fatalf("node holds %+v (%v); want %+v", got, ok, line)
 		}
 	}
@@ -157,7 +158,7 @@ func TestAbsentPushbackIsPolledWithJitter(t *testing.T) {
 	if longest-shortest < 10*time.Millisecond {
 		t.Errorf("gaps from %v to %v: the polls are in step", shortest, longest)
 	}
-	if got, ok := node.Threshold(line.Key(), time.Now()); !ok || got != line {
+	if got, ok := node.Threshold(line.Key(), time.Now()); !ok || !reflect.DeepEqual(got, line) {
 		t.Fatalf("node holds %+v (%v); want %+v", got, ok, line)
 	}
 	if found := counted(t, tel, "fathom_thresholds_polls", "outcome", pollFound); found < polls {
@@ -188,7 +189,7 @@ func TestUnreachableGatewayKeepsLinesUntilTheirTTL(t *testing.T) {
 	})
 	// Polled no earlier than down - interval·1.2, so held at least until then + TTL.
 	time.Sleep(time.Until(down.Add(cfg.TTL / 2)))
-	if got, ok := node.Threshold(line.Key(), time.Now()); !ok || got != line {
+	if got, ok := node.Threshold(line.Key(), time.Now()); !ok || !reflect.DeepEqual(got, line) {
 		t.Fatalf("half a TTL after the gateway went: node holds %+v (%v); want %+v", got, ok, line)
 	}
 	time.Sleep(time.Until(down.Add(cfg.TTL + 100*time.Millisecond)))

@@ -3,8 +3,9 @@
 // the cohorts it saw in a request to that request's context, the thresholds extension's
 // server middleware writes them into the response (an HTTP header, gRPC header
 // metadata), and its client middleware on the node reads them back. The wire form is
-// small, bounded and versioned: "v2." and base64url of a JSON array of cohorts, each
-// with its lines (v1, one object per line, is still read).
+// small, bounded and versioned: "v3." and base64url of a JSON array of cohorts, each
+// with its lines and their windows' lines (v2, lines without windows, and v1, one object
+// per line, are still read).
 package pushback
 
 import (
@@ -25,7 +26,8 @@ import (
 const (
 	HTTPHeader  = "Fathom-Thresholds"
 	MetadataKey = "fathom-thresholds"
-	version     = "v2."
+	version     = "v3."
+	versionV2   = "v2."
 	versionV1   = "v1."
 )
 
@@ -40,6 +42,16 @@ type Threshold struct {
 	Worse string `json:"w"`
 	// At is when the gateway computed it (unix milliseconds).
 	At int64 `json:"t"`
+	// Windows are the lines for the median of a rank's samples over each window
+	// (v3): a node judges its ranks' windows by them as the gateway does.
+	Windows []WindowLine `json:"-"`
+}
+
+// WindowLine is a cohort's line for the medians of its ranks' samples over the last
+// Seconds.
+type WindowLine struct {
+	Seconds      float64
+	Median, Line float64
 }
 
 // Beyond says whether value lies past the line on the worse side.
@@ -82,13 +94,16 @@ type wireCohort struct {
 	Lines   []wireLine `json:"l"`
 }
 
-// wireLine is written as [signal, median, line, worse]: worse is "l" or "h", and a
+// wireLine is written as [signal, median, line, worse] or, with windows, [signal,
+// median, line, worse, [seconds, median, line, ...]]: worse is "l" or "h", and a
 // signal named "fathom.rank.<rest>" is written ".<rest>". Values keep seven
-// significant digits, far finer than any line's own noise.
+// significant digits, far finer than any line's own noise; a window's five, which keeps
+// three windows of the seven default signals within the 1 KiB an answer carries.
 type wireLine struct {
 	signal       string
 	median, line float64
 	worse        string
+	windows      []WindowLine
 }
 
 const rankSignalPrefix = "fathom.rank."
@@ -111,22 +126,59 @@ func (l wireLine) MarshalJSON() ([]byte, error) {
 	out = append(out, ',')
 	out = strconv.AppendFloat(out, l.line, 'g', 7, 64)
 	out = append(out, `,"`...)
-	out = append(out, l.worse[0])
-	return append(out, `"]`...), nil
+	out = append(out, l.worse[0], '"')
+	if len(l.windows) > 0 {
+		out = append(out, ",["...)
+		for i, w := range l.windows {
+			if !finite(w.Seconds) || !finite(w.Median) || !finite(w.Line) {
+				return nil, fmt.Errorf("window line of %s is not a finite number", l.signal)
+			}
+			if i > 0 {
+				out = append(out, ',')
+			}
+			out = strconv.AppendFloat(out, w.Seconds, 'g', 5, 64)
+			out = append(out, ',')
+			out = strconv.AppendFloat(out, w.Median, 'g', 5, 64)
+			out = append(out, ',')
+			out = strconv.AppendFloat(out, w.Line, 'g', 5, 64)
+		}
+		out = append(out, ']')
+	}
+	return append(out, ']'), nil
 }
+
+func finite(x float64) bool { return !math.IsNaN(x) && !math.IsInf(x, 0) }
+
+// maxWindows bounds the windows read per line.
+const maxWindows = 8
 
 func (l *wireLine) UnmarshalJSON(b []byte) error {
 	var raw []json.RawMessage
 	if err := json.Unmarshal(b, &raw); err != nil {
 		return err
 	}
-	if len(raw) != 4 {
-		return fmt.Errorf("a line has %d fields, want 4", len(raw))
+	if len(raw) != 4 && len(raw) != 5 {
+		return fmt.Errorf("a line has %d fields, want 4, or 5 with windows", len(raw))
 	}
 	var worse string
 	if err := errors.Join(json.Unmarshal(raw[0], &l.signal), json.Unmarshal(raw[1], &l.median),
 		json.Unmarshal(raw[2], &l.line), json.Unmarshal(raw[3], &worse)); err != nil {
 		return err
+	}
+	if len(raw) == 5 {
+		var flat []float64
+		if err := json.Unmarshal(raw[4], &flat); err != nil {
+			return fmt.Errorf("a line's windows: %w", err)
+		}
+		if len(flat)%3 != 0 || len(flat) > 3*maxWindows {
+			return fmt.Errorf("a line's windows hold %d numbers, want up to %d triples (seconds, median, line)", len(flat), maxWindows)
+		}
+		for i := 0; i < len(flat); i += 3 {
+			if !(flat[i] > 0) {
+				return fmt.Errorf("a line's window of %v s is not a length", flat[i])
+			}
+			l.windows = append(l.windows, WindowLine{Seconds: flat[i], Median: flat[i+1], Line: flat[i+2]})
+		}
 	}
 	if rest, ok := strings.CutPrefix(l.signal, "."); ok {
 		l.signal = rankSignalPrefix + rest
@@ -150,7 +202,7 @@ func group(ts []Threshold) []wireCohort {
 		if n := len(out); n == 0 || out[n-1].Cluster != t.Cluster || out[n-1].Cohort != t.Cohort || out[n-1].At != t.At {
 			out = append(out, wireCohort{Cluster: t.Cluster, Cohort: t.Cohort, At: t.At})
 		}
-		out[len(out)-1].Lines = append(out[len(out)-1].Lines, wireLine{signal: t.Signal, median: t.Median, line: t.Line, worse: t.Worse})
+		out[len(out)-1].Lines = append(out[len(out)-1].Lines, wireLine{signal: t.Signal, median: t.Median, line: t.Line, worse: t.Worse, windows: t.Windows})
 	}
 	return out
 }
@@ -158,21 +210,25 @@ func group(ts []Threshold) []wireCohort {
 // MaxDecode bounds what a node reads from one response.
 const MaxDecode = 16 << 10
 
-// Decode reads the wire form, v2 or v1; an unknown version or a malformed value is an
-// error (the node then keeps what it had).
+// Decode reads the wire form, v3, v2 or v1; an unknown version or a malformed value is
+// an error (the node then keeps what it had).
 func Decode(s string) ([]Threshold, error) {
 	if len(s) > MaxDecode {
 		return nil, fmt.Errorf("thresholds value of %d bytes is over the %d-byte limit", len(s), MaxDecode)
 	}
 	var ts []Threshold
-	if rest, ok := strings.CutPrefix(s, version); ok {
+	rest, v3 := strings.CutPrefix(s, version)
+	if !v3 {
+		rest, v3 = strings.CutPrefix(s, versionV2) // the same form, without windows
+	}
+	if v3 {
 		var cohorts []wireCohort
 		if err := decodeValue(rest, &cohorts); err != nil {
 			return nil, err
 		}
 		for _, c := range cohorts {
 			for _, l := range c.Lines {
-				ts = append(ts, Threshold{Cluster: c.Cluster, Cohort: c.Cohort, Signal: l.signal, Median: l.median, Line: l.line, Worse: l.worse, At: c.At})
+				ts = append(ts, Threshold{Cluster: c.Cluster, Cohort: c.Cohort, Signal: l.signal, Median: l.median, Line: l.line, Worse: l.worse, At: c.At, Windows: l.windows})
 			}
 		}
 	} else if rest, ok := strings.CutPrefix(s, versionV1); ok {
@@ -180,7 +236,7 @@ func Decode(s string) ([]Threshold, error) {
 			return nil, err
 		}
 	} else {
-		return nil, errors.New("thresholds value has no known version prefix (want v2. or v1.)")
+		return nil, errors.New("thresholds value has no known version prefix (want v3., v2. or v1.)")
 	}
 	for _, t := range ts {
 		if t.Cohort == "" || t.Signal == "" || (t.Worse != "lower" && t.Worse != "higher") {

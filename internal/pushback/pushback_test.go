@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"math"
+	"reflect"
 	"strings"
 	"testing"
 )
@@ -17,8 +18,9 @@ func sample(cohort string) Threshold {
 // thresholds that do not fit are counted, not cut in the middle.
 func TestEncodeDecode(t *testing.T) {
 	in := []Threshold{sample("comm-1"), sample("comm-2 ünïcode")}
+	in[1].Windows = []WindowLine{{Seconds: 3, Median: 0.3, Line: 0.28}, {Seconds: 12, Median: 0.30125, Line: 0.2975}}
 	v, left := Encode(in, 1024)
-	if left != 0 || !strings.HasPrefix(v, "v2.") {
+	if left != 0 || !strings.HasPrefix(v, "v3.") {
 		t.Fatalf("encoded %q, %d left out", v, left)
 	}
 	for _, r := range v {
@@ -27,7 +29,7 @@ func TestEncodeDecode(t *testing.T) {
 		}
 	}
 	out, err := Decode(v)
-	if err != nil || len(out) != 2 || out[0] != in[0] || out[1] != in[1] {
+	if err != nil || !reflect.DeepEqual(out, in) {
 		t.Fatalf("decoded %+v (%v), want %+v", out, err, in)
 	}
 	one, _ := Encode(in[:1], 1024)
@@ -81,7 +83,7 @@ func TestEncodeKeepsTheOrderGiven(t *testing.T) {
 	a2.Signal = "fathom.rank.host_lead.time"
 	v, _ := Encode([]Threshold{a, b, a2}, 1024)
 	out, err := Decode(v)
-	if err != nil || len(out) != 3 || out[0] != a || out[1] != b || out[2] != a2 {
+	if err != nil || !reflect.DeepEqual(out, []Threshold{a, b, a2}) {
 		t.Errorf("decoded %+v (%v)", out, err)
 	}
 	bad := a
@@ -89,13 +91,59 @@ func TestEncodeKeepsTheOrderGiven(t *testing.T) {
 	if v, left := Encode([]Threshold{bad}, 1024); v != "" || left != 1 {
 		t.Errorf("a NaN line was written: %q", v)
 	}
+	bad = a
+	bad.Windows = []WindowLine{{Seconds: 3, Median: math.Inf(1), Line: 1}}
+	if v, left := Encode([]Threshold{bad}, 1024); v != "" || left != 1 {
+		t.Errorf("an infinite window line was written: %q", v)
+	}
+}
+
+// The seven lines the default signal list pushes for one cohort, each with its three
+// windows (min_duration 1.5 s: 3, 6 and 12 s), fit the 1 KiB an answer carries by
+// default; the windows come back to five significant digits.
+func TestOneCohortsSevenLinesWithWindowsFitInOneKiB(t *testing.T) {
+	signals := []string{"fathom.rank.device_wait.time", "fathom.rank.host_lead.time", "fathom.rank.gpu.sm_clock.deficit",
+		"fathom.rank.gpu.errors", "fathom.rank.rdma.errors", "fathom.rank.rdma.xmit_wait", "fathom.rank.tcp.retransmits"}
+	var in []Threshold
+	for i, s := range signals {
+		f := float64(i + 1)
+		in = append(in, Threshold{Cluster: "prod-eu-west", Cohort: "nccl:f09f67cf0e91f865", Signal: s,
+			Median: 0.30099999999999993 * f, Line: 0.23406060999999995 * f, Worse: []string{"lower", "higher"}[i%2], At: 1_800_000_013_000,
+			Windows: []WindowLine{{3, 0.30123456 * f, 0.2812345 * f}, {6, 0.30123456 * f, 0.2912345 * f}, {12, 0.30123456 * f, 0.2962345 * f}}})
+	}
+	v, left := Encode(in, 1024)
+	if left != 0 {
+		t.Fatalf("seven lines with windows: %d bytes, %d left out", len(v), left)
+	}
+	out, err := Decode(v)
+	if err != nil || len(out) != len(in) {
+		t.Fatalf("decoded %+v (%v)", out, err)
+	}
+	for i := range in {
+		for j, w := range in[i].Windows {
+			got := out[i].Windows[j]
+			if got.Seconds != w.Seconds || math.Abs(got.Median-w.Median) > 1e-4*w.Median || math.Abs(got.Line-w.Line) > 1e-4*w.Line {
+				t.Errorf("line %d window %d: got %+v, want %+v", i, j, got, w)
+			}
+		}
+	}
+	t.Logf("seven lines with three windows each: %d bytes", len(v))
+}
+
+// A node reads the v2 form an older gateway writes: lines without windows.
+func TestDecodeReadsVersion2(t *testing.T) {
+	raw, _ := json.Marshal([]map[string]any{{"co": "comm-1", "cl": "c1", "t": 1_800_000_013_000, "l": [][]any{{".device_wait.time", 0.301, 0.2341, "l"}}}})
+	out, err := Decode("v2." + base64.RawURLEncoding.EncodeToString(raw))
+	if err != nil || len(out) != 1 || !reflect.DeepEqual(out[0], sample("comm-1")) {
+		t.Errorf("decoded %+v (%v)", out, err)
+	}
 }
 
 // A node still reads the v1 form an older gateway writes: one object per line.
 func TestDecodeReadsVersion1(t *testing.T) {
 	raw, _ := json.Marshal([]Threshold{sample("comm-1")})
 	out, err := Decode("v1." + base64.RawURLEncoding.EncodeToString(raw))
-	if err != nil || len(out) != 1 || out[0] != sample("comm-1") {
+	if err != nil || len(out) != 1 || !reflect.DeepEqual(out[0], sample("comm-1")) {
 		t.Errorf("decoded %+v (%v)", out, err)
 	}
 }
@@ -103,17 +151,22 @@ func TestDecodeReadsVersion1(t *testing.T) {
 func TestDecodeRefusesWhatItCannotTrust(t *testing.T) {
 	good, _ := Encode([]Threshold{sample("c")}, 1024)
 	incomplete, _ := Encode([]Threshold{{Cohort: "c", Signal: "", Worse: "lower"}}, 1024)
-	b64 := func(s string) string { return "v2." + base64.RawURLEncoding.EncodeToString([]byte(s)) }
+	b64 := func(s string) string { return "v3." + base64.RawURLEncoding.EncodeToString([]byte(s)) }
 	for name, v := range map[string]string{
-		"no version":     strings.TrimPrefix(good, "v2."),
-		"future version": "v3." + strings.TrimPrefix(good, "v2."),
-		"not base64":     "v2.!!!",
-		"not json":       "v2.bm90IGpzb24",
-		"incomplete":     incomplete,
-		"sideways":       b64(`[{"co":"c","t":1,"l":[["s",1,2,"s"]]}]`),
-		"short line":     b64(`[{"co":"c","t":1,"l":[["s",1,2]]}]`),
-		"v1 incomplete":  "v1." + base64.RawURLEncoding.EncodeToString([]byte(`[{"co":"c","s":"s","w":"sideways"}]`)),
-		"oversized":      "v2." + strings.Repeat("A", MaxDecode),
+		"no version":       strings.TrimPrefix(good, "v3."),
+		"future version":   "v4." + strings.TrimPrefix(good, "v3."),
+		"not base64":       "v3.!!!",
+		"not json":         "v3.bm90IGpzb24",
+		"incomplete":       incomplete,
+		"sideways":         b64(`[{"co":"c","t":1,"l":[["s",1,2,"s"]]}]`),
+		"short line":       b64(`[{"co":"c","t":1,"l":[["s",1,2]]}]`),
+		"windows not sets": b64(`[{"co":"c","t":1,"l":[["s",1,2,"l",[3,1]]]}]`),
+		"window no length": b64(`[{"co":"c","t":1,"l":[["s",1,2,"l",[0,1,2]]]}]`),
+		"windows by text":  b64(`[{"co":"c","t":1,"l":[["s",1,2,"l","3s"]]}]`),
+		"too many windows": b64(`[{"co":"c","t":1,"l":[["s",1,2,"l",[` + strings.Repeat("1,1,1,", 8) + `1,1,1]]]}]`),
+		"six fields":       b64(`[{"co":"c","t":1,"l":[["s",1,2,"l",[3,1,2],1]]}]`),
+		"v1 incomplete":    "v1." + base64.RawURLEncoding.EncodeToString([]byte(`[{"co":"c","s":"s","w":"sideways"}]`)),
+		"oversized":        "v3." + strings.Repeat("A", MaxDecode),
 	} {
 		if _, err := Decode(v); err == nil {
 			t.Errorf("%s: accepted", name)
@@ -144,7 +197,7 @@ func TestResponseCollects(t *testing.T) {
 	a2.Line = 0.2
 	FromContext(ctx).Add(a2)
 	got := r.Thresholds()
-	if len(got) != 2 || got[0] != a2 || got[1] != b {
+	if !reflect.DeepEqual(got, []Threshold{a2, b}) {
 		t.Errorf("collected %+v", got)
 	}
 }

@@ -53,6 +53,14 @@ type Config struct {
 	// Persistence: a rank is flagged when Beyond of its last Of samples were beyond the
 	// line, and resolved when no more than Of-Beyond of them were.
 	Persistence PersistenceConfig `mapstructure:"persistence"`
+	// MinDuration is how long a rank must be slower than its cohort to be a
+	// straggler when no single sample says so: besides each sample, the median of a
+	// rank's samples over windows of 2, 4 and 8 times it is judged against that
+	// window's line, which finds a small, steady slowdown that a busy host's samples
+	// hide in noise. A window's median is past its line only when at least half the
+	// window's samples are, and it counts once it has stayed past for a whole window,
+	// so a stall shorter than MinDuration flags nobody there. 0 judges samples only.
+	MinDuration time.Duration `mapstructure:"min_duration"`
 	// ResolveWithin is the hysteresis of a flag: a flagged rank counts as back within
 	// its cohort only for samples within this fraction of the way from the median to
 	// the line (0.5: half way; 1: the line itself), so a rank whose slowness keeps it
@@ -94,6 +102,18 @@ type SignalConfig struct {
 	// launches, run-queue time) every rank_signals.interval but the GPU and fabric
 	// signals only with each collection: the default list gives those 3 of 4.
 	Persistence *PersistenceConfig `mapstructure:"persistence"`
+	// Windows, when false, judges the signal's samples only, not the medians of its
+	// windows (min_duration). Unset is true. The default list turns it off for the
+	// signals that come only with each collection (GPU, fabric, TCP): their floors say
+	// how large a difference matters (a 2% slower clock does not), not how noisy one
+	// sample is, so they must not shrink over a window.
+	Windows *bool `mapstructure:"windows"`
+}
+
+// windowed says whether signal sig is judged over windows as well as samples.
+func (c *Config) windowed(sig int) bool {
+	w := c.Signals[sig].Windows
+	return len(windowMultiples) > 0 && c.MinDuration > 0 && (w == nil || *w)
 }
 
 // persistence is the signal's own, else the processor's.
@@ -147,6 +167,9 @@ type LimitsConfig struct {
 // sampled faster, the processor's counts those samples.
 func perCollection() *PersistenceConfig { return &PersistenceConfig{Beyond: 3, Of: 4} }
 
+// off is the Windows setting of the signals that come with each collection.
+var off = false
+
 func createDefaultConfig() *Config {
 	return &Config{
 		Mode:        ModeGateway,
@@ -164,25 +187,25 @@ func createDefaultConfig() *Config {
 			// NVML: a cohort at full clock has a median of 0, so the 2% floor puts the
 			// line at about 9% below the cohort (3 x 1.4826 x 0.02). Nodes without
 			// NVML do not send it, and their cohorts are judged on the others.
-			Metric: semconv.MetricRankGPUClockDeficit, Worse: WorseHigher, MADFloor: 0.02, Persistence: perCollection(),
+			Metric: semconv.MetricRankGPUClockDeficit, Worse: WorseHigher, MADFloor: 0.02, Persistence: perCollection(), Windows: &off,
 		}, {
 			// PCIe replays and ECC errors per second of the rank's GPU: none on a
 			// healthy GPU, so the floor puts the line near 0.44/s.
-			Metric: semconv.MetricRankGPUErrors, Worse: WorseHigher, MADFloor: 0.1, Persistence: perCollection(),
+			Metric: semconv.MetricRankGPUErrors, Worse: WorseHigher, MADFloor: 0.1, Persistence: perCollection(), Windows: &off,
 		}, {
 			// Error counts per second of the RDMA ports a rank may use: a healthy
 			// cohort counts none, so the floor puts the line near 0.44 errors/s.
-			Metric: semconv.MetricRankRDMAErrors, Worse: WorseHigher, MADFloor: 0.1, Persistence: perCollection(),
+			Metric: semconv.MetricRankRDMAErrors, Worse: WorseHigher, MADFloor: 0.1, Persistence: perCollection(), Windows: &off,
 		}, {
 			// Credit-wait ticks per second of the same ports. A tick's length is the
 			// NIC's own; 10,000/s is a starting floor for an idle fabric, and a busy
 			// one sets its own MAD.
-			Metric: semconv.MetricRankRDMAXmitWait, Worse: WorseHigher, MADFloor: 10000, Persistence: perCollection(),
+			Metric: semconv.MetricRankRDMAXmitWait, Worse: WorseHigher, MADFloor: 10000, Persistence: perCollection(), Windows: &off,
 		}, {
 			// TCP segments retransmitted per second from the rank's own sockets
 			// (NCCL's socket transport, RoCE's TCP side): none on a healthy network,
 			// so the floor puts the line near 0.44/s.
-			Metric: semconv.MetricRankTCPRetransmits, Worse: WorseHigher, MADFloor: 0.1, Persistence: perCollection(),
+			Metric: semconv.MetricRankTCPRetransmits, Worse: WorseHigher, MADFloor: 0.1, Persistence: perCollection(), Windows: &off,
 		}, {
 			// Seconds a rank enters the sampled collectives after the median rank,
 			// clocks corrected (gateway only). A 0.5 ms floor puts the line about
@@ -196,6 +219,7 @@ func createDefaultConfig() *Config {
 		Warmup:             3,
 		Persistence:        PersistenceConfig{Beyond: 3, Of: 4},
 		ResolveWithin:      0.5,
+		MinDuration:        1500 * time.Millisecond,
 		SilentAfter:        30 * time.Second,
 		ForgetAfter:        10 * time.Minute,
 		EvaluationInterval: time.Second,
@@ -246,6 +270,9 @@ func (c *Config) Validate() error {
 	}
 	if !(c.ResolveWithin > 0) || c.ResolveWithin > 1 {
 		errs = append(errs, errors.New("straggler: `resolve_within` must be above 0 and at most 1 (the fraction of the way from the median to the line within which a flagged rank counts as back)"))
+	}
+	if c.MinDuration < 0 || c.MinDuration > maxMinDuration {
+		errs = append(errs, fmt.Errorf("straggler: `min_duration` must be between 0 (samples only) and %v", maxMinDuration))
 	}
 	if c.Quorum < 3 {
 		errs = append(errs, errors.New("straggler: `quorum` must be at least 3 (a median of two ranks cannot tell which one is slow)"))

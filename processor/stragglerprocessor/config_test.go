@@ -1,6 +1,7 @@
 package stragglerprocessor
 
 import (
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -41,6 +42,16 @@ func TestLoadConfig(t *testing.T) {
 			t.Errorf("default signal %d: %+v (persistence %+v), want %+v", i, s, def.persistence(i), w)
 		}
 	}
+	// The rank signals and arrival lag are judged over windows as well as samples;
+	// the signals that come with each collection only by samples.
+	for i, w := range wantSignals {
+		if def.windowed(i) == w.own {
+			t.Errorf("default signal %s: windowed %v", w.metric, def.windowed(i))
+		}
+	}
+	if def.MinDuration != 1500*time.Millisecond || !slices.Equal(def.windows(), []time.Duration{3 * time.Second, 6 * time.Second, 12 * time.Second}) {
+		t.Errorf("min_duration %v, windows %v; want 1.5s and 3s, 6s, 12s", def.MinDuration, def.windows())
+	}
 	if def.ArrivalLag != (ArrivalLagConfig{MatchWindow: 10 * time.Second, MaxInstances: 4096}) ||
 		def.K != 3 || def.Quorum != 3 || def.Persistence != (PersistenceConfig{Beyond: 3, Of: 4}) || def.EvaluationInterval != time.Second {
 		t.Fatalf("default config: %+v", def)
@@ -63,7 +74,7 @@ func TestLoadConfig(t *testing.T) {
 		"bad_verdicts": {"`verdicts.queue_size` must be between 1 and 65536", "`verdicts.webhook.endpoint` \"ftp://example.com/hook\" is not an http(s) URL"},
 		"bad_numbers": {"`k` must be a finite number > 0", "`quorum` must be at least 3", "`persistence` needs 1 <= beyond <= of <= 64",
 			"`silent_after` must be at least `evaluation_interval`", "`forget_after` must be longer than `silent_after`",
-			"`arrival_lag` needs match_window > 0 and max_instances >= 1"},
+			"`arrival_lag` needs match_window > 0 and max_instances >= 1", "`min_duration` must be between 0 (samples only) and 8s"},
 	} {
 		_, err := loadConfig(t, name)
 		if err == nil {

@@ -55,6 +55,15 @@ type signalSeries struct {
 	verdicts []verdict
 	flagged  bool
 	since    time.Time
+	// window is the window that flagged the rank, 0 when its samples did.
+	window time.Duration
+
+	// history holds the samples of twice the longest window (windows.go), oldest
+	// first, of the process historyPID.
+	history    []sample
+	historyPID int64
+	// pastSince: since when each window's median has been past its line.
+	pastSince map[time.Duration]time.Time
 }
 
 type verdict struct {
@@ -92,6 +101,8 @@ type line struct {
 	median, threshold float64
 	at                time.Time
 	ok                bool
+	// windows are the lines over each window (windows.go), pushed back with it.
+	windows []windowLine
 }
 
 // point is what the processor extracted from one OTLP data point.
@@ -124,6 +135,9 @@ type event struct {
 	// gauge and detail come from the rank's latest sample (see sample).
 	gauge  bool
 	detail string
+	// window is the window whose median put the rank past its line (value, median,
+	// threshold and score are then that window's), 0 when its samples did.
+	window time.Duration
 }
 
 // rankGauge and cohortGauge are one evaluation's per-rank and per-cohort outputs.
@@ -174,10 +188,16 @@ type detector struct {
 	horizon int64
 	// drops counts what bounded state turned away, by reason.
 	drops map[string]int64
+	// longest is the longest window a series keeps samples for (0: none).
+	longest time.Duration
 }
 
 func newDetector(cfg *Config) *detector {
-	return &detector{cfg: cfg, cohorts: map[cohortKey]*cohort{}, drops: map[string]int64{}, horizon: time.Now().UnixNano()}
+	d := &detector{cfg: cfg, cohorts: map[cohortKey]*cohort{}, drops: map[string]int64{}, horizon: time.Now().UnixNano()}
+	if w := cfg.windows(); len(w) > 0 {
+		d.longest = w[len(w)-1]
+	}
+	return d
 }
 
 // observe takes one point. A cumulative point becomes a sample of what it added to its
@@ -233,11 +253,20 @@ func (d *detector) observe(p point, now time.Time) {
 		return
 	}
 	s.latest = sample{value: value, at: time.Unix(0, p.ts), received: now, gauge: p.gauge, detail: p.detail, span: span, seconds: p.seconds}
+	s.remember(s.latest, p.pid, d.longest, d.drops)
 	if len(s.unjudged) == maxUnjudged {
 		s.unjudged = s.unjudged[1:]
 		d.drops["unjudged"]++
 	}
 	s.unjudged = append(s.unjudged, s.latest)
+}
+
+// windowsPast is the series' record of its windows past their lines, made on first use.
+func (s *signalSeries) windowsPast() map[time.Duration]time.Time {
+	if s.pastSince == nil {
+		s.pastSince = map[time.Duration]time.Time{}
+	}
+	return s.pastSince
 }
 
 // sampledSince says whether a rank of c sent a sample of signal sig after t.
@@ -347,10 +376,12 @@ func (d *detector) evaluateSignal(c *cohort, sig int, now time.Time, out *evalua
 		}
 	}
 	var values []float64
+	var fresh []*signalSeries
 	for _, r := range c.ranks {
 		s := &r.series[sig]
 		if !s.latest.received.IsZero() && now.Sub(s.latest.received) <= cfg.SilentAfter && !s.latest.behind(newest) {
 			values = append(values, s.latest.value)
+			fresh = append(fresh, s)
 		}
 	}
 	if len(values) < cfg.Quorum {
@@ -370,8 +401,9 @@ func (d *detector) evaluateSignal(c *cohort, sig int, now time.Time, out *evalua
 		worse = -1
 	}
 	threshold := median + worse*cfg.K*spread
+	windows := d.drawWindowLines(fresh, sig, spread, worse)
 	c.evaluations[sig]++
-	c.lines[sig] = line{median: median, threshold: threshold, at: now, ok: true}
+	c.lines[sig] = line{median: median, threshold: threshold, at: now, ok: true, windows: windows}
 	warm := c.evaluations[sig] > cfg.Warmup
 	out.groups = append(out.groups, cohortGauge{cohort: c.key, signal: sig, median: median, threshold: threshold, ranks: len(values)})
 
@@ -413,8 +445,13 @@ func (d *detector) evaluateSignal(c *cohort, sig int, now time.Time, out *evalua
 				continue
 			}
 			score := worse * (sm.value - median) / spread
-			if state := s.judge(sm, score > cfg.K, score > cfg.K*cfg.ResolveWithin, warm, cfg.persistence(sig)); state != "" {
+			wv := judgeWindows(s.history, sm, windows, worse, cfg.K, cfg.ResolveWithin, s.windowsPast())
+			if state := s.judge(sm, score > cfg.K, score > cfg.K*cfg.ResolveWithin, wv, warm, cfg.persistence(sig)); state != "" {
 				ev.state, ev.since, ev.value, ev.score = state, s.since, sm.value, score
+				ev.median, ev.threshold, ev.window = median, threshold, 0
+				if state == "straggler" && s.window > 0 {
+					ev.value, ev.median, ev.threshold, ev.score, ev.window = wv.value, wv.median, wv.threshold, wv.score, wv.window
+				}
 				out.events = append(out.events, ev)
 				out.ranks[len(out.ranks)-1].flagged = s.flagged
 			}
@@ -429,10 +466,11 @@ func (d *detector) evaluateSignal(c *cohort, sig int, now time.Time, out *evalua
 }
 
 // judge records the verdict on one sample and returns the state change it makes, if
-// any: flagged when p.Beyond of the last p.Of samples were beyond the line, resolved
-// when no more than p.Of-p.Beyond were beyond the resolve line (held). Before the
-// warm-up ends verdicts are kept but change nothing.
-func (s *signalSeries) judge(sm sample, beyond, held, warm bool, p PersistenceConfig) string {
+// any: flagged when p.Beyond of the last p.Of samples were beyond the line, or a
+// window's median was (wv); resolved when no more than p.Of-p.Beyond were beyond the
+// resolve line (held) and no window's median is. Before the warm-up ends verdicts are
+// kept but change nothing.
+func (s *signalSeries) judge(sm sample, beyond, held bool, wv windowVerdict, warm bool, p PersistenceConfig) string {
 	s.verdicts = append(s.verdicts, verdict{beyond: beyond, held: held || beyond, at: sm.at})
 	if len(s.verdicts) > p.Of {
 		s.verdicts = s.verdicts[1:]
@@ -451,10 +489,13 @@ func (s *signalSeries) judge(sm sample, beyond, held, warm bool, p PersistenceCo
 	}
 	switch {
 	case !s.flagged && n >= p.Beyond:
-		s.flagged = true
+		s.flagged, s.window = true, 0
 		s.since = s.verdicts[slices.IndexFunc(s.verdicts, func(v verdict) bool { return v.beyond })].at
 		return "straggler"
-	case s.flagged && kept <= p.Of-p.Beyond:
+	case !s.flagged && wv.beyond:
+		s.flagged, s.window, s.since = true, wv.window, wv.since
+		return "straggler"
+	case s.flagged && kept <= p.Of-p.Beyond && !wv.held:
 		s.flagged = false
 		return "resolved"
 	}
@@ -495,6 +536,11 @@ func (d *detector) evaluateAgainst(src pushback.Source, now time.Time) evaluatio
 				continue
 			}
 			c.pushed[sig], c.heldAt[sig] = true, now
+			windows := pushedWindows(t)
+			worse := 1.0
+			if t.Worse == WorseLower {
+				worse = -1
+			}
 			for rank, r := range c.ranks {
 				s := &r.series[sig]
 				if s.latest.received.IsZero() || now.Sub(s.latest.received) > d.cfg.SilentAfter {
@@ -515,8 +561,12 @@ func (d *detector) evaluateAgainst(src pushback.Source, now time.Time) evaluatio
 					ev := event{cohort: c.key, job: r.job, node: r.node, rank: rank, signal: sig, value: sm.value,
 						median: t.Median, threshold: t.Line, at: now, gauge: sm.gauge, detail: sm.detail}
 					held := t.Beyond(sm.value) || (pushback.Threshold{Median: t.Median, Line: t.Median + (t.Line-t.Median)*d.cfg.ResolveWithin, Worse: t.Worse}).Beyond(sm.value)
-					if state := s.judge(sm, t.Beyond(sm.value), held, true, d.cfg.persistence(sig)); state != "" {
+					wv := judgeWindows(s.history, sm, windows, worse, d.cfg.K, d.cfg.ResolveWithin, s.windowsPast())
+					if state := s.judge(sm, t.Beyond(sm.value), held, wv, true, d.cfg.persistence(sig)); state != "" {
 						ev.state, ev.since = state, s.since
+						if state == "straggler" && s.window > 0 {
+							ev.value, ev.median, ev.threshold, ev.score, ev.window = wv.value, wv.median, wv.threshold, wv.score, wv.window
+						}
 						out.events = append(out.events, ev)
 						g.flagged = s.flagged
 					}

@@ -99,7 +99,8 @@ func jittered(rng *rand.Rand, ranks int, base, jitter float64) map[int64]float64
 // Rank 5 of 8 waits for the device far less than its peers from interval 20 (its host
 // is slow, so its peers wait for it) and recovers at interval 40. With persistence 3 of
 // 4 it is flagged at the third interval beyond the line, named alone, with the interval
-// its slowness began; and resolved once no more than one of its last four is beyond.
+// its slowness began; and resolved once no more than one of its last four is beyond and
+// none of its windows' medians is past its resolve line (the 12 s window's, 6 s after).
 func TestASlowRankIsFlaggedAloneThenResolved(t *testing.T) {
 	for _, cumulative := range []bool{true, false} {
 		t.Run(fmt.Sprintf("cumulative=%v", cumulative), func(t *testing.T) {
@@ -128,7 +129,7 @@ func TestASlowRankIsFlaggedAloneThenResolved(t *testing.T) {
 				}
 			}
 			// A cumulative series gives its first sample at its second point.
-			want := "straggler rank 5 at interval 22 (since interval 20); resolved rank 5 at interval 42 (since interval 20); "
+			want := "straggler rank 5 at interval 22 (since interval 20); resolved rank 5 at interval 46 (since interval 20); "
 			if got := c.describeEvents(); got != want {
 				t.Errorf("events:\n got %s\nwant %s", got, want)
 			}

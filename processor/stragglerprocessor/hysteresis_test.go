@@ -19,19 +19,24 @@ var slowPhases = []struct {
 
 // A flagged rank that is still slow, but now under the line, stays flagged: it counts
 // as back only within resolve_within (half) of the way from the median to the line.
-// Once it really is back it is resolved, once. Without the hysteresis (resolve_within
-// 1, the old behaviour) the same rank is resolved and flagged again.
+// Once it really is back it is resolved, once. Judged on samples alone, without the
+// hysteresis (resolve_within 1, the old behaviour), the same rank is resolved and
+// flagged again; its windows (min_duration) hold it too, and keep it flagged until
+// half of the longest window (12 s) is healthy.
 func TestASlowRankNearTheLineDoesNotFlap(t *testing.T) {
 	for _, c := range []struct {
 		resolveWithin float64
+		minDuration   time.Duration
 		want          string
 	}{
-		{0.5, "straggler rank 3 at interval 13 (since interval 11); resolved rank 3 at interval 35 (since interval 11); "},
-		{1, "straggler rank 3 at interval 13 (since interval 11); resolved rank 3 at interval 19 (since interval 11); " +
+		{0.5, 0, "straggler rank 3 at interval 13 (since interval 11); resolved rank 3 at interval 35 (since interval 11); "},
+		{1, 0, "straggler rank 3 at interval 13 (since interval 11); resolved rank 3 at interval 19 (since interval 11); " +
 			"straggler rank 3 at interval 29 (since interval 27); resolved rank 3 at interval 35 (since interval 27); "},
+		{1, 1500 * time.Millisecond, "straggler rank 3 at interval 13 (since interval 11); resolved rank 3 at interval 39 (since interval 11); "},
+		{0.5, 1500 * time.Millisecond, "straggler rank 3 at interval 13 (since interval 11); resolved rank 3 at interval 39 (since interval 11); "},
 	} {
 		cfg := createDefaultConfig()
-		cfg.ResolveWithin = c.resolveWithin
+		cfg.ResolveWithin, cfg.MinDuration = c.resolveWithin, c.minDuration
 		cl := newCluster(t, cfg, true)
 		// Four peers at 0.30 s/s of device wait: the median, with MAD 0 floored at 5%
 		// of it, so a scaled MAD is 1.4826 * 0.015 s/s.
@@ -42,7 +47,7 @@ func TestASlowRankNearTheLineDoesNotFlap(t *testing.T) {
 			}
 		}
 		if got := cl.describeEvents(); got != c.want {
-			t.Errorf("resolve_within %v: %s\nwant %s", c.resolveWithin, got, c.want)
+			t.Errorf("resolve_within %v, min_duration %v: %s\nwant %s", c.resolveWithin, c.minDuration, got, c.want)
 		}
 	}
 }

@@ -657,6 +657,9 @@ func (s *straggler) records(events []event) plog.Logs {
 		a.PutDouble(semconv.StragglerThreshold, e.threshold)
 		a.PutDouble(semconv.StragglerScore, e.score)
 		a.PutStr(semconv.StragglerSince, e.since.UTC().Format(time.RFC3339Nano))
+		if e.window > 0 {
+			a.PutDouble(semconv.StragglerWindow, e.window.Seconds())
+		}
 		if e.detail != "" {
 			a.PutStr(semconv.SignalDetail, e.detail)
 		}
@@ -670,7 +673,7 @@ func (s *straggler) toVerdicts(events []event) []Verdict {
 		signal := s.cfg.Signals[e.signal]
 		v := Verdict{Time: e.at.UTC(), State: e.state, Source: s.role.source(), Cluster: e.cohort.cluster, Cohort: e.cohort.cohort,
 			Job: e.job, Node: e.node, Signal: signal.Metric, Value: e.value, Median: e.median, Threshold: e.threshold,
-			Score: e.score, Since: e.since.UTC(), Message: describe(e, signal)}
+			Score: e.score, Since: e.since.UTC(), WindowSeconds: e.window.Seconds(), Message: describe(e, signal)}
 		if e.rank >= 0 {
 			rank := e.rank
 			v.Rank = &rank
@@ -689,8 +692,12 @@ func describe(e event, signal SignalConfig) string {
 	}
 	switch e.state {
 	case "straggler":
-		s := fmt.Sprintf("%s is a straggler in %s: %s %.4g%s vs cohort median %.4g%s (line %.4g%s, %s is worse), beyond since %s",
-			who, e.cohort.cohort, signal.Metric, e.value, rate, e.median, rate, e.threshold, rate, signal.Worse, e.since.UTC().Format(time.RFC3339))
+		over := ""
+		if e.window > 0 {
+			over = fmt.Sprintf(" (median over its last %v)", e.window)
+		}
+		s := fmt.Sprintf("%s is a straggler in %s: %s %.4g%s%s vs cohort median %.4g%s (line %.4g%s, %s is worse), beyond since %s",
+			who, e.cohort.cohort, signal.Metric, e.value, rate, over, e.median, rate, e.threshold, rate, signal.Worse, e.since.UTC().Format(time.RFC3339))
 		if e.detail != "" {
 			s += "; " + e.detail
 		}

@@ -130,6 +130,9 @@ type jobOptions struct {
 	rankSignals string
 	// threads is fakegpu-ddp's threading (fakegpu.ThreadsSingle when empty).
 	threads string
+	// spin makes host work spin on the CPU (a busy host, ranks sharing cores) rather
+	// than sleep (as if each rank had cores of its own).
+	spin bool
 }
 
 func (o *jobOptions) defaults() {
@@ -161,7 +164,7 @@ func startJob(t testing.TB, o jobOptions) *job {
 		rankEnv = append(rankEnv, "FAKEGPU_BOARD="+o.board, fmt.Sprintf("FAKEGPU_DEVICES=%d", o.ranks))
 	}
 	j.run = fakegpu.StartDDP(t, paths, fakegpu.DDPOptions{
-		Ranks: o.ranks, Steps: 100000, BucketBytes: 16 << 10, HostCompute: o.hostCompute, HostComputeSleeps: true,
+		Ranks: o.ranks, Steps: 100000, BucketBytes: 16 << 10, HostCompute: o.hostCompute, HostComputeSleeps: !o.spin,
 		NCCLMode: o.ncclMode, NoNCCL: o.noNCCL, Gate: true, Env: rankEnv, RankEnv: o.rankEnv, Threads: o.threads,
 		Slow: &fakegpu.Slowness{Rank: o.slowRank, Delay: o.slowBy, Mode: o.slowMode, WhileFile: j.slowFile},
 	})

@@ -64,7 +64,10 @@ type Verdict struct {
 	Threshold float64   `json:"threshold"`
 	Score     float64   `json:"score"`
 	Since     time.Time `json:"since"`
-	Message   string    `json:"message"`
+	// WindowSeconds is the window whose median flagged the rank (min_duration), 0
+	// when its samples did.
+	WindowSeconds float64 `json:"window_seconds,omitempty"`
+	Message       string  `json:"message"`
 }
 
 // verdictSinks fans verdicts out to the socket's clients and the webhook, never

@@ -113,7 +113,7 @@ func NewTelemetryBuilder(settings component.TelemetrySettings, options ...Teleme
 	errs = errors.Join(errs, err)
 	builder.FathomStragglerDropped, err = builder.meter.Int64Counter(
 		"otelcol_fathom_straggler_dropped",
-		metric.WithDescription("Signal points, records or tracked ranks the straggler processor let go, by reason: no_rank and no_cohort (a point without fathom.rank, or without fathom.cohort and fathom.job.name), rank_cap and cohort_cap (limits), forgotten (silent past forget_after), unjudged (more samples waiting for a line than a series holds), stale (a sample that ended well before the newest of its cohort, as in a node's queue replayed after an outage); for arrival lag, instance_incomplete (a collective instance not every rank's record reached within arrival_lag.match_window), instance_cap, clock_cap, arrival_duplicate and arrival_nranks. [Development]"),
+		metric.WithDescription("Signal points, records or tracked ranks the straggler processor let go, by reason: no_rank and no_cohort (a point without fathom.rank, or without fathom.cohort and fathom.job.name), rank_cap and cohort_cap (limits), forgotten (silent past forget_after), unjudged (more samples waiting for a line than a series holds), stale (a sample that ended well before the newest of its cohort, as in a node's queue replayed after an outage), window_cap (samples past what a series holds for its windows); for arrival lag, instance_incomplete (a collective instance not every rank's record reached within arrival_lag.match_window), instance_cap, clock_cap, arrival_duplicate and arrival_nranks. [Development]"),
 		metric.WithUnit("{item}"),
 	)
 	errs = errors.Join(errs, err)

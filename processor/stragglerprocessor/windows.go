@@ -1,0 +1,238 @@
+package stragglerprocessor
+
+import (
+	"math"
+	"time"
+
+	"github.com/fathom-gpu/fathom/internal/pushback"
+	"github.com/fathom-gpu/fathom/internal/series"
+)
+
+// Judging over windows as well as samples.
+//
+// Samples of 250 ms on a busy host are mostly noise: a rank whose host work was 20%
+// longer, in a job of six ranks on two cores, scored 0.2 to 0.4 scaled MADs a sample
+// on average and was never flagged, while over 8 s windows of the same samples it stood
+// far out. So each sample is judged on its own, which finds a large slowdown fast, and
+// the median of a rank's samples over each window of its recent past is judged against
+// the line the cohort's medians over that window draw, which finds a small steady one.
+//
+// Why the median of the window: it is past the window's line only when at least half the
+// window's samples are, so a stall shorter than half the shortest window (min_duration)
+// moves no window, however long it makes its own sample. Why the floors shrink: the MAD
+// floors bound a sample's noise, and the median of n samples has about 1/√n of it; the
+// cohort's own spread of window medians takes over wherever the ranks really differ.
+
+// windowMultiples are the windows, in multiples of min_duration: the shortest sets the
+// minimum duration; the longest (8 × 1.5 s = 12 s) finds a steady 5% within about ten
+// seconds.
+var windowMultiples = []time.Duration{2, 4, 8}
+
+// maxMinDuration keeps the longest window within what a series holds (maxHistory samples
+// of the 250 ms the shipped configs sample at).
+const maxMinDuration = 8 * time.Second
+
+// maxHistory bounds the samples a series holds for its windows: twice the longest
+// window of samples every 100 ms, with room.
+const maxHistory = 1024
+
+// windows are the window lengths judged, shortest first; none when min_duration is 0.
+func (c *Config) windows() []time.Duration {
+	if c.MinDuration <= 0 {
+		return nil
+	}
+	out := make([]time.Duration, len(windowMultiples))
+	for i, m := range windowMultiples {
+		out[i] = m * c.MinDuration
+	}
+	return out
+}
+
+// windowLine is a cohort's line for the medians of its ranks' samples over one window.
+type windowLine struct {
+	window            time.Duration
+	median, threshold float64
+}
+
+// remember keeps sm for the windows, and lets go of samples older than twice the
+// longest window, which a flag's "since" looks back over (and, past maxHistory, the
+// oldest, counted). A series of another process (a
+// restarted rank) starts its windows anew.
+func (s *signalSeries) remember(sm sample, pid int64, longest time.Duration, drops map[string]int64) {
+	if longest <= 0 {
+		return
+	}
+	if pid != s.historyPID {
+		s.history, s.historyPID = s.history[:0], pid
+	}
+	s.history = append(s.history, sm)
+	cut := 0
+	for cut < len(s.history) && sm.at.Sub(s.history[cut].at) > 2*longest {
+		cut++
+	}
+	if over := len(s.history) - cut - maxHistory; over > 0 {
+		cut += over
+		drops["window_cap"] += int64(over)
+	}
+	if cut > 0 {
+		s.history = append(s.history[:0], s.history[cut:]...)
+	}
+}
+
+// windowMedian is the median of the samples in history that ended within w up to end,
+// and false when they cover less than three quarters of it (a rank just started, or
+// back from a gap) or are fewer than three.
+func windowMedian(history []sample, end time.Time, w time.Duration) (float64, bool) {
+	var values []float64
+	var first sample
+	for i := len(history) - 1; i >= 0; i-- {
+		sm := history[i]
+		if sm.at.After(end) {
+			continue
+		}
+		if end.Sub(sm.at) >= w {
+			break
+		}
+		values = append(values, sm.value)
+		first = sm
+	}
+	covered := end.Sub(first.at) + time.Duration(first.span*float64(time.Second))
+	if len(values) < 3 || covered < w*3/4 {
+		return 0, false
+	}
+	return series.Median(values), true
+}
+
+// drawWindowLines draws the cohort's line over each window from the window medians of
+// its fresh ranks (those in fresh). Its spread is at least what the median of the
+// window's samples inherits from the samples' own spread (sampleSpread, floors
+// included): √(π/2) of it over √n, n = w / span, span being the ranks' median sample
+// length. A few ranks' window medians can agree by chance far more closely than their
+// noise allows, and their MAD alone then draws the line inside the noise (six ranks of
+// the busy-host model flagged a healthy rank 3 times in 10,000 s so). A window with
+// fewer than quorum medians has no line.
+func (d *detector) drawWindowLines(fresh []*signalSeries, sig int, sampleSpread, worse float64) []windowLine {
+	if !d.cfg.windowed(sig) {
+		return nil
+	}
+	windows := d.cfg.windows()
+	spans := make([]float64, 0, len(fresh))
+	for _, s := range fresh {
+		spans = append(spans, s.latest.span)
+	}
+	span := series.Median(spans)
+	var out []windowLine
+	for _, w := range windows {
+		var medians []float64
+		for _, s := range fresh {
+			if m, ok := windowMedian(s.history, s.latest.at, w); ok {
+				medians = append(medians, m)
+			}
+		}
+		if len(medians) < d.cfg.Quorum {
+			continue
+		}
+		inherited := sampleSpread
+		if span > 0 {
+			inherited = sampleSpread * medianEfficiency * math.Min(1, math.Sqrt(span/w.Seconds()))
+		}
+		median := series.Median(medians)
+		spread := max(series.MADScale*series.MAD(medians, median), inherited)
+		out = append(out, windowLine{window: w, median: median, threshold: median + worse*d.cfg.K*spread})
+	}
+	return out
+}
+
+// medianEfficiency is √(π/2): the spread of the median of n samples over that of their
+// mean, σ/√n.
+var medianEfficiency = math.Sqrt(math.Pi / 2)
+
+// windowVerdict is what a rank's windows say at one sample.
+//
+// A window's median that is past its line counts once it has stayed past for a whole
+// window: neighbouring windows share most of their samples, so one excursion of a
+// healthy rank's noise, or a stall with the noise around it, would otherwise be seen by
+// every window that holds it, while a slow rank stays past for as long as it is slow.
+// Measured on the detector's own model of a busy host (16 ranks, 250 ms samples ±15%,
+// one rank in sixteen stalled for up to a second about every 3 s; TestTuneWindows in
+// its day): staying past for half a window flagged healthy ranks 33 times in 10,000 s
+// (4 times without the 3 s window); a whole window, never.
+type windowVerdict struct {
+	// beyond: some window's median is past its line; held: past its resolve line.
+	beyond, held bool
+	// The window that is furthest past its line, when beyond: its median of the rank's
+	// samples, its line, the rank's score against it, and since when the rank's
+	// samples in it were past the line.
+	window                   time.Duration
+	value, median, threshold float64
+	score                    float64
+	since                    time.Time
+}
+
+// judgeWindows judges the rank's windows ending at sample sm against lines, worse being
+// +1 when higher is worse and -1 when lower is; resolveWithin places each resolve line.
+// pastSince holds, per window length, since when the rank's median over it has been
+// past its line.
+func judgeWindows(history []sample, sm sample, lines []windowLine, worse, k, resolveWithin float64, pastSince map[time.Duration]time.Time) windowVerdict {
+	var v windowVerdict
+	for _, l := range lines {
+		m, ok := windowMedian(history, sm.at, l.window)
+		spread := worse * (l.threshold - l.median) / k
+		if !ok || !(spread > 0) {
+			delete(pastSince, l.window)
+			continue
+		}
+		score := worse * (m - l.median) / spread
+		if score > k*resolveWithin {
+			v.held = true
+		}
+		if score <= k {
+			delete(pastSince, l.window)
+			continue
+		}
+		crossed, ok := pastSince[l.window]
+		if !ok {
+			pastSince[l.window] = sm.at
+			continue
+		}
+		if sm.at.Sub(crossed) >= l.window && (!v.beyond || score > v.score) {
+			v.beyond, v.window, v.value, v.median, v.threshold, v.score = true, l.window, m, l.median, l.threshold, score
+			// Since the first sample past the line in the window that first crossed it.
+			v.since = firstPast(history, crossed, l.window, func(x float64) bool { return worse*(x-l.threshold) > 0 })
+		}
+	}
+	return v
+}
+
+// firstPast is when the earliest sample past the line in the window ending at end
+// began.
+func firstPast(history []sample, end time.Time, w time.Duration, past func(float64) bool) time.Time {
+	var since time.Time
+	for i := len(history) - 1; i >= 0 && end.Sub(history[i].at) < w; i-- {
+		if sm := history[i]; !sm.at.After(end) && past(sm.value) {
+			since = sm.at.Add(-time.Duration(sm.span * float64(time.Second)))
+		}
+	}
+	return since
+}
+
+// pushedWindows are the window lines a node received with a threshold.
+func pushedWindows(t pushback.Threshold) []windowLine {
+	out := make([]windowLine, 0, len(t.Windows))
+	for _, w := range t.Windows {
+		out = append(out, windowLine{window: time.Duration(w.Seconds * float64(time.Second)), median: w.Median, threshold: w.Line})
+	}
+	return out
+}
+
+// toPushback writes a cohort's window lines for the push-back.
+func toPushback(lines []windowLine) []pushback.WindowLine {
+	if len(lines) == 0 {
+		return nil
+	}
+	out := make([]pushback.WindowLine, 0, len(lines))
+	for _, l := range lines {
+		out = append(out, pushback.WindowLine{Seconds: l.window.Seconds(), Median: l.median, Line: l.threshold})
+	}
+	return out
+}

@@ -1,0 +1,223 @@
+package stragglerprocessor
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/fathom-gpu/fathom/internal/pushback"
+)
+
+// busyHost is the detector's model of a busy host's rank samples every 250 ms: each
+// rank's device wait is 0.30 s/s ± 15% (a quarter second holds few steps), and about
+// one sample in ten starts a stall of one rank for 1 to 4 samples (up to a second: a
+// preemption, a page-fault storm), during which it waits almost nothing. Stalls are two
+// samples apart at least: two in a row on one rank would be one stall of more than a
+// second, which is a straggler.
+type busyHost struct {
+	rng                          *rand.Rand
+	ranks                        int
+	stalled                      int64
+	stallLeft, sinceStall, stall int
+}
+
+func newBusyHost(seed uint64, ranks int) *busyHost {
+	return &busyHost{rng: rand.New(rand.NewPCG(seed, 99)), ranks: ranks, stalled: -1}
+}
+
+func (b *busyHost) next() map[int64]float64 {
+	rates := jittered(b.rng, b.ranks, 0.30, 0.15)
+	if b.stallLeft == 0 && b.sinceStall >= 2 && b.rng.IntN(10) == 0 {
+		b.stalled, b.stallLeft = int64(b.rng.IntN(b.ranks)), 1+b.rng.IntN(4)
+	}
+	b.sinceStall++
+	if b.stallLeft > 0 {
+		rates[b.stalled] = 0.02
+		b.stallLeft--
+		b.sinceStall = 0
+	}
+	return rates
+}
+
+// On the busy host, a rank 20% or 10% slower for good scores under the line in most
+// samples (a sample's spread is about 9% of the median, the line 3 spreads from it), so
+// judged by samples alone it is found in 4 trials of 20 at most. Over windows it is
+// found in every trial at 20% (p50 10 s in 6 ranks, 5.75 s in 16), and at 10% in 8 of
+// 20 (6 ranks) and 17 of 20 (16) within 40 s. Each trial runs the model healthy for
+// 20 s, then slows rank 3 for up to 40 s; nobody else is flagged in any.
+func TestASmallSteadySlowdownIsFoundOverItsWindows(t *testing.T) {
+	for _, ranks := range []int{6, 16} {
+		for _, pct := range []float64{20, 10} {
+			for _, minDuration := range []time.Duration{1500 * time.Millisecond, 0} {
+				var found []time.Duration
+				falseFlags := 0
+				for seed := range uint64(20) {
+					c := quarterSecondCluster(t)
+					c.det.cfg.MinDuration = minDuration
+					c.det = newDetector(c.det.cfg)
+					b := newBusyHost(seed, ranks)
+					for range 80 {
+						c.step(b.next())
+					}
+					healthy := len(c.events)
+					for i := 1; i <= 160; i++ {
+						rates := b.next()
+						rates[3] *= 1 - pct/100
+						c.step(rates)
+						if slices.ContainsFunc(c.events[healthy:], func(e event) bool { return e.state == "straggler" && e.rank == 3 }) {
+							found = append(found, time.Duration(i)*250*time.Millisecond)
+							break
+						}
+					}
+					for _, e := range c.events {
+						if e.state == "straggler" && e.rank != 3 {
+							falseFlags++
+						}
+					}
+				}
+				slices.Sort(found)
+				row := fmt.Sprintf("%d ranks, %v%% slower, min_duration %v: found %d of 20", ranks, pct, minDuration, len(found))
+				if len(found) > 0 {
+					row += fmt.Sprintf(", p50 %v, p95 %v", found[len(found)/2], found[len(found)*95/100])
+				}
+				t.Logf("%s; other ranks flagged %d times", row, falseFlags)
+				switch {
+				case falseFlags > 0:
+					t.Errorf("%s: other ranks flagged %d times", row, falseFlags)
+				case minDuration == 0 && len(found) > 5:
+					t.Errorf("%s: judged by samples alone, the slowdown was expected to stay hidden in the noise", row)
+				case minDuration > 0 && pct == 20 && len(found) < 20:
+					t.Errorf("%s, want 20 of 20", row)
+				case minDuration > 0 && pct == 10 && len(found) < 6:
+					t.Errorf("%s, want at least 6 of 20", row)
+				}
+			}
+		}
+	}
+}
+
+// The busy host flags nobody over its windows: 20 runs of 500 s each, 6 and 16 ranks,
+// with a stall of up to a second on some rank about every 3 s.
+func TestABusyHostFlagsNobodyOverItsWindows(t *testing.T) {
+	for _, ranks := range []int{6, 16} {
+		flags := 0
+		for seed := range uint64(20) {
+			c := quarterSecondCluster(t)
+			b := newBusyHost(seed+100, ranks)
+			for range 2000 {
+				c.step(b.next())
+			}
+			for _, e := range c.events {
+				if e.state == "straggler" {
+					flags++
+					t.Logf("seed %d: %s", seed, c.describeEvents())
+					break
+				}
+			}
+		}
+		if flags > 0 {
+			t.Errorf("%d ranks: %d runs of 20 flagged a healthy rank", ranks, flags)
+		}
+	}
+}
+
+// A rank flagged over a window says so: its record's value, median and line are the
+// window's, its score is against that line, and since is when its samples began to lie
+// past it. Its node, judging its own ranks by the lines pushed back, flags it over the
+// same window at the same sample, and both resolve it once it is back.
+func TestAWindowFlagIsNamedAndTheNodeJudgesItsWindowsAlike(t *testing.T) {
+	gw := quarterSecondCluster(t)
+	ncfg := createDefaultConfig()
+	ncfg.Mode, ncfg.Persistence = ModeNode, PersistenceConfig{Beyond: 5, Of: 6}
+	node := newDetector(ncfg)
+	b := newBusyHost(7, 8)
+	lines := heldLines{}
+	var nodeEvents []event
+	onset := 0
+	for i := 1; i <= 400; i++ {
+		rates := b.next()
+		if i > 120 && i <= 280 {
+			if onset == 0 {
+				onset = i
+			}
+			rates[3] *= 0.8
+		}
+		end := gw.report(rates)
+		gw.events = append(gw.events, gw.det.evaluate(end).events...)
+		// The node holds rank 3 alone and judges it by the line the gateway drew
+		// at this evaluation, as an answer to its export carries.
+		l, ok := gw.det.line(gw.key, 0)
+		if !ok {
+			continue
+		}
+		key := pushback.Key{Cluster: "c1", Cohort: "comm-1", Signal: ncfg.Signals[0].Metric}
+		lines[key] = pushback.Threshold{Cluster: "c1", Cohort: "comm-1", Signal: key.Signal, Median: l.median, Line: l.threshold,
+			Worse: WorseLower, At: l.at.UnixMilli(), Windows: toPushback(l.windows)}
+		node.observe(point{cohort: gw.key, node: "node-1", rank: 3, pid: 1003, cumulative: true, value: gw.totals[3],
+			start: gw.start.UnixNano(), ts: end.UnixNano()}, end)
+		nodeEvents = append(nodeEvents, node.evaluateAgainst(lines, end).events...)
+	}
+	var gwEvents []event
+	for _, e := range gw.events {
+		if e.signal == 0 {
+			gwEvents = append(gwEvents, e)
+		}
+	}
+	for name, evs := range map[string][]event{"gateway": gwEvents, "node": nodeEvents} {
+		if len(evs) != 2 || evs[0].state != "straggler" || evs[0].rank != 3 || evs[1].state != "resolved" {
+			t.Fatalf("%s: %v, want rank 3 flagged and resolved", name, evs)
+		}
+		f := evs[0]
+		at, since := f.at.Sub(gw.start), f.since.Sub(gw.start)
+		t.Logf("%s: flagged at %v over %v (value %.4f, median %.4f, line %.4f, score %.2f), since %v; resolved at %v",
+			name, at, f.window, f.value, f.median, f.threshold, f.score, since, evs[1].at.Sub(gw.start))
+		slowFrom := time.Duration(onset-1) * 250 * time.Millisecond
+		if f.window == 0 || f.value >= f.threshold || f.threshold >= f.median || f.score <= 3 {
+			t.Errorf("%s: %+v, want a window, its median past its line and a score past 3", name, f)
+		}
+		if since < slowFrom-time.Second || since > at || at > slowFrom+20*time.Second {
+			t.Errorf("%s: flagged at %v since %v; slow from %v", name, at, since, slowFrom)
+		}
+		if back := evs[1].at.Sub(gw.start); back < 70*time.Second {
+			t.Errorf("%s: resolved at %v while still slow (until 70s)", name, back)
+		}
+	}
+	if nodeEvents[0].window != gwEvents[0].window || nodeEvents[0].at.Sub(gwEvents[0].at).Abs() > time.Second {
+		t.Errorf("node flagged at %v over %v, gateway at %v over %v", nodeEvents[0].at, nodeEvents[0].window, gwEvents[0].at, gwEvents[0].window)
+	}
+}
+
+// A window's median needs three quarters of the window covered: a rank that just began,
+// or came back from a gap, is not judged over it yet. A restarted rank (another
+// process) starts its windows anew, and the history is bounded.
+func TestWindowsCoverTheirLengthAndStartAnewWithTheProcess(t *testing.T) {
+	t0 := time.Unix(1_800_000_000, 0)
+	var s signalSeries
+	drops := map[string]int64{}
+	add := func(pid int64, i int, v float64) {
+		s.remember(sample{value: v, at: t0.Add(time.Duration(i) * 250 * time.Millisecond), span: 0.25}, pid, 12*time.Second, drops)
+	}
+	for i := 1; i <= 8; i++ {
+		add(1, i, 0.3)
+	}
+	end := t0.Add(2 * time.Second)
+	if _, ok := windowMedian(s.history, end, 3*time.Second); ok {
+		t.Error("2 s of samples made a 3 s window")
+	}
+	add(1, 9, 0.3)
+	if m, ok := windowMedian(s.history, end.Add(250*time.Millisecond), 3*time.Second); !ok || m != 0.3 {
+		t.Errorf("2.25 s of samples: median %v, %v; want 0.3 over three quarters of 3 s", m, ok)
+	}
+	add(2, 10, 0.1)
+	if len(s.history) != 1 || s.history[0].value != 0.1 {
+		t.Errorf("after a restart the history holds %d samples, want the new process's one", len(s.history))
+	}
+	for i := 11; i <= 4000; i++ {
+		add(2, i, 0.1)
+	}
+	if len(s.history) != 97 || drops["window_cap"] != 0 {
+		t.Errorf("history of %d samples (%d dropped), want the 24 s a flag's since looks back over", len(s.history), drops["window_cap"])
+	}
+}
