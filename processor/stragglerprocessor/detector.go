@@ -58,12 +58,18 @@ type signalSeries struct {
 	// window is the window that flagged the rank, 0 when its samples did.
 	window time.Duration
 
-	// history holds the samples of twice the longest window (windows.go), oldest
-	// first, of the process historyPID.
-	history    []sample
+	// history holds the samples of the longest window (windows.go), oldest first, of
+	// the process historyPID; crossings, per window line, since when its median has
+	// been past the line.
+	history    []windowSample
 	historyPID int64
-	// pastSince: since when each window's median has been past its line.
-	pastSince map[time.Duration]time.Time
+	crossings  []crossing
+	// windowsHeld is the last judgement's: some window past its resolve line. It
+	// stands for the windows between judgements.
+	windowsHeld bool
+	// medians are the window medians taken at the sample that ended at mediansAt.
+	medians   []windowValue
+	mediansAt int64
 }
 
 type verdict struct {
@@ -188,8 +194,10 @@ type detector struct {
 	horizon int64
 	// drops counts what bounded state turned away, by reason.
 	drops map[string]int64
-	// longest is the longest window a series keeps samples for (0: none).
+	// longest is the longest window a series keeps samples for (0: none); scratch
+	// holds a window's values while its median is taken.
 	longest time.Duration
+	scratch []float64
 }
 
 func newDetector(cfg *Config) *detector {
@@ -259,14 +267,6 @@ func (d *detector) observe(p point, now time.Time) {
 		d.drops["unjudged"]++
 	}
 	s.unjudged = append(s.unjudged, s.latest)
-}
-
-// windowsPast is the series' record of its windows past their lines, made on first use.
-func (s *signalSeries) windowsPast() map[time.Duration]time.Time {
-	if s.pastSince == nil {
-		s.pastSince = map[time.Duration]time.Time{}
-	}
-	return s.pastSince
 }
 
 // sampledSince says whether a rank of c sent a sample of signal sig after t.
@@ -438,14 +438,18 @@ func (d *detector) evaluateSignal(c *cohort, sig int, now time.Time, out *evalua
 			ev.state, ev.since = "resolved", r.silentSince
 			out.events = append(out.events, ev)
 		}
-		// Every sample since the last evaluation is judged against this line, in order.
+		// The windows are judged once, at the latest sample; every sample since the
+		// last evaluation is judged against the line, in order.
+		wv := windowVerdict{held: s.windowsHeld}
+		if len(s.unjudged) > 0 && !s.latest.behind(newest) {
+			wv = s.judgeWindows(windows, worse, cfg.K, cfg.ResolveWithin, &d.scratch)
+		}
 		for _, sm := range s.unjudged {
 			if sm.behind(newest) {
 				d.drops["stale"]++
 				continue
 			}
 			score := worse * (sm.value - median) / spread
-			wv := judgeWindows(s.history, sm, windows, worse, cfg.K, cfg.ResolveWithin, s.windowsPast())
 			if state := s.judge(sm, score > cfg.K, score > cfg.K*cfg.ResolveWithin, wv, warm, cfg.persistence(sig)); state != "" {
 				ev.state, ev.since, ev.value, ev.score = state, s.since, sm.value, score
 				ev.median, ev.threshold, ev.window = median, threshold, 0
@@ -550,8 +554,13 @@ func (d *detector) evaluateAgainst(src pushback.Source, now time.Time) evaluatio
 				if len(s.unjudged) > 0 && s.waitingSince.IsZero() {
 					s.waitingSince = s.unjudged[0].received
 				}
-				// The samples the held line is new enough for are judged, oldest
-				// first; the rest wait for the next answer (or until lineWait).
+				// The windows are judged once the line is new enough for the latest
+				// sample; the samples it is new enough for are judged, oldest first;
+				// the rest wait for the next answer (or until lineWait).
+				wv := windowVerdict{held: s.windowsHeld}
+				if n := len(s.unjudged); n > 0 && !waitForNewerLine(t, s.unjudged[n-1].received, s.waitingSince, now) {
+					wv = s.judgeWindows(windows, worse, d.cfg.K, d.cfg.ResolveWithin, &d.scratch)
+				}
 				judged := 0
 				for _, sm := range s.unjudged {
 					if waitForNewerLine(t, sm.received, s.waitingSince, now) {
@@ -561,7 +570,6 @@ func (d *detector) evaluateAgainst(src pushback.Source, now time.Time) evaluatio
 					ev := event{cohort: c.key, job: r.job, node: r.node, rank: rank, signal: sig, value: sm.value,
 						median: t.Median, threshold: t.Line, at: now, gauge: sm.gauge, detail: sm.detail}
 					held := t.Beyond(sm.value) || (pushback.Threshold{Median: t.Median, Line: t.Median + (t.Line-t.Median)*d.cfg.ResolveWithin, Worse: t.Worse}).Beyond(sm.value)
-					wv := judgeWindows(s.history, sm, windows, worse, d.cfg.K, d.cfg.ResolveWithin, s.windowsPast())
 					if state := s.judge(sm, t.Beyond(sm.value), held, wv, true, d.cfg.persistence(sig)); state != "" {
 						ev.state, ev.since = state, s.since
 						if state == "straggler" && s.window > 0 {

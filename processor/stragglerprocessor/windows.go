@@ -32,9 +32,23 @@ var windowMultiples = []time.Duration{2, 4, 8}
 // of the 250 ms the shipped configs sample at).
 const maxMinDuration = 8 * time.Second
 
-// maxHistory bounds the samples a series holds for its windows: twice the longest
-// window of samples every 100 ms, with room.
-const maxHistory = 1024
+// maxHistory bounds the samples a series holds for its windows: the longest window of
+// samples every 100 ms, with room.
+const maxHistory = 512
+
+// windowSample is what a window needs of a sample: when it ended, its value, and the
+// seconds it covers (24 bytes, against a sample's hundred: a gateway holds 48 of them
+// per rank and windowed signal at 250 ms samples).
+type windowSample struct {
+	at          int64 // unix nanos
+	value, span float64
+}
+
+// crossing is since when a rank's median over one window has been past its line
+// (crossed; zero when it is not), and since when its samples were, found as it crossed.
+type crossing struct {
+	crossed, since time.Time
+}
 
 // windows are the window lengths judged, shortest first; none when min_duration is 0.
 func (c *Config) windows() []time.Duration {
@@ -54,20 +68,20 @@ type windowLine struct {
 	median, threshold float64
 }
 
-// remember keeps sm for the windows, and lets go of samples older than twice the
-// longest window, which a flag's "since" looks back over (and, past maxHistory, the
-// oldest, counted). A series of another process (a
+// remember keeps sm for the windows, and lets go of samples older than the longest
+// window (and, past maxHistory, the oldest, counted). A series of another process (a
 // restarted rank) starts its windows anew.
 func (s *signalSeries) remember(sm sample, pid int64, longest time.Duration, drops map[string]int64) {
 	if longest <= 0 {
 		return
 	}
 	if pid != s.historyPID {
-		s.history, s.historyPID = s.history[:0], pid
+		s.history, s.historyPID, s.crossings = s.history[:0], pid, nil
 	}
-	s.history = append(s.history, sm)
+	at := sm.at.UnixNano()
+	s.history = append(s.history, windowSample{at: at, value: sm.value, span: sm.span})
 	cut := 0
-	for cut < len(s.history) && sm.at.Sub(s.history[cut].at) > 2*longest {
+	for cut < len(s.history) && at-s.history[cut].at >= int64(longest) {
 		cut++
 	}
 	if over := len(s.history) - cut - maxHistory; over > 0 {
@@ -79,28 +93,54 @@ func (s *signalSeries) remember(sm sample, pid int64, longest time.Duration, dro
 	}
 }
 
-// windowMedian is the median of the samples in history that ended within w up to end,
-// and false when they cover less than three quarters of it (a rank just started, or
-// back from a gap) or are fewer than three.
-func windowMedian(history []sample, end time.Time, w time.Duration) (float64, bool) {
-	var values []float64
-	var first sample
-	for i := len(history) - 1; i >= 0; i-- {
-		sm := history[i]
-		if sm.at.After(end) {
-			continue
-		}
-		if end.Sub(sm.at) >= w {
-			break
-		}
-		values = append(values, sm.value)
-		first = sm
+// windowMedian is the median of the samples in history that ended within w before its
+// last, and false when they cover less than three quarters of it (a rank just started,
+// or back from a gap) or are fewer than three. scratch is reused for the values.
+func windowMedian(history []windowSample, w time.Duration, scratch *[]float64) (float64, bool) {
+	if len(history) == 0 {
+		return 0, false
 	}
-	covered := end.Sub(first.at) + time.Duration(first.span*float64(time.Second))
+	end := history[len(history)-1].at
+	values := (*scratch)[:0]
+	var first windowSample
+	for i := len(history) - 1; i >= 0 && end-history[i].at < int64(w); i-- {
+		values = append(values, history[i].value)
+		first = history[i]
+	}
+	*scratch = values
+	covered := time.Duration(end-first.at) + time.Duration(first.span*float64(time.Second))
 	if len(values) < 3 || covered < w*3/4 {
 		return 0, false
 	}
 	return series.Median(values), true
+}
+
+// windowMedian is the series' median over its last w, from the medians taken at its
+// latest sample when there (the gateway takes each one for the line, then again to
+// judge the rank).
+func (s *signalSeries) windowMedian(w time.Duration, scratch *[]float64) (float64, bool) {
+	if len(s.history) == 0 {
+		return 0, false
+	}
+	last := s.history[len(s.history)-1].at
+	if s.mediansAt != last {
+		s.medians, s.mediansAt = s.medians[:0], last
+	}
+	for _, m := range s.medians {
+		if m.window == w {
+			return m.value, m.ok
+		}
+	}
+	m, ok := windowMedian(s.history, w, scratch)
+	s.medians = append(s.medians, windowValue{window: w, value: m, ok: ok})
+	return m, ok
+}
+
+// windowValue is a median taken over one window.
+type windowValue struct {
+	window time.Duration
+	value  float64
+	ok     bool
 }
 
 // drawWindowLines draws the cohort's line over each window from the window medians of
@@ -125,7 +165,7 @@ func (d *detector) drawWindowLines(fresh []*signalSeries, sig int, sampleSpread,
 	for _, w := range windows {
 		var medians []float64
 		for _, s := range fresh {
-			if m, ok := windowMedian(s.history, s.latest.at, w); ok {
+			if m, ok := s.windowMedian(w, &d.scratch); ok {
 				medians = append(medians, m)
 			}
 		}
@@ -169,17 +209,28 @@ type windowVerdict struct {
 	since                    time.Time
 }
 
-// judgeWindows judges the rank's windows ending at sample sm against lines, worse being
-// +1 when higher is worse and -1 when lower is; resolveWithin places each resolve line.
-// pastSince holds, per window length, since when the rank's median over it has been
-// past its line.
-func judgeWindows(history []sample, sm sample, lines []windowLine, worse, k, resolveWithin float64, pastSince map[time.Duration]time.Time) windowVerdict {
-	var v windowVerdict
-	for _, l := range lines {
-		m, ok := windowMedian(history, sm.at, l.window)
+// judgeWindows judges the series' windows, ending at its latest sample, against lines,
+// worse being +1 when higher is worse and -1 when lower is; resolveWithin places each
+// resolve line. It is called once an evaluation: a window counts only after a whole
+// window past its line, so the samples between two evaluations add nothing a judgement
+// at the last of them misses.
+func (s *signalSeries) judgeWindows(lines []windowLine, worse, k, resolveWithin float64, scratch *[]float64) (v windowVerdict) {
+	defer func() { s.windowsHeld = v.held }()
+	if len(s.history) == 0 {
+		return v
+	}
+	if len(s.crossings) != len(lines) {
+		// Lines come and go with a quorum of covered windows, and a node's with its
+		// answers: a window whose line was missing starts its crossing anew.
+		s.crossings = make([]crossing, len(lines))
+	}
+	now := time.Unix(0, s.history[len(s.history)-1].at)
+	for i, l := range lines {
+		m, ok := s.windowMedian(l.window, scratch)
 		spread := worse * (l.threshold - l.median) / k
+		c := &s.crossings[i]
 		if !ok || !(spread > 0) {
-			delete(pastSince, l.window)
+			*c = crossing{}
 			continue
 		}
 		score := worse * (m - l.median) / spread
@@ -187,33 +238,32 @@ func judgeWindows(history []sample, sm sample, lines []windowLine, worse, k, res
 			v.held = true
 		}
 		if score <= k {
-			delete(pastSince, l.window)
+			*c = crossing{}
 			continue
 		}
-		crossed, ok := pastSince[l.window]
-		if !ok {
-			pastSince[l.window] = sm.at
+		if c.crossed.IsZero() {
+			// Since the first sample past the line in the window that crossed it.
+			*c = crossing{crossed: now, since: firstPast(s.history, l.window, func(x float64) bool { return worse*(x-l.threshold) > 0 })}
 			continue
 		}
-		if sm.at.Sub(crossed) >= l.window && (!v.beyond || score > v.score) {
-			v.beyond, v.window, v.value, v.median, v.threshold, v.score = true, l.window, m, l.median, l.threshold, score
-			// Since the first sample past the line in the window that first crossed it.
-			v.since = firstPast(history, crossed, l.window, func(x float64) bool { return worse*(x-l.threshold) > 0 })
+		if now.Sub(c.crossed) >= l.window && (!v.beyond || score > v.score) {
+			v.beyond, v.window, v.value, v.median, v.threshold, v.score, v.since = true, l.window, m, l.median, l.threshold, score, c.since
 		}
 	}
 	return v
 }
 
-// firstPast is when the earliest sample past the line in the window ending at end
-// began.
-func firstPast(history []sample, end time.Time, w time.Duration, past func(float64) bool) time.Time {
-	var since time.Time
-	for i := len(history) - 1; i >= 0 && end.Sub(history[i].at) < w; i-- {
-		if sm := history[i]; !sm.at.After(end) && past(sm.value) {
-			since = sm.at.Add(-time.Duration(sm.span * float64(time.Second)))
+// firstPast is when the earliest sample past the line in the window ending at the
+// last sample began.
+func firstPast(history []windowSample, w time.Duration, past func(float64) bool) time.Time {
+	end := history[len(history)-1].at
+	var since int64
+	for i := len(history) - 1; i >= 0 && end-history[i].at < int64(w); i-- {
+		if past(history[i].value) {
+			since = history[i].at - int64(history[i].span*float64(time.Second))
 		}
 	}
-	return since
+	return time.Unix(0, since)
 }
 
 // pushedWindows are the window lines a node received with a threshold.
