@@ -17,10 +17,10 @@ import (
 // samples apart at least: two in a row on one rank would be one stall of more than a
 // second, which is a straggler.
 type busyHost struct {
-	rng                          *rand.Rand
-	ranks                        int
-	stalled                      int64
-	stallLeft, sinceStall, stall int
+	rng                   *rand.Rand
+	ranks                 int
+	stalled               int64
+	stallLeft, sinceStall int
 }
 
 func newBusyHost(seed uint64, ranks int) *busyHost {
