@@ -268,19 +268,66 @@ const gateTimeout = 60 * time.Second
 // if still running.
 func Start(t testing.TB, p Paths, o Options) *Workload {
 	t.Helper()
-	args := o.Args()
+	return start(t, append(slices.Clone(o.Launcher), p.Workload), o.Args(), o.Env, o.Gate)
+}
+
+// Python is Debian's CPython, which the Python workloads run under.
+const Python = "/usr/bin/python3"
+
+// PythonProcessName is the process name Fathom reports for Python's processes
+// (process.executable.name, from /proc/PID/exe): the file /usr/bin/python3 links to,
+// python3.11 on Debian 12. Their threads' kernel name (comm) is python3, the name the
+// interpreter was started by.
+func PythonProcessName() string {
+	real, err := filepath.EvalSymlinks(Python)
+	if err != nil {
+		return filepath.Base(Python)
+	}
+	return filepath.Base(real)
+}
+
+// GILWorkload is python/gil_dispatcher.py: a CPython main thread that launches kernels
+// and syncs through ctypes calls into the CUDA runtime while pure-Python worker
+// threads hold the GIL.
+type GILWorkload struct {
+	// Workers are the pure-Python threads; Launches the kernels a step (10 by default).
+	Workers, Launches int
+	// Env is added to the process's environment (FAKEGPU_*).
+	Env []string
+}
+
+// StartGIL launches python/gil_dispatcher.py under Python with p's CUDA runtime and a
+// gate: it returns once the script has loaded the runtime and waits; Tid is its main
+// thread, which makes every CUDA call.
+func StartGIL(t testing.TB, p Paths, o GILWorkload) *Workload {
+	t.Helper()
+	if _, err := os.Stat(Python); err != nil {
+		t.Fatalf("the GIL workload needs Debian's CPython (apt-get install python3): %v", err)
+	}
+	launches := o.Launches
+	if launches == 0 {
+		launches = 10
+	}
+	script := filepath.Join(RepoRoot(), "internal", "fakegpu", "python", "gil_dispatcher.py")
+	args := []string{"--cudart", p.Cudart, "--workers", strconv.Itoa(o.Workers), "--launches", strconv.Itoa(launches)}
+	return start(t, []string{Python, script}, args, o.Env, true)
+}
+
+// start runs argv with args (and a gate's, when gated), killed at test cleanup.
+func start(t testing.TB, argv, args, env []string, gated bool) *Workload {
+	t.Helper()
 	w := &Workload{done: make(chan struct{})}
-	if o.Gate {
+	if gated {
 		w.gate = newGate(t)
 		args = append(args, w.gate.args()...)
 	}
-	argv := append(append(slices.Clone(o.Launcher), p.Workload), args...)
+	argv = append(argv, args...)
 	w.Cmd = exec.Command(argv[0], argv[1:]...)
-	w.Cmd.Env = append(os.Environ(), o.Env...)
+	w.Cmd.Env = append(os.Environ(), env...)
 	w.Cmd.Stdout = &w.stdout
 	w.Cmd.Stderr = &w.stderr
 	if err := w.Cmd.Start(); err != nil {
-		t.Fatalf("starting %s: %v", p.Workload, err)
+		t.Fatalf("starting %s: %v", argv[0], err)
 	}
 	w.Pid = w.Cmd.Process.Pid
 	go func() {
@@ -291,7 +338,7 @@ func Start(t testing.TB, p Paths, o Options) *Workload {
 		w.Kill()
 		<-w.done
 	})
-	if o.Gate {
+	if gated {
 		ready, err := waitForFile(w.gate.ready, w.done, gateTimeout)
 		if err != nil {
 			w.Kill()

@@ -215,4 +215,17 @@ func BenchmarkProgramRunTime(b *testing.B) {
 			b.ReportMetric(perRun(e), "ns/sched_switch-empty")
 		}
 	}
+	// All host programs together per context switch: what the node pays for a switch
+	// and the wakeup before it, whichever programs run (issue 29 moved the waker's
+	// attribution from sched_wakeup to sched_waking and added its system call).
+	perSwitch := func(host map[string]probes.ProgramRun) float64 {
+		var all time.Duration
+		for _, tp := range probes.HostTracepoints {
+			all += host[tp].Runtime
+		}
+		return float64(all.Nanoseconds()) / float64(max(host["sched_switch"].Runs, 1))
+	}
+	fmt.Printf("  all host programs together   %4.0f ns vs %3.0f ns empty per context switch\n", perSwitch(fathom.host), perSwitch(empty.host))
+	b.ReportMetric(perSwitch(fathom.host), "host-ns/context-switch")
+	b.ReportMetric(perSwitch(empty.host), "host-ns/context-switch-empty")
 }

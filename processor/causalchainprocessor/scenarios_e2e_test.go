@@ -121,6 +121,10 @@ type scenario struct {
 	// trouble starts what the workload does not do itself (hogs, a lossy link), after
 	// the workload reached its gate; it returns when the trouble is in place.
 	trouble func(t *testing.T, s *suite, w *fakegpu.Workload)
+	// start, when set, starts another workload than fakegpu-workload (gated); opts
+	// is then not used. process is its process name.
+	start   func(t *testing.T, s *suite) *fakegpu.Workload
+	process string
 }
 
 // steps of every workload: with the gap, a little over 8 s of a loop that launches 10
@@ -150,6 +154,39 @@ var scenarios = []scenario{{
 	// voluntarily. Pinning it would do nothing: lock_contention, not cpu_contention.
 	name: "lock contention", cause: "lock_contention", thread: true, evidence: "woken by the holders tokenizer (4 threads)",
 	opts: func(o *fakegpu.Options) { o.LockHolders, o.LockHold = 4, 400*time.Microsecond },
+}, {
+	// CPython threads: the main thread launches and syncs through ctypes calls into
+	// the CUDA runtime, which release the GIL, and must take it back from four
+	// pure-Python worker threads after each call. The same lock rule: the holders
+	// are the interpreter's own threads.
+	name: "GIL contention", cause: "lock_contention", thread: true, evidence: "woken by the holders python3 (4 threads)",
+	process: fakegpu.PythonProcessName(),
+	start: func(t *testing.T, s *suite) *fakegpu.Workload {
+		return fakegpu.StartGIL(t, s.paths, fakegpu.GILWorkload{Workers: 4})
+	},
+}, {
+	// A newcomer after a healthy stretch: ten short-lived processes of ten names take
+	// the dispatcher's CPU in turn, then three batch-etl processes take most of it.
+	// The chain names batch-etl, the heaviest of its window, not "other" (a thread
+	// once kept a series for the first eight names it ever met).
+	name: "newcomer after others", cause: "cpu_contention", thread: true, evidence: "its CPU went to batch-etl",
+	opts: func(o *fakegpu.Options) {
+		o.Pin, o.PinCPU = true, 1
+		o.Steps, o.Launches, o.Syncs = 3*steps, 30*steps, 3*steps
+	},
+	trouble: func(t *testing.T, s *suite, w *fakegpu.Workload) {
+		if err := w.Release(); err != nil {
+			t.Fatal(err)
+		}
+		for i := range 10 {
+			h := fakegpu.StartHog(t, s.paths, fmt.Sprintf("cron-%d", i), 1)
+			time.Sleep(300 * time.Millisecond)
+			h.Stop()
+		}
+		for range 3 {
+			fakegpu.StartHog(t, s.paths, "batch-etl", 1)
+		}
+	},
 }, {
 	name: "dataloader fork storm", cause: "dataloader_oversubscription", thread: true, evidence: "processes forked",
 	opts: func(o *fakegpu.Options) {
@@ -349,7 +386,12 @@ func (s *suite) run(t *testing.T, sc scenario) result {
 	if o.IOBurstMB > 0 {
 		o.IODir = t.TempDir()
 	}
-	w := fakegpu.Start(t, s.paths, o)
+	var w *fakegpu.Workload
+	if sc.start != nil {
+		w = sc.start(t, s)
+	} else {
+		w = fakegpu.Start(t, s.paths, o)
+	}
 	if sc.trouble != nil {
 		sc.trouble(t, s, w)
 	}
@@ -444,7 +486,7 @@ func TestScenariosYieldTheirRootCauseOverMCP(t *testing.T) {
 				t.Fatalf("top chain %q, want %q", r.top, sc.cause)
 			}
 			top := r.chains[0]
-			if top.Node != "node-chains" || top.Process != "fakegpu-workload" {
+			if top.Node != "node-chains" || top.Process != or(sc.process, "fakegpu-workload") {
 				t.Errorf("the chain names node %q process %q", top.Node, top.Process)
 			}
 			if sc.thread && (top.Thread == nil || *top.Thread != int64(r.tid)) {

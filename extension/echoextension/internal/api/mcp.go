@@ -117,7 +117,7 @@ func toolError(err error) *mcp.CallToolResult {
 const investigatePrompt = `You are investigating why training on %[1]s is slow, over the last %[2]s. Use the Echo tools, read-only:
 1. cluster_summary (since: %[2]s): which clusters, how many nodes and ranks report, errors, causal chains, busiest signals.
 2. find_outlier_nodes on the collective and kernel duration signals you saw (nccl.*.duration, cuda.*.duration), by node and then by rank: who lags the median, by how much.
-3. get_causal_chains for the outlier nodes: the host cause (run-queue wait, page faults, block I/O, TCP retransmits) and the suggested fix.
+3. get_causal_chains for the outlier nodes: the host cause (run-queue wait and who took the CPU, a lock or the GIL and who held it, page faults, block I/O, TCP retransmits) and the suggested fix.
 4. get_trace_stats for the outlier nodes against a healthy one: which CUDA/NCCL API's tail moved.
 5. get_cost for the worst signal: what the stragglers cost.
 6. event_history or run_analysis (one SELECT, see the echo://schema resource) for anything still unexplained.

@@ -170,7 +170,7 @@ func parsePageToken(tok string) (int64, int64, error) {
 type CausalChainsInput struct {
 	Cluster   string `json:"cluster,omitempty" jsonschema:"only this cluster"`
 	Node      string `json:"node,omitempty" jsonschema:"only this node"`
-	RootCause string `json:"root_cause,omitempty" jsonschema:"only chains with this root cause"`
+	RootCause string `json:"root_cause,omitempty" jsonschema:"only chains with this root cause: cpu_contention, lock_contention, dataloader_oversubscription, hidden_sync, memcpy_bound, io_stall, network_retransmits, graph_recapture or allocator_churn"`
 	// A chain is written again while its cause persists (same fathom.chain.id); the
 	// tool answers with each chain's latest record.
 	IncludeResolved bool   `json:"include_resolved,omitempty" jsonschema:"also chains whose cause went away (latest state resolved); default only open ones"`
@@ -204,7 +204,9 @@ type CausalChainsOutput struct {
 
 func causalChainsTool(env *Env) (*Tool, error) {
 	return newTool("get_causal_chains", "Causal chains",
-		"Causal chains the node collectors found (host event -> CUDA/NCCL tail latency), with severity, root cause, evidence and fix: each chain's latest record, open chains only unless include_resolved; newest first.",
+		"Causal chains the node collectors found (host event -> CUDA/NCCL tail latency), with severity, root cause, evidence and fix: each chain's latest record, open chains only unless include_resolved; newest first. "+
+			"Root causes: cpu_contention (the GPU thread waited for a CPU; evidence names who took it, heaviest first), lock_contention (it was blocked on a lock of its own process, a mutex or Python's GIL; evidence names the threads that woke it, which held the lock, and how much of the wait each accounts for), "+
+			"dataloader_oversubscription, hidden_sync, memcpy_bound, io_stall, network_retransmits, graph_recapture, allocator_churn. The fix follows the cause: pinning helps CPU contention, never a lock.",
 		ScopeTools,
 		func(ctx context.Context, in CausalChainsInput) (CausalChainsOutput, error) {
 			since, until, err := window(env, in.Since, in.Until)
