@@ -485,6 +485,11 @@ func TestScenariosYieldTheirRootCauseOverMCP(t *testing.T) {
 			if r.top != sc.cause {
 				t.Fatalf("top chain %q, want %q", r.top, sc.cause)
 			}
+			// Precision: no other cause is called HIGH or MEDIUM (a lock is never
+			// also CPU contention).
+			if len(r.others) > 0 {
+				t.Errorf("HIGH or MEDIUM chains of other causes: %v", r.others)
+			}
 			top := r.chains[0]
 			if top.Node != "node-chains" || top.Process != or(sc.process, "fakegpu-workload") {
 				t.Errorf("the chain names node %q process %q", top.Node, top.Process)

@@ -137,14 +137,6 @@ func TestStragglerDetectionReport(t *testing.T) {
 	}
 }
 
-// speedUp turns the slowdown off and returns when it did.
-func (j *job) speedUp() time.Time {
-	if err := os.Remove(j.slowFile); err != nil {
-		j.t.Fatal(err)
-	}
-	return time.Now()
-}
-
 type timedRecord struct {
 	record
 	At time.Time

@@ -269,6 +269,22 @@ func (d *detector) observe(p point, now time.Time) {
 	s.unjudged = append(s.unjudged, s.latest)
 }
 
+// keptReporting is when the quorum-th latest sample of signal sig in c came: a quorum
+// of ranks reported at that time or later.
+func keptReporting(c *cohort, sig, quorum int) time.Time {
+	var times []time.Time
+	for _, r := range c.ranks {
+		if at := r.series[sig].latest.received; !at.IsZero() {
+			times = append(times, at)
+		}
+	}
+	if len(times) < quorum {
+		return time.Time{}
+	}
+	slices.SortFunc(times, func(a, b time.Time) int { return b.Compare(a) })
+	return times[quorum-1]
+}
+
 // sampledSince says whether a rank of c sent a sample of signal sig after t.
 func sampledSince(c *cohort, sig int, t time.Time) bool {
 	for _, r := range c.ranks {
@@ -422,8 +438,11 @@ func (d *detector) evaluateSignal(c *cohort, sig int, now time.Time, out *evalua
 				continue
 			}
 			// Silent while its cohort keeps reporting: the unreachable node is often
-			// the one in trouble.
-			if !r.silent && warm {
+			// the one in trouble. Kept reporting means a quorum of ranks sent samples
+			// for silent_after past the rank's last: a cohort its ranks all left (a
+			// job's, once its nodes saw the communicator) stops over a second or two,
+			// and the rank that left first is not silent.
+			if !r.silent && warm && keptReporting(c, sig, cfg.Quorum).After(s.latest.received.Add(cfg.SilentAfter)) {
 				r.silent, r.silentSince = true, s.latest.at
 				ev.state, ev.since = "silent", s.latest.at
 				out.events = append(out.events, ev)

@@ -251,6 +251,30 @@ func TestASilentRankIsReportedAndResolved(t *testing.T) {
 	}
 }
 
+// A cohort its ranks all leave within a second or two (a job's cohort, once its nodes saw
+// the communicator: CI's healthy jobs left theirs so, the per-collection signals a
+// second after the others) has no silent rank: none stopped while the others kept
+// reporting. Six ranks report once or twice, a node a second after the next, then
+// nothing more.
+func TestACohortItsRanksLeaveHasNoSilentRank(t *testing.T) {
+	cfg := createDefaultConfig()
+	cfg.SilentAfter, cfg.Warmup = 5*time.Second, 0
+	c := newCluster(t, cfg, false)
+	for i := 1; i <= 20; i++ {
+		rates := map[int64]float64{}
+		for rank := range int64(6) {
+			// Node n (ranks 2n, 2n+1) reports in intervals n+1 and n+2 only.
+			if n := int(rank / 2); i == n+1 || i == n+2 {
+				rates[rank] = 0.3
+			}
+		}
+		c.step(rates)
+	}
+	if len(c.events) != 0 {
+		t.Errorf("events: %s, want none", c.describeEvents())
+	}
+}
+
 // Below the quorum nothing is judged; a cohort that is slow from its first interval is
 // judged only after the warm-up (3 evaluations with a quorum), then flagged after
 // persistence.

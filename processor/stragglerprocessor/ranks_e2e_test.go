@@ -20,6 +20,7 @@ import (
 	"github.com/fathom-gpu/fathom/internal/fakegpu"
 	"github.com/fathom-gpu/fathom/internal/privtest"
 	"github.com/fathom-gpu/fathom/internal/semconv"
+	"github.com/fathom-gpu/fathom/internal/series"
 )
 
 // The loop on a real job: eight rank processes of fakegpu-ddp (the asynchronous fake
@@ -208,6 +209,14 @@ func startJob(t testing.TB, o jobOptions) *job {
 // slowDown turns the slow rank's slowdown on and returns when it did.
 func (j *job) slowDown() time.Time {
 	if err := os.WriteFile(j.slowFile, nil, 0o600); err != nil {
+		j.t.Fatal(err)
+	}
+	return time.Now()
+}
+
+// speedUp turns the slowdown off and returns when it did.
+func (j *job) speedUp() time.Time {
+	if err := os.Remove(j.slowFile); err != nil {
 		j.t.Fatal(err)
 	}
 	return time.Now()
@@ -417,6 +426,42 @@ func TestAJobWithoutNCCLIsComparedByItsJob(t *testing.T) {
 	if len(rows) != 1 || rows[0][0] != "job:e2e-job" {
 		t.Errorf("records' cohorts %v, want job:e2e-job alone", rows)
 	}
+}
+
+// One stall of a second (rank 5 sleeps once before an all-reduce, as a page-fault storm
+// or a preemption would hold it) is shorter than min_duration's windows and the 5-of-6
+// persistence of quarter-second samples: nobody is flagged, by the nodes or the
+// gateway, on any signal, in the 15 s after it.
+func TestAOneSecondStallFlagsNobody(t *testing.T) {
+	j := startJob(t, jobOptions{ncclMode: fakegpu.NCCLAsync, slowMode: "stall", hostCompute: 5 * time.Millisecond, slowBy: time.Second, transport: allOver("grpc")})
+	time.Sleep(12 * time.Second) // healthy: the gateway warms up, lines reach every node
+	if recs := j.records(); len(recs) != 0 {
+		t.Fatalf("records from a healthy job: %+v", recs)
+	}
+	// The rank looks for the file before each all-reduce: the first look finds it and
+	// stalls a second; by the next the file is gone.
+	j.slowDown()
+	time.Sleep(50 * time.Millisecond)
+	j.speedUp()
+	time.Sleep(15 * time.Second)
+	if recs := j.records(); len(recs) != 0 {
+		t.Errorf("records after a single one-second stall: %+v", recs)
+	}
+	// The stall happened: it lies between rank 5's sync and its all-reduce, so its
+	// host lead over the run is about a second more than its peers'.
+	var leads []float64
+	var rank5 float64
+	for _, row := range j.sqlRows(`SELECT rank, max(value) FROM events WHERE name = '` + semconv.MetricRankHostLead + `' GROUP BY rank`) {
+		if int(row[0].(float64)) == slowRank {
+			rank5 = row[1].(float64)
+		} else {
+			leads = append(leads, row[1].(float64))
+		}
+	}
+	if len(leads) != jobRanks-1 || rank5-series.Median(leads) < 0.8 {
+		t.Errorf("host lead over the run: rank 5 %.3f s, its peers %v: want rank 5 a second ahead (did it stall?)", rank5, leads)
+	}
+	t.Logf("host lead over the run: rank 5 %.3f s, its peers' median %.3f s", rank5, series.Median(leads))
 }
 
 // A healthy job, node-3's clock 50 ms ahead of the others', flags nobody; then rank 3 is
