@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"go.opentelemetry.io/collector/component"
@@ -44,6 +45,9 @@ type thresholds struct {
 	// clock is the node's offset from the gateway, from the times traded in every
 	// export and its answer (see pushback.ClockEstimator).
 	clock pushback.ClockEstimator
+	// answered is when the gateway last answered (unix nanos; 0: never): a clock
+	// answer or lines, pushed or polled.
+	answered atomic.Int64
 
 	written, leftOut, received, refused, polls, getAnswers metric.Int64Counter
 }
@@ -291,7 +295,17 @@ func (e *thresholds) readClock(v string, sent time.Time) {
 	t4 := wallclock.Now()
 	if t1, t2, t3, ok := pushback.ParseClockAnswer(v); ok && t1 == sent.UnixNano() {
 		e.clock.Add(t1, t2, t3, t4.UnixNano(), time.Now())
+		e.answered.Store(time.Now().UnixNano())
 	}
+}
+
+// LastAnswer implements pushback.Reachability: when the gateway last answered this node
+// (zero: never).
+func (e *thresholds) LastAnswer() time.Time {
+	if n := e.answered.Load(); n != 0 {
+		return time.Unix(0, n)
+	}
+	return time.Time{}
 }
 
 // ClockOffset implements pushback.Clock: this node's clock minus the gateway's.
@@ -308,6 +322,7 @@ func (e *thresholds) take(ctx context.Context, v string, pushed bool) error {
 		e.logger.Debug("thresholds in an answer were not readable", zap.Error(err))
 		return err
 	}
+	e.answered.Store(time.Now().UnixNano())
 	refused := e.held.put(ts, time.Now(), pushed)
 	e.received.Add(ctx, int64(len(ts)-refused))
 	if refused > 0 {

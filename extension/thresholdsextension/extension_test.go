@@ -71,6 +71,10 @@ func TestHTTPAnswerCarriesThresholdsToTheNode(t *testing.T) {
 	defer srv.Close()
 	wrapRT, _ := node.GetHTTPRoundTripper(context.Background())
 	rt, _ := wrapRT(context.Background(), http.DefaultTransport)
+	if !node.LastAnswer().IsZero() {
+		t.Fatal("a node that sent nothing says the gateway answered")
+	}
+	before := time.Now()
 	resp, err := (&http.Client{Transport: rt}).Post(srv.URL+"/v1/metrics", "application/x-protobuf", nil)
 	if err != nil {
 		t.Fatal(err)
@@ -78,6 +82,11 @@ func TestHTTPAnswerCarriesThresholdsToTheNode(t *testing.T) {
 	resp.Body.Close()
 	if resp.Header.Get(pushback.HTTPHeader) == "" {
 		t.Fatal("the answer carries no thresholds header")
+	}
+	// The node knows the gateway answered: the straggler processor judges by an old
+	// line only while it does.
+	if last := node.LastAnswer(); last.Before(before) || last.After(time.Now()) {
+		t.Errorf("last answer %v, want during the export", last)
 	}
 	got, ok := node.Threshold(line.Key(), time.Now())
 	if !ok || !reflect.DeepEqual(got, line) {

@@ -302,6 +302,15 @@ func (r *Response) Thresholds() []Threshold {
 
 // Source is what the node side offers: the latest thresholds pushed back, kept until
 // their TTL. The straggler processor in node mode finds it among the extensions.
+// Reachability is what a Source may also say: when the gateway last answered (zero:
+// never). A node judges its samples against a line older than they are only while the
+// gateway answers: the held line stands in for an answer lost or late, not for a
+// gateway that is away (shutting down, restarting), whose absence the ranks may feel
+// unevenly on a shared host.
+type Reachability interface {
+	LastAnswer() time.Time
+}
+
 type Source interface {
 	// Threshold returns the cohort's line for the signal, and whether one is held
 	// (received and not older than the TTL at now). The processor asks for every

@@ -499,6 +499,56 @@ func TestANodeWhoseLinesAreAlwaysOldStillJudges(t *testing.T) {
 	}
 }
 
+// linesFrom is a source that also says when the gateway last answered.
+type linesFrom struct {
+	heldLines
+	last time.Time
+}
+
+func (l *linesFrom) LastAnswer() time.Time { return l.last }
+
+// While the gateway is away (no answer for lineWait), a node judges nothing against the
+// line it held from before: rank 5's samples, far under that line, wait, the latest
+// only. Once the gateway answers again with a line new enough, they are judged, and
+// the rank is flagged at its third sample past it (3 of 4): the one kept from while the
+// gateway was away (8 s), then 9 s and 10 s. Judged by the old line, it was flagged at
+// 4 s, while the gateway was away.
+func TestANodeJudgesNothingByAnOldLineWhileTheGatewayIsAway(t *testing.T) {
+	cfg := createDefaultConfig()
+	cfg.Mode = ModeNode
+	d := newDetector(cfg)
+	key := cohortKey{cluster: "c1", cohort: "comm-1"}
+	t0 := time.Unix(1_800_000_000, 0)
+	lineKey := pushback.Key{Cluster: "c1", Cohort: "comm-1", Signal: cfg.Signals[0].Metric}
+	src := &linesFrom{heldLines: heldLines{lineKey: {Cluster: "c1", Cohort: "comm-1", Signal: lineKey.Signal, Median: 0.30, Line: 0.23,
+		Worse: "lower", At: t0.UnixMilli()}}, last: t0}
+	var events []event
+	for i := 1; i <= 12; i++ {
+		at := t0.Add(time.Duration(i) * time.Second)
+		d.observe(point{cohort: key, node: "node-2", rank: 5, pid: 1, cumulative: true, value: 0.05 * float64(i),
+			start: t0.UnixNano(), ts: at.UnixNano()}, at)
+		if i >= 9 {
+			// Back: it answers each export, with a line drawn as the sample came.
+			src.last = at
+			src.heldLines[lineKey] = pushback.Threshold{Cluster: "c1", Cohort: "comm-1", Signal: lineKey.Signal, Median: 0.30, Line: 0.23,
+				Worse: "lower", At: at.UnixMilli()}
+		}
+		for step := time.Duration(0); step < time.Second; step += 250 * time.Millisecond {
+			events = append(events, d.evaluateAgainst(src, at.Add(step)).events...)
+		}
+		if s := &d.cohorts[key].ranks[5].series[0]; i < 9 && len(s.unjudged) > 1 {
+			t.Errorf("at %ds %d samples wait while the gateway is away, want the latest only", i, len(s.unjudged))
+		}
+	}
+	if len(events) != 1 || events[0].state != "straggler" || events[0].at.Sub(t0) != 10*time.Second {
+		var got []string
+		for _, e := range events {
+			got = append(got, fmt.Sprintf("%s at %v", e.state, e.at.Sub(t0)))
+		}
+		t.Errorf("events %v, want the rank flagged at 10s, once the gateway is back", got)
+	}
+}
+
 // A rank known by its job until its node saw its communicator moves to the
 // communicator's cohort. When the job's line then runs out on the node, no sample of
 // the job's cohort is left to judge, and the node says nothing of it (no
