@@ -7,6 +7,7 @@ import (
 	echoextension "github.com/fathom-gpu/fathom/extension/echoextension"
 	thresholdsextension "github.com/fathom-gpu/fathom/extension/thresholdsextension"
 	causalchainprocessor "github.com/fathom-gpu/fathom/processor/causalchainprocessor"
+	inputboundsprocessor "github.com/fathom-gpu/fathom/processor/inputboundsprocessor"
 	stragglerprocessor "github.com/fathom-gpu/fathom/processor/stragglerprocessor"
 	gpuebpfreceiver "github.com/fathom-gpu/fathom/receiver/gpuebpfreceiver"
 	prometheusremotewriteexporter "github.com/open-telemetry/opentelemetry-collector-contrib/exporter/prometheusremotewriteexporter"
@@ -111,6 +112,7 @@ func components() (otelcol.Factories, error) {
 		deltatocumulativeprocessor.NewFactory(),
 		stragglerprocessor.NewFactory(),
 		causalchainprocessor.NewFactory(),
+		inputboundsprocessor.NewFactory(),
 	)
 	if err != nil {
 		return otelcol.Factories{}, err
@@ -123,6 +125,7 @@ func components() (otelcol.Factories, error) {
 		deltatocumulativeprocessor.NewFactory().Type(): "github.com/open-telemetry/opentelemetry-collector-contrib/processor/deltatocumulativeprocessor v0.162.0",
 		stragglerprocessor.NewFactory().Type():         "github.com/fathom-gpu/fathom v0.0.0",
 		causalchainprocessor.NewFactory().Type():       "github.com/fathom-gpu/fathom v0.0.0",
+		inputboundsprocessor.NewFactory().Type():       "github.com/fathom-gpu/fathom v0.0.0",
 	})
 
 	factories.Connectors, err = otelcol.MakeFactoryMap[connector.Factory]()

@@ -30,6 +30,7 @@ import (
 	"github.com/fathom-gpu/fathom/extension/echoextension"
 	"github.com/fathom-gpu/fathom/extension/thresholdsextension"
 	"github.com/fathom-gpu/fathom/processor/causalchainprocessor"
+	"github.com/fathom-gpu/fathom/processor/inputboundsprocessor"
 	"github.com/fathom-gpu/fathom/processor/stragglerprocessor"
 	"github.com/fathom-gpu/fathom/receiver/gpuebpfreceiver"
 )
@@ -45,6 +46,7 @@ var components = []entry{
 	{"receiver", "receiver/gpuebpfreceiver", "gpuebpf.md", gpuebpfreceiver.NewFactory()},
 	{"processor", "processor/causalchainprocessor", "causalchain.md", causalchainprocessor.NewFactory()},
 	{"processor", "processor/stragglerprocessor", "straggler.md", stragglerprocessor.NewFactory()},
+	{"processor", "processor/inputboundsprocessor", "reliability.md", inputboundsprocessor.NewFactory()},
 	{"exporter", "exporter/duckdbexporter", "echo.md", duckdbexporter.NewFactory()},
 	{"extension", "extension/echoextension", "echo.md", echoextension.NewFactory()},
 	{"extension", "extension/thresholdsextension", "straggler.md", thresholdsextension.NewFactory()},

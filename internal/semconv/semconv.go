@@ -59,6 +59,10 @@ const (
 	StragglerWindow    = "fathom.straggler.window"
 )
 
+// What the gateway's inputbounds processor cut from a record, point, scope or resource
+// it passed on (docs/security.md).
+const InputCut = "fathom.input.cut"
+
 // The node check record the gpuebpf receiver sends (a log record with event.name
 // EventNodeCheck) at start, when a check's result changes, and at least every
 // readiness.report_interval: what `fathom check` finds on the node, so that a node that
@@ -278,6 +282,7 @@ var Attributes = []Doc{
 	{StragglerThreshold, "log", "", "on fathom.straggler records: the cohort's line, median -/+ k x 1.4826 x MAD (floored)"},
 	{StragglerScore, "log", "", "on fathom.straggler records: distance beyond the median in scaled MADs, positive in the worse direction"},
 	{StragglerSince, "log", "", "on fathom.straggler records: when the rank's first interval beyond the line (or its last report) began, RFC 3339"},
+	{InputCut, "log, point, scope, resource", "", "on a record, point, scope or resource the gateway's inputbounds processor cut: why, comma-separated (attribute_value: a value cut to max_attribute_value_bytes; attributes: attributes past max_attributes dropped)"},
 	{StragglerWindow, "log", "s", "on fathom.straggler records of a rank flagged over a window (min_duration): the window's length; value, median, threshold and score are then the median of the rank's samples over it and that window's line"},
 	{ChainRootCause, "point/log", "", "on fathom.causal_chain records and the fathom.causal_chains gauge: the root-cause class (cpu_contention, dataloader_oversubscription, hidden_sync, memcpy_bound, io_stall, network_retransmits, graph_recapture, allocator_churn)"},
 	{ChainSeverity, "point/log", "", "on fathom.causal_chain records and the fathom.causal_chains gauge: HIGH, MEDIUM or LOW, from the chain's cost (docs/causalchain.md)"},
