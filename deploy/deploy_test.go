@@ -15,6 +15,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	"sigs.k8s.io/yaml"
 
 	"github.com/fathom-gpu/fathom/internal/collectortest"
@@ -44,6 +45,7 @@ type objects struct {
 	configMaps   []corev1.ConfigMap
 	secrets      []corev1.Secret
 	accounts     []corev1.ServiceAccount
+	policies     []networkingv1.NetworkPolicy
 }
 
 func decode(t *testing.T, rendered string) objects {
@@ -72,6 +74,8 @@ func decode(t *testing.T, rendered string) objects {
 			err = decodeStrict(doc, &o.secrets)
 		case "ServiceAccount":
 			err = decodeStrict(doc, &o.accounts)
+		case "NetworkPolicy":
+			err = decodeStrict(doc, &o.policies)
 		default:
 			t.Errorf("the chart renders a %s this test does not check", head.Kind)
 		}
@@ -95,10 +99,11 @@ func TestTheChartRendersValidObjects(t *testing.T) {
 	}
 	o := decode(t, helm(t, "template", "obs", chart, "--namespace", "gpu-obs",
 		"--set", "exporters.otlp.enabled=true,exporters.otlp.endpoint=otlp.example:4317",
-		"--set", "exporters.prometheusRemoteWrite.enabled=true,exporters.prometheusRemoteWrite.endpoint=http://prom:9090/api/v1/write"))
-	if len(o.daemonSets) != 1 || len(o.statefulSets) != 1 || len(o.services) != 2 || len(o.configMaps) != 3 || len(o.secrets) != 2 || len(o.accounts) != 2 {
-		t.Fatalf("rendered %d daemon sets, %d stateful sets, %d services, %d config maps, %d secrets, %d service accounts",
-			len(o.daemonSets), len(o.statefulSets), len(o.services), len(o.configMaps), len(o.secrets), len(o.accounts))
+		"--set", "exporters.prometheusRemoteWrite.enabled=true,exporters.prometheusRemoteWrite.endpoint=http://prom:9090/api/v1/write",
+		"--set", "networkPolicy.echoNamespaces={monitoring,ai-agents}"))
+	if len(o.daemonSets) != 1 || len(o.statefulSets) != 1 || len(o.services) != 2 || len(o.configMaps) != 3 || len(o.secrets) != 2 || len(o.accounts) != 2 || len(o.policies) != 1 {
+		t.Fatalf("rendered %d daemon sets, %d stateful sets, %d services, %d config maps, %d secrets, %d service accounts, %d network policies",
+			len(o.daemonSets), len(o.statefulSets), len(o.services), len(o.configMaps), len(o.secrets), len(o.accounts), len(o.policies))
 	}
 
 	// The node collectors: the host's pids, no privileged mode, exactly the
@@ -162,6 +167,25 @@ func TestTheChartRendersValidObjects(t *testing.T) {
 		}
 	}
 
+	// Who may reach the gateway: its OTLP ports only the node pods the daemon set
+	// makes, its Echo API and metrics only the release's namespace and those named.
+	np := o.policies[0].Spec
+	if !labelsMatch(np.PodSelector.MatchLabels, ss.Spec.Template.Labels) || !slices.Equal(np.PolicyTypes, []networkingv1.PolicyType{networkingv1.PolicyTypeIngress}) || len(np.Ingress) != 2 {
+		t.Fatalf("network policy selects %v (gateway pods %v), types %v, %d rules", np.PodSelector.MatchLabels, ss.Spec.Template.Labels, np.PolicyTypes, len(np.Ingress))
+	}
+	otlp, echo := np.Ingress[0], np.Ingress[1]
+	if len(otlp.From) != 1 || otlp.From[0].PodSelector == nil || otlp.From[0].NamespaceSelector != nil ||
+		!labelsMatch(otlp.From[0].PodSelector.MatchLabels, o.daemonSets[0].Spec.Template.Labels) ||
+		labelsMatch(otlp.From[0].PodSelector.MatchLabels, ss.Spec.Template.Labels) || !slices.Equal(ports(otlp.Ports), []int32{4317, 4318}) {
+		t.Errorf("OTLP rule: from %+v ports %v; want the node pods alone on 4317 and 4318", otlp.From, ports(otlp.Ports))
+	}
+	if len(echo.From) != 1 || echo.From[0].NamespaceSelector == nil || echo.From[0].PodSelector != nil || !slices.Equal(ports(echo.Ports), []int32{8765, 8888}) {
+		t.Errorf("Echo rule: from %+v ports %v", echo.From, ports(echo.Ports))
+	} else if ex := echo.From[0].NamespaceSelector.MatchExpressions; len(ex) != 1 || ex[0].Key != "kubernetes.io/metadata.name" ||
+		!slices.Equal(ex[0].Values, []string{"gpu-obs", "monitoring", "ai-agents"}) {
+		t.Errorf("Echo rule namespaces: %+v; want gpu-obs, monitoring and ai-agents", ex)
+	}
+
 	// The collector configs are the example configs, and validate as the pods run
 	// them (the gateway with the backends merged over it).
 	root := collectortest.RepoRoot(t)
@@ -188,6 +212,26 @@ func TestTheChartRendersValidObjects(t *testing.T) {
 			t.Errorf("fathom validate %v: %v\n%s", configs, err, out)
 		}
 	}
+}
+
+// labelsMatch says whether a selector's labels all hold in labels.
+func labelsMatch(selector, labels map[string]string) bool {
+	for k, v := range selector {
+		if labels[k] != v {
+			return false
+		}
+	}
+	return len(selector) > 0
+}
+
+func ports(ps []networkingv1.NetworkPolicyPort) []int32 {
+	var out []int32
+	for _, p := range ps {
+		if p.Port != nil {
+			out = append(out, p.Port.IntVal)
+		}
+	}
+	return out
 }
 
 // The plain manifests (deploy/manifests/fathom.yaml) are the chart rendered with
