@@ -34,7 +34,8 @@ func TestTheDemoTellsTheWholeStory(t *testing.T) {
 	prom := startPrometheus(t)
 	otlp, api := collectortest.FreePort(t), collectortest.FreePort(t)
 	var out bytes.Buffer
-	cmd := exec.Command(bin, "demo", "--short", "--dir", t.TempDir(), "--fakegpu", paths.Out,
+	dir := t.TempDir()
+	cmd := exec.Command(bin, "demo", "--short", "--dir", dir, "--fakegpu", paths.Out,
 		"--otlp-port", strconv.Itoa(otlp), "--api-port", strconv.Itoa(api), "--prometheus-remote-write", prom+"/api/v1/write")
 	cmd.Stdout, cmd.Stderr = &out, &out
 	start := time.Now()
@@ -82,6 +83,20 @@ func TestTheDemoTellsTheWholeStory(t *testing.T) {
 		t.Errorf("processes left behind: %s", ps)
 	}
 	checkDashboard(t, prom, start)
+
+	// `fathom explain` on the store the demo left: the chain naming batch-etl, rank 5
+	// flagged, the slowest calls, within its 50 lines, and no colour into a pipe.
+	report, err := exec.Command(bin, "explain", "--db", filepath.Join(dir, "echo.duckdb"), "--since", "30m").CombinedOutput()
+	t.Logf("fathom explain --db:\n%s", report)
+	lines := strings.Split(strings.TrimSuffix(string(report), "\n"), "\n")
+	if err != nil || len(lines) > 50 || bytes.Contains(report, []byte("\x1b[")) {
+		t.Errorf("fathom explain: %v, %d lines", err, len(lines))
+	}
+	for _, want := range []string{"cpu_contention on node-2", "its CPU went to batch-etl", "rank 5 on node-2 is a straggler", "cost: rank 5 on node-2 kept 7 peers waiting", "Slowest calls (p99)"} {
+		if !bytes.Contains(report, []byte(want)) {
+			t.Errorf("fathom explain does not say %q", want)
+		}
+	}
 }
 
 // chainEvidence is the evidence of the chain the get_causal_chains answer gives as
