@@ -105,3 +105,33 @@ func TestCPULostToTheLocksOwnHoldersIsStillTheLock(t *testing.T) {
 		}
 	}
 }
+
+// A cpu_contention chain opened before the lock showed as the process's own (in its
+// first seconds one tokenizer thread alone had woken the dispatcher, a hand-off) is
+// resolved in the first evaluation that finds lock_contention and no CPU contention of
+// its own, not resolve_after later: CI's scenario suite once read the stale chain as the
+// costliest of the lock scenario.
+func TestTheLockSupersedesAnEarlierCPUChain(t *testing.T) {
+	l, _ := run(t, testConfig(), 30, 10, 30, func(s *sim, i int) {
+		holders := 1
+		if i >= 13 {
+			holders = 4
+		}
+		s.blocked(dispatcher, "tokenizer", true, "lock", 300, 400*time.Microsecond, holders)
+		s.preempted(dispatcher, "tokenizer", false, 150, 2*time.Millisecond, 1)
+	})
+	var cpuOpen, cpuResolved, lockOpen time.Time
+	for _, r := range l.chainRecords() {
+		switch {
+		case r.cause == CauseCPUContention && r.state == StateOpen:
+			cpuOpen = r.at
+		case r.cause == CauseCPUContention && r.state == StateResolved:
+			cpuResolved = r.at
+		case r.cause == CauseLockContention && r.state == StateOpen:
+			lockOpen = r.at
+		}
+	}
+	if cpuOpen.IsZero() || lockOpen.IsZero() || !cpuResolved.Equal(lockOpen) {
+		t.Errorf("cpu_contention opened %v and resolved %v, lock_contention opened %v: want the CPU chain resolved as the lock's opens", cpuOpen, cpuResolved, lockOpen)
+	}
+}

@@ -153,7 +153,7 @@ var scenarios = []scenario{{
 	// time by four tokenizer threads: the dispatcher waits for the lock, off its CPU
 	// voluntarily. Pinning it would do nothing: lock_contention, not cpu_contention.
 	name: "lock contention", cause: "lock_contention", thread: true, evidence: "woken by the holders tokenizer (4 threads)",
-	opts: func(o *fakegpu.Options) { o.LockHolders, o.LockHold = 4, 400*time.Microsecond },
+	opts: func(o *fakegpu.Options) { o.LockHolders, o.LockHold = 4, 2*time.Millisecond },
 }, {
 	// CPython threads: the main thread launches and syncs through ctypes calls into
 	// the CUDA runtime, which release the GIL, and must take it back from four
@@ -361,7 +361,14 @@ func (s *suite) chainsOf(t *testing.T, pid int) []chain {
 			mine = append(mine, c)
 		}
 	}
-	sort.SliceStable(mine, func(i, j int) bool { return mine[i].cost() > mine[j].cost() })
+	// Open chains first: a resolved one (gone, or superseded by a cause found since) is
+	// not the process's diagnosis now, whatever it cost when it was.
+	sort.SliceStable(mine, func(i, j int) bool {
+		if oi, oj := mine[i].State != "resolved", mine[j].State != "resolved"; oi != oj {
+			return oi
+		}
+		return mine[i].cost() > mine[j].cost()
+	})
 	return mine
 }
 
