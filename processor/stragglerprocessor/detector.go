@@ -423,6 +423,10 @@ func (d *detector) evaluateSignal(c *cohort, sig int, now time.Time, out *evalua
 	warm := c.evaluations[sig] > cfg.Warmup
 	out.groups = append(out.groups, cohortGauge{cohort: c.key, signal: sig, median: median, threshold: threshold, ranks: len(values)})
 
+	// When a quorum last reported, taken once per evaluation, and only if some rank
+	// went quiet: a job that ended leaves every rank quiet at once.
+	var kept time.Time
+	keptKnown := false
 	for rank, r := range c.ranks {
 		s := &r.series[sig]
 		if s.latest.received.IsZero() {
@@ -442,7 +446,10 @@ func (d *detector) evaluateSignal(c *cohort, sig int, now time.Time, out *evalua
 			// for silent_after past the rank's last: a cohort its ranks all left (a
 			// job's, once its nodes saw the communicator) stops over a second or two,
 			// and the rank that left first is not silent.
-			if !r.silent && warm && keptReporting(c, sig, cfg.Quorum).After(s.latest.received.Add(cfg.SilentAfter)) {
+			if !r.silent && warm && !keptKnown {
+				kept, keptKnown = keptReporting(c, sig, cfg.Quorum), true
+			}
+			if !r.silent && warm && kept.After(s.latest.received.Add(cfg.SilentAfter)) {
 				r.silent, r.silentSince = true, s.latest.at
 				ev.state, ev.since = "silent", s.latest.at
 				out.events = append(out.events, ev)
