@@ -9,9 +9,10 @@
  * caller's descriptor table knows it then); exit, once the mapping exists and can be
  * found in /proc/PID/maps, sends the record. Everything else (anonymous memory, data
  * segments, files that are not probed libraries) returns after a few compares. */
-#include "common.h"
+#include "traced.h"
 
 #define PROT_EXEC 0x4
+#define SIGSTOP 19
 #define MAP_ANONYMOUS 0x20
 
 /* How much of the file name the matcher reads: the longest name it looks for is
@@ -33,13 +34,46 @@ struct library_mapped_event {
 	__u64 ino;                /* the file's inode: userspace waits for this mapping in /proc/PID/maps */
 	__u32 dev;                /* the file's superblock device, kernel encoding (major << 20 | minor) */
 	__u8 library;             /* enum mapped_library */
-	__u8 _pad[3];
+	__u8 held;                /* 1: the process was stopped (SIGSTOP) until userspace attaches and continues it */
+	__u8 _pad[2];
 	char name[LIB_NAME_MAX];  /* the file's base name, NUL-terminated */
 };
 
 /* Referenced so that bpf2go finds the types in the object's BTF (-type). */
 const struct library_mapped_event *unused_library_mapped_event __attribute__((unused));
 const enum mapped_library *unused_mapped_library __attribute__((unused));
+
+/* Set by the loader: whether a traced process that maps a probed library file no probe
+ * is attached to yet is stopped until userspace has attached (discovery.first_load_hold),
+ * and whether every process is traced (as trace_all_cuda in cuda.bpf.c). */
+const volatile bool hold_first_load = false;
+const volatile bool trace_all = true;
+
+/* Library files whose probes are attached ({dev, ino} -> 1), written by userspace after
+ * each attach: a process mapping one of them needs no hold. Not state to adopt: a new
+ * collector attaches afresh, so the loader empties it. */
+struct file_key {
+	__u64 ino;
+	__u32 dev;
+	__u32 _pad;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 4096);
+	__type(key, struct file_key);
+	__type(value, __u8);
+} probed_files SEC(".maps");
+
+/* Processes stopped for an attach (tgid -> the mmap's return, ns). Pinned with the rest
+ * of the kernel state: a collector that dies while holding one leaves it here, and the
+ * next collector continues it at start. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 4096);
+	__type(key, __u32);
+	__type(value, __u64);
+} held_pids SEC(".maps");
 
 /* A library mmap between entry and exit, per thread. LRU and small: an entry whose
  * exit never came (the thread was killed in the call) must not pin a slot. */
@@ -116,6 +150,26 @@ int on_sys_enter_mmap(struct trace_event_raw_sys_enter *ctx)
 	return 0;
 }
 
+/* may_hold says whether the mapping process may be stopped while its probes attach: a
+ * traced process, mapping a file no probe is on yet, with no controlling terminal (a
+ * shell with job control would report the stop and put the job in the background) and
+ * no tracer (a debugger would take the stop as its own). */
+static __always_inline bool may_hold(struct library_mapped_event *e)
+{
+	if (!hold_first_load)
+		return false;
+	struct file_key key = {.ino = e->ino, .dev = e->dev};
+	if (bpf_map_lookup_elem(&probed_files, &key))
+		return false;
+	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
+	if (!trace_all && !pid_traced(tgid) && !in_traced_cgroup())
+		return false;
+	struct task_struct *task = bpf_get_current_task_btf();
+	if (BPF_CORE_READ(task, signal, tty) || BPF_CORE_READ(task, ptrace))
+		return false;
+	return true;
+}
+
 SEC("tracepoint/syscalls/sys_exit_mmap")
 int on_sys_exit_mmap(struct trace_event_raw_sys_exit *ctx)
 {
@@ -132,7 +186,18 @@ int on_sys_exit_mmap(struct trace_event_raw_sys_exit *ctx)
 	struct library_mapped_event *e = reserve_event(sizeof(*e));
 	if (e) {
 		__builtin_memcpy(e, pending, sizeof(*e));
-		fill_header(&e->hdr, EVENT_LIBRARY_MAPPED, bpf_ktime_get_ns());
+		__u64 now = bpf_ktime_get_ns();
+		fill_header(&e->hdr, EVENT_LIBRARY_MAPPED, now);
+		/* Stopped only with its record on the ring: userspace continues what it was
+		 * told about. The stop lands as the mmap returns, before the library's code
+		 * (relocated, then constructors, then the first call) runs. */
+		e->held = 0;
+		if (may_hold(e) && bpf_map_update_elem(&held_pids, &e->hdr.pid, &now, BPF_ANY) == 0) {
+			if (bpf_send_signal(SIGSTOP) == 0)
+				e->held = 1;
+			else
+				bpf_map_delete_elem(&held_pids, &e->hdr.pid);
+		}
 		/* The one record that wakes the reader at once: every millisecond it waits
 		 * is a millisecond of the new process's calls that no probe sees. */
 		bpf_ringbuf_submit(e, BPF_RB_FORCE_WAKEUP);

@@ -119,7 +119,7 @@ func TestTheChartRendersValidObjects(t *testing.T) {
 	for _, c := range sc.Capabilities.Add {
 		caps = append(caps, string(c))
 	}
-	if want := []string{"BPF", "PERFMON", "SYS_RESOURCE", "SYS_PTRACE", "DAC_READ_SEARCH"}; !slices.Equal(caps, want) || len(sc.Capabilities.Drop) != 1 || sc.Capabilities.Drop[0] != "ALL" {
+	if want := []string{"BPF", "PERFMON", "SYS_RESOURCE", "SYS_PTRACE", "DAC_READ_SEARCH", "KILL"}; !slices.Equal(caps, want) || len(sc.Capabilities.Drop) != 1 || sc.Capabilities.Drop[0] != "ALL" {
 		t.Errorf("node capabilities add %v drop %v, want %v and ALL", caps, sc.Capabilities.Drop, want)
 	}
 	hostPaths := map[string]string{}

@@ -13,6 +13,13 @@ import (
 	"github.com/cilium/ebpf"
 )
 
+type libmapFileKey struct {
+	_   structs.HostLayout
+	Ino uint64
+	Dev uint32
+	Pad uint32
+}
+
 type libmapLibraryMappedEvent struct {
 	_   structs.HostLayout
 	Hdr struct {
@@ -27,7 +34,8 @@ type libmapLibraryMappedEvent struct {
 	Ino     uint64
 	Dev     uint32
 	Library uint8
-	Pad     [3]uint8
+	Held    uint8
+	Pad     [2]uint8
 	Name    [32]int8
 }
 
@@ -67,13 +75,17 @@ type libmapThreadCalls struct {
 const (
 	libmapMapDrops                    = "drops"
 	libmapMapEvents                   = "events"
+	libmapMapHeldPids                 = "held_pids"
 	libmapMapPendingMaps              = "pending_maps"
+	libmapMapProbedFiles              = "probed_files"
 	libmapMapProcessWaits             = "process_waits"
 	libmapMapThreadCalls              = "thread_calls"
 	libmapMapTracedCgroups            = "traced_cgroups"
 	libmapMapTracedPids               = "traced_pids"
 	libmapProgOnSysEnterMmap          = "on_sys_enter_mmap"
 	libmapProgOnSysExitMmap           = "on_sys_exit_mmap"
+	libmapVarHoldFirstLoad            = "hold_first_load"
+	libmapVarTraceAll                 = "trace_all"
 	libmapVarUnusedLibraryMappedEvent = "unused_library_mapped_event"
 	libmapVarUnusedMappedLibrary      = "unused_mapped_library"
 )
@@ -130,7 +142,9 @@ type libmapProgramSpecs struct {
 type libmapMapSpecs struct {
 	Drops         *ebpf.MapSpec `ebpf:"drops"`
 	Events        *ebpf.MapSpec `ebpf:"events"`
+	HeldPids      *ebpf.MapSpec `ebpf:"held_pids"`
 	PendingMaps   *ebpf.MapSpec `ebpf:"pending_maps"`
+	ProbedFiles   *ebpf.MapSpec `ebpf:"probed_files"`
 	ProcessWaits  *ebpf.MapSpec `ebpf:"process_waits"`
 	ThreadCalls   *ebpf.MapSpec `ebpf:"thread_calls"`
 	TracedCgroups *ebpf.MapSpec `ebpf:"traced_cgroups"`
@@ -141,6 +155,8 @@ type libmapMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type libmapVariableSpecs struct {
+	HoldFirstLoad            *ebpf.VariableSpec `ebpf:"hold_first_load"`
+	TraceAll                 *ebpf.VariableSpec `ebpf:"trace_all"`
 	UnusedLibraryMappedEvent *ebpf.VariableSpec `ebpf:"unused_library_mapped_event"`
 	UnusedMappedLibrary      *ebpf.VariableSpec `ebpf:"unused_mapped_library"`
 }
@@ -167,7 +183,9 @@ func (o *libmapObjects) Close() error {
 type libmapMaps struct {
 	Drops         *ebpf.Map `ebpf:"drops"`
 	Events        *ebpf.Map `ebpf:"events"`
+	HeldPids      *ebpf.Map `ebpf:"held_pids"`
 	PendingMaps   *ebpf.Map `ebpf:"pending_maps"`
+	ProbedFiles   *ebpf.Map `ebpf:"probed_files"`
 	ProcessWaits  *ebpf.Map `ebpf:"process_waits"`
 	ThreadCalls   *ebpf.Map `ebpf:"thread_calls"`
 	TracedCgroups *ebpf.Map `ebpf:"traced_cgroups"`
@@ -178,7 +196,9 @@ func (m *libmapMaps) Close() error {
 	return _LibmapClose(
 		m.Drops,
 		m.Events,
+		m.HeldPids,
 		m.PendingMaps,
+		m.ProbedFiles,
 		m.ProcessWaits,
 		m.ThreadCalls,
 		m.TracedCgroups,
@@ -190,6 +210,8 @@ func (m *libmapMaps) Close() error {
 //
 // It can be passed to loadLibmapObjects or ebpf.CollectionSpec.LoadAndAssign.
 type libmapVariables struct {
+	HoldFirstLoad            *ebpf.Variable `ebpf:"hold_first_load"`
+	TraceAll                 *ebpf.Variable `ebpf:"trace_all"`
 	UnusedLibraryMappedEvent *ebpf.Variable `ebpf:"unused_library_mapped_event"`
 	UnusedMappedLibrary      *ebpf.Variable `ebpf:"unused_mapped_library"`
 }

@@ -36,6 +36,11 @@ type Options struct {
 	// PerProbeLinks attaches one perf-event link per uprobe even where the kernel has
 	// uprobe_multi links: the only way on kernels before 6.6, kept testable here.
 	PerProbeLinks bool
+	// HoldFirstLoad stops a traced process that maps a probed library file no probe is
+	// attached to yet (SIGSTOP, from the mmap's return) until userspace has attached and
+	// continues it (Continue): its first calls, NCCL's communicator setup among them,
+	// are seen even when it makes them within a millisecond of loading the library.
+	HoldFirstLoad bool
 	// PinDir, when set, keeps the kernel's state pinned in this bpffs directory, and
 	// adopts the state a previous collector of the same build left there (Adopted).
 	PinDir string
@@ -53,6 +58,7 @@ type Probes struct {
 
 	mu        sync.Mutex
 	links     []link.Link
+	mapLinks  []link.Link // the mmap watchers (AttachLibraryMaps)
 	attached  map[fileID]LibraryAttachment
 	hostLinks int
 	// probes counts attached probes (a uprobe_multi link holds many).
@@ -171,7 +177,7 @@ func Load(opts Options) (*Probes, error) {
 		p.cuda.Close()
 		return nil, err
 	}
-	if err := p.loadLibraryMaps(shared); err != nil {
+	if err := p.loadLibraryMaps(opts, shared); err != nil {
 		p.Close()
 		return nil, err
 	}
@@ -310,6 +316,10 @@ func (p *Probes) AttachLibrary(path string, lib Library) (att LibraryAttachment,
 	p.probes += 2 * len(defined)
 	p.links = append(p.links, added...)
 	p.attached[id] = att
+	if err := p.markProbed(id); err != nil {
+		// The file is probed; its next first-time mappers may be held for nothing.
+		return att, true, fmt.Errorf("%s is probed, but the mmap watcher was not told: %w", path, err)
+	}
 	return att, true, nil
 }
 
@@ -488,6 +498,7 @@ func (p *Probes) SchedStateOf(pidfd int) (offCPU, runnable bool, err error) {
 
 // Close detaches everything and frees the programs and maps.
 func (p *Probes) Close() error {
+	holdErr := p.StopHolding()
 	p.mu.Lock()
 	closeAll(p.links)
 	p.links = nil
@@ -500,7 +511,7 @@ func (p *Probes) Close() error {
 	p.nccl.Close()
 	p.hostBaseline.Close()
 	p.host.Close()
-	return p.cuda.Close()
+	return errors.Join(holdErr, p.cuda.Close())
 }
 
 // HostRunStats returns each host tracepoint's program run time (the empty programs'

@@ -104,6 +104,14 @@ type DiscoveryConfig struct {
 	// mmap tracepoints, through tracefs), not at the next scan: a job's first calls and
 	// its NCCL communicators are seen (default true). Scans remain the fallback.
 	AttachOnMap bool `mapstructure:"attach_on_map"`
+	// FirstLoadHold is the longest a traced process is stopped when it maps a probed
+	// library file that no probe is on yet (the first process on the node to load that
+	// file), while its probes attach: without it, what the process calls in the first
+	// milliseconds (a CUDA context, NCCL's communicator setup) is never seen. It is
+	// continued as soon as the attach is done (a few milliseconds, docs/gpuebpf.md),
+	// at this limit at the latest. 0 turns holding off. Needs attach_on_map; processes
+	// with a controlling terminal or a debugger are never held.
+	FirstLoadHold time.Duration `mapstructure:"first_load_hold"`
 }
 
 // LogsConfig controls per-event log records.
@@ -238,6 +246,7 @@ func createDefaultConfig() *Config {
 			CgroupRoot:     "/sys/fs/cgroup",
 			RescanInterval: 30 * time.Second,
 			AttachOnMap:    true,
+			FirstLoadHold:  50 * time.Millisecond,
 		},
 		Logs: LogsConfig{
 			Policy:             LogsNotable,
@@ -288,6 +297,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Discovery.ProcRoot == "" {
 		errs = append(errs, errors.New("discovery.proc_root must not be empty (the host's /proc, e.g. /proc or /host/proc)"))
+	}
+	if c.Discovery.FirstLoadHold < 0 || c.Discovery.FirstLoadHold > time.Second {
+		errs = append(errs, fmt.Errorf("discovery.first_load_hold must be between 0 (off) and 1s, got %s: a held process is stopped, all its threads", c.Discovery.FirstLoadHold))
 	}
 	if c.Discovery.RescanInterval < time.Second {
 		errs = append(errs, fmt.Errorf("discovery.rescan_interval must be at least 1s, got %s", c.Discovery.RescanInterval))

@@ -56,11 +56,18 @@ func waitProbing(t *testing.T, col *collectortest.Process, path string) string {
 // tests run meanwhile.
 func privateCUDA(t *testing.T, paths fakegpu.Paths) string {
 	t.Helper()
+	return privateLibs(t, paths.Cudart, paths.Cuda)
+}
+
+// privateLibs copies library files into a directory of their own: new inodes, which no
+// process has mapped and no probe is on.
+func privateLibs(t *testing.T, files ...string) string {
+	t.Helper()
 	dir := filepath.Join(t.TempDir(), "lib")
 	if err := os.Mkdir(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	for _, src := range []string{paths.Cudart, paths.Cuda} {
+	for _, src := range files {
 		in, err := os.Open(src)
 		if err != nil {
 			t.Fatal(err)

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+	"golang.org/x/sys/unix"
 
 	"github.com/fathom-gpu/fathom/internal/discovery"
 	"github.com/fathom-gpu/fathom/internal/probes"
@@ -38,6 +39,7 @@ type ebpfSource struct {
 	rescan     chan uint32
 	mapped     chan libraryMapping
 	drops      counterSet
+	held       *heldProcesses
 	wg         sync.WaitGroup
 	cancel     context.CancelFunc
 }
@@ -50,9 +52,10 @@ func newEBPFSource(cfg *Config, logger *zap.Logger) (eventSource, error) {
 		TraceAllCUDA:    cfg.Targets.All,
 		RingBufferBytes: cfg.Limits.RingBufferBytes,
 		PinDir:          cfg.KernelState.PinDir,
+		HoldFirstLoad:   holdFirstLoad(cfg, logger),
 	})
 	if errors.Is(err, probes.ErrPrivileges) {
-		return nil, fmt.Errorf("gpuebpf: cannot load BPF programs without privileges: run the collector as root, or grant it with `setcap cap_bpf,cap_perfmon,cap_sys_resource,cap_sys_ptrace,cap_dac_read_search+ep %s` (or securityContext.capabilities in Kubernetes); or use mode: synthetic", executable())
+		return nil, fmt.Errorf("gpuebpf: cannot load BPF programs without privileges: run the collector as root, or grant it with `setcap cap_bpf,cap_perfmon,cap_sys_resource,cap_sys_ptrace,cap_dac_read_search,cap_kill+ep %s` (or securityContext.capabilities in Kubernetes); or use mode: synthetic", executable())
 	}
 	if err != nil {
 		return nil, fmt.Errorf("gpuebpf: %w", err)
@@ -64,11 +67,36 @@ func newEBPFSource(cfg *Config, logger *zap.Logger) (eventSource, error) {
 	s := &ebpfSource{cfg: cfg, logger: logger, probes: p, cgroupRoot: procinfo.CgroupV2Mount(cfg.Discovery.CgroupRoot),
 		cgroupIDs: map[uint64]bool{}, rescan: make(chan uint32, execRescanQueue),
 		mapped: make(chan libraryMapping, libraryMapQueue)}
+	s.held = newHeldProcesses(cfg.Discovery.FirstLoadHold, p.Continue, &s.drops, logger)
 	if err := s.setUp(); err != nil {
 		_ = p.Close()
 		return nil, err
 	}
 	return s, nil
+}
+
+// holdFirstLoad says whether processes are held at a first load: only when the
+// collector can continue them. The kernel's SIGSTOP needs no permission; the SIGCONT
+// to another user's process needs CAP_KILL.
+func holdFirstLoad(cfg *Config, logger *zap.Logger) bool {
+	if !cfg.Discovery.AttachOnMap || cfg.Discovery.FirstLoadHold <= 0 {
+		return false
+	}
+	if !haveCapability(unix.CAP_KILL) {
+		logger.Warn("discovery.first_load_hold is off: the collector lacks CAP_KILL, so it could not continue another user's process it held; a process that calls CUDA or NCCL within milliseconds of loading a library file new to this node loses those calls (grant CAP_KILL, as the chart and the systemd unit do)")
+		return false
+	}
+	return true
+}
+
+// haveCapability reads the collector's effective capability set.
+func haveCapability(c int) bool {
+	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+	var data [2]unix.CapUserData
+	if err := unix.Capget(&hdr, &data[0]); err != nil {
+		return false
+	}
+	return data[c/32].Effective&(1<<(uint(c)%32)) != 0
 }
 
 func executable() string {
@@ -79,6 +107,15 @@ func executable() string {
 }
 
 func (s *ebpfSource) setUp() error {
+	// A previous collector that died while holding a process left it stopped.
+	if pids, err := s.probes.Held(); err == nil {
+		for _, pid := range pids {
+			s.logger.Info("continuing a process a previous collector held for its first library load", zap.Uint32("pid", pid))
+			if err := s.probes.Continue(pid); err != nil {
+				s.logger.Error("cannot continue a held process: it stays stopped until sent SIGCONT", zap.Uint32("pid", pid), zap.Error(err))
+			}
+		}
+	}
 	if err := s.probes.AttachHost(); err != nil {
 		return fmt.Errorf("gpuebpf: attach host tracepoints: %w", err)
 	}
@@ -211,6 +248,7 @@ type libraryMapping struct {
 	pid      uint32
 	dev, ino uint64
 	mappedAt uint64 // CLOCK_MONOTONIC ns of the mmap's return
+	held     bool   // the kernel stopped the process until this mapping is dealt with
 }
 
 // RDMAQueuePair passes a queue pair on to the aggregator, which binds ranks to the NICs
@@ -224,10 +262,17 @@ func (w execWatcher) RDMAQueuePair(ev *probes.RDMAQueuePair) {
 // LibraryMapped queues the mapping for the attach loop; the reader must not wait for
 // an attach, which reads the library's symbols and makes a uprobe per function.
 func (w execWatcher) LibraryMapped(ev *probes.LibraryMapped) {
+	held := ev.Held == 1
+	if held {
+		w.s.held.hold(ev.Hdr.Pid)
+	}
 	select {
-	case w.s.mapped <- libraryMapping{pid: ev.Hdr.Pid, dev: ev.DeviceNumber(), ino: ev.Ino, mappedAt: ev.Hdr.TsNs}:
+	case w.s.mapped <- libraryMapping{pid: ev.Hdr.Pid, dev: ev.DeviceNumber(), ino: ev.Ino, mappedAt: ev.Hdr.TsNs, held: held}:
 	default:
 		w.s.drops.add("attach_queue_full", 1)
+		if held {
+			w.s.held.done(ev.Hdr.Pid)
+		}
 	}
 }
 
@@ -239,25 +284,33 @@ func (s *ebpfSource) attachOnMapLoop(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case m := <-s.mapped:
-			// Every rank of a job maps the same files: once a file is probed, only
-			// the process's place in the traced set is left to decide.
-			if s.probes.IsAttached(m.dev, m.ino) {
-				if !s.cfg.Targets.All && s.wanted(m.pid) {
-					_ = s.probes.TracePID(m.pid)
-				}
-				continue
-			}
-			mappings, err := discovery.ScanPID(s.cfg.Discovery.ProcRoot, m.pid)
-			if err != nil {
-				continue // the process is gone already
-			}
-			if s.adopt(mappings) {
-				// What the process may have called unseen: operators and the
-				// benchmark read the gap here.
-				s.logger.Info("attached on first use", zap.Uint32("pid", m.pid),
-					zap.Duration("since_mmap", time.Duration(monotonicNow()-int64(m.mappedAt))))
+			s.attachMapping(m)
+			if m.held {
+				s.held.done(m.pid)
 			}
 		}
+	}
+}
+
+// attachMapping attaches what a process has just mapped, if it is new.
+func (s *ebpfSource) attachMapping(m libraryMapping) {
+	// Every rank of a job maps the same files: once a file is probed, only the
+	// process's place in the traced set is left to decide.
+	if s.probes.IsAttached(m.dev, m.ino) {
+		if !s.cfg.Targets.All && s.wanted(m.pid) {
+			_ = s.probes.TracePID(m.pid)
+		}
+		return
+	}
+	mappings, err := discovery.ScanPID(s.cfg.Discovery.ProcRoot, m.pid)
+	if err != nil {
+		return // the process is gone already
+	}
+	if s.adopt(mappings) {
+		// What the process may have called unseen (or, held, how long it was
+		// stopped): operators and the benchmark read the gap here.
+		s.logger.Info("attached on first use", zap.Uint32("pid", m.pid), zap.Bool("held", m.held),
+			zap.Duration("since_mmap", time.Duration(monotonicNow()-int64(m.mappedAt))))
 	}
 }
 
@@ -337,6 +390,7 @@ func (s *ebpfSource) stop() error {
 		s.cancel()
 	}
 	s.wg.Wait()
+	s.held.releaseAll()
 	return s.probes.Close()
 }
 
