@@ -33,6 +33,10 @@ deps:
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus nodejs npm >/dev/null; \
 	  systemctl stop prometheus 2>/dev/null || true; \
 	fi
+	@if ! /usr/bin/python3 -c 'import torch' 2>/dev/null; then \
+	  echo "installing python3-torch (the Python stack tests run a real PyTorch loop)"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends python3-torch >/dev/null; \
+	fi
 	@if [ ! -e test/mcpconformance/node_modules/.package-lock.json ] || [ test/mcpconformance/package-lock.json -nt test/mcpconformance/node_modules/.package-lock.json ]; then \
 	  echo "installing the conformance clients (npm ci)"; \
 	  cd test/mcpconformance && npm ci --no-audit --no-fund >/dev/null; \

@@ -27,6 +27,7 @@ enum event_kind {
 	EVENT_CUDA_THREAD = 11,   /* a thread's first traced CUDA call: it drives a GPU */
 	EVENT_LIBRARY_MAPPED = 12, /* a process mapped a probed library's code (libmap.bpf.c) */
 	EVENT_RDMA_QP = 13,       /* a process created a verbs queue pair: the NIC it sends over */
+	EVENT_CUDA_CALL_PY = 14,  /* a CUDA call record of a Python process, with its Python frames (pystack.h) */
 };
 
 /* Why an event or a kernel-side sample was lost. Counted per CPU, read by userspace. */

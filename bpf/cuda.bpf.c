@@ -11,6 +11,13 @@
  * running median (0 records every call, ~0 none). */
 #include "common.h"
 #include "traced.h"
+#include "pystack.h"
+
+/* A record of a Python process's call: the call, then its Python frames. */
+struct cuda_call_py_event {
+	struct cuda_call_event call;  /* call.hdr.kind is EVENT_CUDA_CALL_PY */
+	struct py_stack stack;
+};
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
 
@@ -32,6 +39,8 @@ const volatile __u32 proc_slots_used = PROC_SLOTS;
 
 /* Force the generator to emit Go types for the shared event structs and enums. */
 const struct cuda_call_event *unused_cuda_call_event __attribute__((unused));
+const struct cuda_call_py_event *unused_cuda_call_py_event __attribute__((unused));
+const struct py_proc *unused_py_proc __attribute__((unused));
 const enum cuda_api *unused_cuda_api __attribute__((unused));
 const enum memcpy_kind *unused_memcpy_kind __attribute__((unused));
 const enum event_kind *unused_event_kind __attribute__((unused));
@@ -435,9 +444,23 @@ int BPF_KRETPROBE(leave_call)
 	bool counted = count_call(tc, api, e, ns, ret);
 	__u64 *threshold = bpf_map_lookup_elem(&notable_ns, &api);
 	if (!counted || ret || (threshold && ns >= *threshold)) {
-		struct cuda_call_event *ev = reserve_event(sizeof(*ev));
+		/* A Python process's record carries the thread's Python frames: where in the
+		 * program the call was made. */
+		__u64 id = bpf_get_current_pid_tgid();
+		bool python = bpf_map_lookup_elem(&py_procs, &(__u32){id >> 32}) != NULL;
+		struct cuda_call_event *ev = reserve_event(python ? sizeof(struct cuda_call_py_event) : sizeof(*ev));
 		if (ev) {
-			fill_header(&ev->hdr, EVENT_CUDA_CALL, e->ts);
+			fill_header(&ev->hdr, python ? EVENT_CUDA_CALL_PY : EVENT_CUDA_CALL, e->ts);
+			if (python) {
+				struct py_stack *stack = &((struct cuda_call_py_event *)ev)->stack;
+				struct py_stack *read = read_py_stack(id >> 32, (__u32)id);
+				if (read) {
+					__builtin_memcpy(stack, read, sizeof(*stack));
+				} else {
+					stack->frames = 0; /* the process was forgotten meanwhile */
+					stack->status = PY_STACK_NO_THREAD;
+				}
+			}
 			ev->duration_ns = ns;
 			ev->bytes = e->bytes;
 			ev->stream = e->stream;

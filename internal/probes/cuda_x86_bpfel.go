@@ -78,6 +78,12 @@ type cudaCudaCallEvent struct {
 	Pad        [6]uint8
 }
 
+type cudaCudaCallPyEvent struct {
+	_     structs.HostLayout
+	Call  cudaCudaCallEvent
+	Stack cudaPyStack
+}
+
 type cudaDropReason uint32
 
 const (
@@ -114,6 +120,7 @@ const (
 	cudaEventKindEVENT_CUDA_THREAD    cudaEventKind = 11
 	cudaEventKindEVENT_LIBRARY_MAPPED cudaEventKind = 12
 	cudaEventKindEVENT_RDMA_QP        cudaEventKind = 13
+	cudaEventKindEVENT_CUDA_CALL_PY   cudaEventKind = 14
 )
 
 type cudaMemcpyKind uint32
@@ -135,6 +142,38 @@ type cudaProcessIdentityEvent struct {
 	Exe    [64]int8
 	Env    [4096]int8
 	_      [4]byte
+}
+
+type cudaPyProc struct {
+	_              structs.HostLayout
+	Runtime        uint64
+	CodeTagMask    uint64
+	InterpHead     int16
+	ThreadsHead    int16
+	ThreadNext     int16
+	NativeThreadId int16
+	ThreadId       int16
+	ThreadFrame    int16
+	CframeCurrent  int16
+	FramePrevious  int16
+	FrameCode      int16
+	FrameInstr     int16
+	FrameOwner     int16
+	OwnerSkip      uint8
+	Pad            [5]uint8
+	_              [4]byte
+}
+
+type cudaPyStack struct {
+	_      structs.HostLayout
+	Frames uint8
+	Status uint8
+	Pad    [6]uint8
+	Frame  [32]struct {
+		_     structs.HostLayout
+		Code  uint64
+		Instr uint64
+	}
 }
 
 type cudaThreadCalls struct {
@@ -167,6 +206,8 @@ const (
 	cudaMapNotableNs                  = "notable_ns"
 	cudaMapProcSlots                  = "proc_slots"
 	cudaMapProcessWaits               = "process_waits"
+	cudaMapPyProcs                    = "py_procs"
+	cudaMapPyScratch                  = "py_scratch"
 	cudaMapSelectedDevices            = "selected_devices"
 	cudaMapThreadCalls                = "thread_calls"
 	cudaMapTracedCgroups              = "traced_cgroups"
@@ -191,10 +232,12 @@ const (
 	cudaVarUnusedCallStats            = "unused_call_stats"
 	cudaVarUnusedCudaApi              = "unused_cuda_api"
 	cudaVarUnusedCudaCallEvent        = "unused_cuda_call_event"
+	cudaVarUnusedCudaCallPyEvent      = "unused_cuda_call_py_event"
 	cudaVarUnusedDropReason           = "unused_drop_reason"
 	cudaVarUnusedEventKind            = "unused_event_kind"
 	cudaVarUnusedMemcpyKind           = "unused_memcpy_kind"
 	cudaVarUnusedProcessIdentityEvent = "unused_process_identity_event"
+	cudaVarUnusedPyProc               = "unused_py_proc"
 )
 
 // loadCuda returns the embedded CollectionSpec for cuda.
@@ -264,6 +307,8 @@ type cudaMapSpecs struct {
 	NotableNs       *ebpf.MapSpec `ebpf:"notable_ns"`
 	ProcSlots       *ebpf.MapSpec `ebpf:"proc_slots"`
 	ProcessWaits    *ebpf.MapSpec `ebpf:"process_waits"`
+	PyProcs         *ebpf.MapSpec `ebpf:"py_procs"`
+	PyScratch       *ebpf.MapSpec `ebpf:"py_scratch"`
 	SelectedDevices *ebpf.MapSpec `ebpf:"selected_devices"`
 	ThreadCalls     *ebpf.MapSpec `ebpf:"thread_calls"`
 	TracedCgroups   *ebpf.MapSpec `ebpf:"traced_cgroups"`
@@ -281,10 +326,12 @@ type cudaVariableSpecs struct {
 	UnusedCallStats            *ebpf.VariableSpec `ebpf:"unused_call_stats"`
 	UnusedCudaApi              *ebpf.VariableSpec `ebpf:"unused_cuda_api"`
 	UnusedCudaCallEvent        *ebpf.VariableSpec `ebpf:"unused_cuda_call_event"`
+	UnusedCudaCallPyEvent      *ebpf.VariableSpec `ebpf:"unused_cuda_call_py_event"`
 	UnusedDropReason           *ebpf.VariableSpec `ebpf:"unused_drop_reason"`
 	UnusedEventKind            *ebpf.VariableSpec `ebpf:"unused_event_kind"`
 	UnusedMemcpyKind           *ebpf.VariableSpec `ebpf:"unused_memcpy_kind"`
 	UnusedProcessIdentityEvent *ebpf.VariableSpec `ebpf:"unused_process_identity_event"`
+	UnusedPyProc               *ebpf.VariableSpec `ebpf:"unused_py_proc"`
 }
 
 // cudaObjects contains all objects after they have been loaded into the kernel.
@@ -313,6 +360,8 @@ type cudaMaps struct {
 	NotableNs       *ebpf.Map `ebpf:"notable_ns"`
 	ProcSlots       *ebpf.Map `ebpf:"proc_slots"`
 	ProcessWaits    *ebpf.Map `ebpf:"process_waits"`
+	PyProcs         *ebpf.Map `ebpf:"py_procs"`
+	PyScratch       *ebpf.Map `ebpf:"py_scratch"`
 	SelectedDevices *ebpf.Map `ebpf:"selected_devices"`
 	ThreadCalls     *ebpf.Map `ebpf:"thread_calls"`
 	TracedCgroups   *ebpf.Map `ebpf:"traced_cgroups"`
@@ -327,6 +376,8 @@ func (m *cudaMaps) Close() error {
 		m.NotableNs,
 		m.ProcSlots,
 		m.ProcessWaits,
+		m.PyProcs,
+		m.PyScratch,
 		m.SelectedDevices,
 		m.ThreadCalls,
 		m.TracedCgroups,
@@ -345,10 +396,12 @@ type cudaVariables struct {
 	UnusedCallStats            *ebpf.Variable `ebpf:"unused_call_stats"`
 	UnusedCudaApi              *ebpf.Variable `ebpf:"unused_cuda_api"`
 	UnusedCudaCallEvent        *ebpf.Variable `ebpf:"unused_cuda_call_event"`
+	UnusedCudaCallPyEvent      *ebpf.Variable `ebpf:"unused_cuda_call_py_event"`
 	UnusedDropReason           *ebpf.Variable `ebpf:"unused_drop_reason"`
 	UnusedEventKind            *ebpf.Variable `ebpf:"unused_event_kind"`
 	UnusedMemcpyKind           *ebpf.Variable `ebpf:"unused_memcpy_kind"`
 	UnusedProcessIdentityEvent *ebpf.Variable `ebpf:"unused_process_identity_event"`
+	UnusedPyProc               *ebpf.Variable `ebpf:"unused_py_proc"`
 }
 
 // cudaPrograms contains all programs after they have been loaded into the kernel.

@@ -24,6 +24,9 @@ type (
 	LibraryMapped = libmapLibraryMappedEvent
 	// RDMAQueuePair is a verbs queue pair a process created: the NIC it sends over.
 	RDMAQueuePair = rdmaRdmaQpEvent
+	// CUDACallPy is a CUDA call record of a Python process (SetPythonProcess), with the
+	// calling thread's Python frames.
+	CUDACallPy = cudaCudaCallPyEvent
 )
 
 // EventKind is enum event_kind.
@@ -43,6 +46,7 @@ const (
 	KindCUDAThread    = EventKind(cudaEventKindEVENT_CUDA_THREAD)
 	KindLibraryMapped = EventKind(cudaEventKindEVENT_LIBRARY_MAPPED)
 	KindRDMAQP        = EventKind(cudaEventKindEVENT_RDMA_QP)
+	KindCUDACallPy    = EventKind(cudaEventKindEVENT_CUDA_CALL_PY)
 )
 
 // Handler receives decoded events. Pointers are valid only during the call: the
@@ -70,6 +74,12 @@ type LibraryMapHandler interface {
 	LibraryMapped(*LibraryMapped)
 }
 
+// PythonCallHandler is implemented by handlers that want a Python process's Python
+// frames with its CUDA call records; a handler without it gets the call alone.
+type PythonCallHandler interface {
+	CUDACallPy(*CUDACallPy)
+}
+
 // QueuePairHandler is implemented by handlers that bind processes to the NICs they
 // send over; records reaching a handler without it are skipped.
 type QueuePairHandler interface {
@@ -89,6 +99,15 @@ func Decode(raw []byte, h Handler) error {
 	case KindCUDACall:
 		if ev, ok := cast[CUDACall](raw); ok {
 			h.CUDACall(ev)
+			return nil
+		}
+	case KindCUDACallPy:
+		if ev, ok := cast[CUDACallPy](raw); ok {
+			if ph, wants := h.(PythonCallHandler); wants {
+				ph.CUDACallPy(ev)
+			} else {
+				h.CUDACall(&ev.Call)
+			}
 			return nil
 		}
 	case KindCUDAThread:
@@ -305,4 +324,25 @@ func (ev *LibraryMapped) FileName() string { return cString(ev.Name[:]) }
 func (ev *LibraryMapped) DeviceNumber() uint64 {
 	major, minor := uint64(ev.Dev>>20), uint64(ev.Dev&0xfffff)
 	return (minor & 0xff) | (major&0xfff)<<8 | (minor&^0xff)<<12 | (major&^0xfff)<<32
+}
+
+// PyFrame is one Python frame as the kernel read it: the code object, and the
+// instruction pointer (3.11+) or f_lasti (in the low 32 bits, before 3.11).
+type PyFrame struct{ Code, Instr uint64 }
+
+// Python stack status (enum py_stack_status).
+const (
+	PyStackOK        = 0
+	PyStackNoThread  = 1 // the calling thread has no Python thread state
+	PyStackTruncated = 2 // deeper than the kernel keeps: the outermost frames are cut
+)
+
+// PyFrames returns the record's Python frames, innermost first.
+func (ev *CUDACallPy) PyFrames() []PyFrame {
+	n := min(int(ev.Stack.Frames), len(ev.Stack.Frame))
+	out := make([]PyFrame, n)
+	for i := range out {
+		out[i] = PyFrame{Code: ev.Stack.Frame[i].Code, Instr: ev.Stack.Frame[i].Instr}
+	}
+	return out
 }

@@ -157,6 +157,14 @@ func (r *Reader) runsPython(frame uint64) (bool, error) {
 	return !slices.Contains(r.Layout.OwnerNotPython, owner[0]), nil
 }
 
+// Code is what a code object says about where its bytecode came from.
+type Code struct {
+	File      string // co_filename
+	Function  string // co_qualname from 3.11, co_name before
+	FirstLine int    // co_firstlineno
+	LineTable []byte // co_lnotab (3.9), co_linetable (3.10+)
+}
+
 // frame reads the code object, name, file and line of one frame; a frame whose code
 // is NULL (3.14's base frame) comes back with Code 0.
 func (r *Reader) frame(frame uint64) (Frame, error) {
@@ -169,72 +177,87 @@ func (r *Reader) frame(frame uint64) (Frame, error) {
 	if code == 0 {
 		return Frame{}, nil
 	}
-	if err := checkPointer(code, 8); err != nil {
-		return Frame{}, fmt.Errorf("pyframes: frame code: %w", err)
+	instr, err := r.word(frame, l.FrameInstr)
+	if err != nil {
+		return Frame{Code: code}, fmt.Errorf("pyframes: the frame's instruction: %w", err)
 	}
-	if r.CodeType != 0 {
-		typ, err := r.word(code, 8)
-		if err != nil {
-			return Frame{}, fmt.Errorf("pyframes: code object type: %w", err)
-		}
-		if typ != r.CodeType {
-			return Frame{}, fmt.Errorf("pyframes: frame's code %#x has type %#x, not PyCode_Type %#x", code, typ, r.CodeType)
-		}
+	c, err := r.Code(code)
+	if err != nil {
+		return Frame{Code: code}, err
 	}
-	f := Frame{Code: code}
-	if f.File, err = r.strField(code, l.CodeFilename, "co_filename"); err != nil {
-		return f, err
-	}
-	nameField, nameWhat := l.CodeName, "co_name"
-	if l.CodeQualname != Absent {
-		nameField, nameWhat = l.CodeQualname, "co_qualname"
-	}
-	if f.Function, err = r.strField(code, nameField, nameWhat); err != nil {
-		return f, err
-	}
-	var firstLine [4]byte
-	if err := r.read(code+uint64(l.CodeFirstLineNo), firstLine[:]); err != nil {
-		return f, fmt.Errorf("pyframes: co_firstlineno: %w", err)
-	}
-	table, err := r.bytesField(code, l.CodeLineTable)
+	return r.Layout.FrameAt(code, c, instr)
+}
+
+// FrameAt is the frame running code (read at address code) at instr: the frame's raw
+// instruction field as a stack walker read it (a pointer from 3.11, f_lasti in the low
+// 32 bits before).
+func (l Layout) FrameAt(code uint64, c Code, instr uint64) (Frame, error) {
+	f := Frame{Code: code, File: c.File, Function: c.Function}
+	unit, err := l.InstrOffset(code, instr)
 	if err != nil {
 		return f, err
 	}
-	unit, err := r.instrOffset(frame, code)
-	if err != nil {
-		return f, err
-	}
-	if line, ok := Line(l.Minor, int(int32(binary.LittleEndian.Uint32(firstLine[:]))), table, unit); ok {
+	if line, ok := Line(l.Minor, c.FirstLine, c.LineTable, unit); ok {
 		f.Line = line
 	}
 	return f, nil
 }
 
-// instrOffset returns the frame's instruction offset in code units (see Line).
-func (r *Reader) instrOffset(frame, code uint64) (int, error) {
+// Code reads the code object at addr: file, function, first line and line table.
+func (r *Reader) Code(addr uint64) (Code, error) {
 	l := &r.Layout
+	if err := checkPointer(addr, 8); err != nil {
+		return Code{}, fmt.Errorf("pyframes: frame code: %w", err)
+	}
+	if r.CodeType != 0 {
+		typ, err := r.word(addr, 8)
+		if err != nil {
+			return Code{}, fmt.Errorf("pyframes: code object type: %w", err)
+		}
+		if typ != r.CodeType {
+			return Code{}, fmt.Errorf("pyframes: frame's code %#x has type %#x, not PyCode_Type %#x", addr, typ, r.CodeType)
+		}
+	}
+	var c Code
+	var err error
+	if c.File, err = r.strField(addr, l.CodeFilename, "co_filename"); err != nil {
+		return c, err
+	}
+	nameField, nameWhat := l.CodeName, "co_name"
+	if l.CodeQualname != Absent {
+		nameField, nameWhat = l.CodeQualname, "co_qualname"
+	}
+	if c.Function, err = r.strField(addr, nameField, nameWhat); err != nil {
+		return c, err
+	}
+	var firstLine [4]byte
+	if err := r.read(addr+uint64(l.CodeFirstLineNo), firstLine[:]); err != nil {
+		return c, fmt.Errorf("pyframes: co_firstlineno: %w", err)
+	}
+	c.FirstLine = int(int32(binary.LittleEndian.Uint32(firstLine[:])))
+	if c.LineTable, err = r.bytesField(addr, l.CodeLineTable); err != nil {
+		return c, err
+	}
+	return c, nil
+}
+
+// InstrOffset turns a frame's raw instruction field into an instruction offset in code
+// units (see Line).
+func (l Layout) InstrOffset(code, instr uint64) (int, error) {
 	switch l.InstrKind {
 	case LastiBytes, LastiCodeUnits:
-		var lasti [4]byte
-		if err := r.read(frame+uint64(l.FrameInstr), lasti[:]); err != nil {
-			return 0, fmt.Errorf("pyframes: f_lasti: %w", err)
-		}
-		v := int(int32(binary.LittleEndian.Uint32(lasti[:])))
+		v := int(int32(uint32(instr)))
 		if l.InstrKind == LastiBytes && v >= 0 {
 			v /= 2
 		}
 		return v, nil
 	case InstrPointer:
-		ptr, err := r.word(frame, l.FrameInstr)
-		if err != nil {
-			return 0, fmt.Errorf("pyframes: instruction pointer: %w", err)
-		}
 		start := code + uint64(l.CodeAdaptive)
 		// prev_instr sits one unit before the bytecode until the first instruction runs.
-		if ptr%2 != 0 || ptr+2 < start || ptr >= start && ptr-start > 2*MaxLineTableBytes {
-			return 0, fmt.Errorf("%w: instruction pointer %#x outside code object %#x", ErrBadPointer, ptr, code)
+		if instr%2 != 0 || instr+2 < start || instr >= start && instr-start > 2*MaxLineTableBytes {
+			return 0, fmt.Errorf("%w: instruction pointer %#x outside code object %#x", ErrBadPointer, instr, code)
 		}
-		return int((int64(ptr) - int64(start)) / 2), nil
+		return int((int64(instr) - int64(start)) / 2), nil
 	}
 	return 0, fmt.Errorf("pyframes: layout of 3.%d has no instruction kind", l.Minor)
 }

@@ -86,28 +86,35 @@ const RankSignalsScope = "github.com/fathom-gpu/fathom/receiver/gpuebpfreceiver/
 
 // Data point and log attributes.
 const (
-	ThreadID          = "thread.id"
-	CUDAAPIName       = "cuda.api.name"
-	CUDALibrary       = "cuda.library"
-	CUDAMemcpyDir     = "cuda.memcpy.direction"
-	CUDAResult        = "cuda.api.result"
-	CUDAStream        = "cuda.stream"
-	CUDAGrid          = "cuda.kernel.grid"
-	CUDABlock         = "cuda.kernel.block"
-	CUDABytes         = "cuda.bytes"
-	OffCPUReason      = "fathom.off_cpu.reason"
-	ThreadRole        = "fathom.thread.role"
-	PreemptorName     = "fathom.preemptor.name"
-	PreemptorSelf     = "fathom.preemptor.self"
-	WakerName         = "fathom.waker.name"
-	WakerSelf         = "fathom.waker.self"
-	BlockedOn         = "fathom.blocked.on"
-	DiskIODirection   = "disk.io.direction"
-	NetworkType       = "network.type"
-	EventName         = "event.name"
-	DurationSeconds   = "fathom.duration_s"
-	MedianSeconds     = "fathom.median_s"
-	NotableReason     = "fathom.notable.reason"
+	ThreadID        = "thread.id"
+	CUDAAPIName     = "cuda.api.name"
+	CUDALibrary     = "cuda.library"
+	CUDAMemcpyDir   = "cuda.memcpy.direction"
+	CUDAResult      = "cuda.api.result"
+	CUDAStream      = "cuda.stream"
+	CUDAGrid        = "cuda.kernel.grid"
+	CUDABlock       = "cuda.kernel.block"
+	CUDABytes       = "cuda.bytes"
+	OffCPUReason    = "fathom.off_cpu.reason"
+	ThreadRole      = "fathom.thread.role"
+	PreemptorName   = "fathom.preemptor.name"
+	PreemptorSelf   = "fathom.preemptor.self"
+	WakerName       = "fathom.waker.name"
+	WakerSelf       = "fathom.waker.self"
+	BlockedOn       = "fathom.blocked.on"
+	DiskIODirection = "disk.io.direction"
+	NetworkType     = "network.type"
+	EventName       = "event.name"
+	DurationSeconds = "fathom.duration_s"
+	MedianSeconds   = "fathom.median_s"
+	NotableReason   = "fathom.notable.reason"
+	// Where in a Python program a call was made: its innermost Python frame (OTel's
+	// code attributes), and the whole Python stack.
+	CodeFunction      = "code.function"
+	CodeFilepath      = "code.filepath"
+	CodeLineno        = "code.lineno"
+	PythonStack       = "fathom.python.stack"
+	StackID           = "fathom.stack.id"
 	ParentPID         = "process.parent_pid"
 	ExitCode          = "process.exit.code"
 	SourceAddress     = "source.address"
@@ -320,13 +327,18 @@ var Attributes = []Doc{
 	{DurationSeconds, "log", "s", "duration of the call or I/O"},
 	{MedianSeconds, "log", "s", "running median of the same API across the node's traced processes, when the record is an outlier"},
 	{NotableReason, "log", "", "why a record passed the notable policy: outlier, oom, error, lifecycle, graph, retransmit"},
+	{CodeFunction, "log", "", "the function (qualified name) of the innermost Python frame the call was made from, on a CUDA call record of a CPython process"},
+	{CodeFilepath, "log", "", "that frame's file (co_filename)"},
+	{CodeLineno, "log", "", "that frame's line"},
+	{PythonStack, "log", "", "the calling thread's Python frames, innermost first, as \"function (file:line)\" joined by \" < \"; at most 32 frames, \" < ...\" when cut"},
+	{StackID, "log", "", "16 hex digits naming the Python stack (FNV-1a of fathom.python.stack): equal stacks, equal ids"},
 	{ParentPID, "log", "", "parent of a forked process"},
 	{ExitCode, "log", "", "exit code of an exited process; 128 + the signal for one killed by a signal"},
 	{SourceAddress, "log", "", "local address of a retransmitting socket"},
 	{SourcePort, "log", "", "local port"},
 	{DestAddress, "log", "", "peer address"},
 	{DestPort, "log", "", "peer port"},
-	{ReceiverDropCause, "point", "", "why events (or what they carry) were lost: ringbuf_full, entry_missing, traced_set_full, call_stats_full (a call of a process with no kernel statistics slot, sent as a record instead: counted, not lost), call_stats_read, log_rate, nccl_log_rate, cardinality, decode, consumer_refused (records the next component refused), attach_failed (a library that could not be probed), rescan_queue_full (an exec not followed by scans), attach_queue_full (a library mapping left to the scans: attach on first use fell behind), first_load_hold_expired (a process held at its first load of a library file continued at discovery.first_load_hold before its probes were on: its calls until then are not seen), first_load_hold_overflow (a process held past the 4,096 held at once, or while the collector stopped, continued at once), rdma_sysfs (an unreadable RDMA counter poll), cgroup_unresolved (a process gone from /proc whose cgroup could not be found by id: removed, or no CAP_DAC_READ_SEARCH), program_recursion (runs of a BPF program the kernel skipped because it was already running on that CPU, e.g. a block completion in an interrupt over another: what they would have counted is lost), nvml_read (a reading of the GPUs in which NVML could not read some GPU or field: what it read is kept), preemptor_processes (a CUDA thread's wait for a CPU behind a process its preemptor name's set of 64 distinct processes had no room for: the wait and its time are counted, host.thread.preemptor.processes stays at 64), preemptor_names (a CUDA thread's wait behind a name its table of an interval's 32 names not yet holding a series had to let go for a new one, the name with the least estimated time (Space-Saving): the wait and its time are counted under other, the name is not), waker_names (a CUDA thread's voluntary wait ended by a waker name its table of an interval's 32 candidates let go, as for preemptor_names: counted under other), waker_threads (a waker thread a waker series' set of 64 distinct threads had no room for: the wait is counted, host.thread.waker.threads stays at 64)"},
+	{ReceiverDropCause, "point", "", "why events (or what they carry) were lost: ringbuf_full, entry_missing, traced_set_full, call_stats_full (a call of a process with no kernel statistics slot, sent as a record instead: counted, not lost), call_stats_read, log_rate, nccl_log_rate, cardinality, decode, consumer_refused (records the next component refused), attach_failed (a library that could not be probed), rescan_queue_full (an exec not followed by scans), attach_queue_full (a library mapping left to the scans: attach on first use fell behind), first_load_hold_expired (a process held at its first load of a library file continued at discovery.first_load_hold before its probes were on: its calls until then are not seen), first_load_hold_overflow (a process held past the 4,096 held at once, or while the collector stopped, continued at once), python_queue_full (a new process not looked at for a Python interpreter: its records carry no Python frames), python_stacks (a CPython process whose frames cannot be read: an unsupported or free-threaded version, a stripped interpreter, no memory access; its records carry none), python_frames (a record whose captured frames could not all be read from the process: a code object freed meanwhile), rdma_sysfs (an unreadable RDMA counter poll), cgroup_unresolved (a process gone from /proc whose cgroup could not be found by id: removed, or no CAP_DAC_READ_SEARCH), program_recursion (runs of a BPF program the kernel skipped because it was already running on that CPU, e.g. a block completion in an interrupt over another: what they would have counted is lost), nvml_read (a reading of the GPUs in which NVML could not read some GPU or field: what it read is kept), preemptor_processes (a CUDA thread's wait for a CPU behind a process its preemptor name's set of 64 distinct processes had no room for: the wait and its time are counted, host.thread.preemptor.processes stays at 64), preemptor_names (a CUDA thread's wait behind a name its table of an interval's 32 names not yet holding a series had to let go for a new one, the name with the least estimated time (Space-Saving): the wait and its time are counted under other, the name is not), waker_names (a CUDA thread's voluntary wait ended by a waker name its table of an interval's 32 candidates let go, as for preemptor_names: counted under other), waker_threads (a waker thread a waker series' set of 64 distinct threads had no room for: the wait is counted, host.thread.waker.threads stays at 64)"},
 	{MetricTemporality, "stored row", "", "on Echo store rows of sums and histograms: the point's aggregation temporality, cumulative (a total since the series began) or delta (this interval only), written by the duckdb exporter; Echo tools total a window with it"},
 	{NCCLCommID, "point/log", "", "communicator: 16 hex digits of FNV-1a 64 over its 128-byte ncclUniqueId, the same on every rank"},
 	{NCCLRank, "point/log", "", "rank in the communicator (-1: unknown, e.g. after ncclCommSplit)"},

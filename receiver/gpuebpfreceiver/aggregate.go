@@ -14,6 +14,7 @@ import (
 	"github.com/fathom-gpu/fathom/internal/gpustate"
 	"github.com/fathom-gpu/fathom/internal/probes"
 	"github.com/fathom-gpu/fathom/internal/procinfo"
+	"github.com/fathom-gpu/fathom/internal/pyframes"
 )
 
 // memcpyKinds is the number of cudaMemcpyKind values kept per API (0..4); index
@@ -468,6 +469,9 @@ type aggregator struct {
 	sockets    socketOwners
 	logs       *logSink
 	synthetic  bool
+	// python reads CPython processes' frames; nil in synthetic mode or with
+	// stacks.python off.
+	python pythonFrames
 
 	events              eventCounters
 	drops               counterSet
@@ -575,14 +579,41 @@ func (a *aggregator) process(pid uint32) *processSeries {
 		p.info = procinfo.Process{PID: pid, Rank: -1, LocalRank: -1, WorldSize: -1}
 	}
 	a.processes[pid] = p
+	if a.python != nil {
+		a.python.track(pid)
+	}
 	return p
+}
+
+// pythonFrames reads the Python frames of CPython processes' CUDA call records (the
+// eBPF source's pythonTracker).
+type pythonFrames interface {
+	// track looks, off the event path, at whether a newly seen process runs CPython.
+	track(pid uint32)
+	frames(pid uint32, raw []probes.PyFrame) ([]pyframes.Frame, error)
+	forget(pid uint32)
+}
+
+// CUDACallPy takes a call record of a CPython process, with its Python frames.
+func (a *aggregator) CUDACallPy(ev *probes.CUDACallPy) {
+	var frames []pyframes.Frame
+	truncated := ev.Stack.Status == probes.PyStackTruncated
+	if raw := ev.PyFrames(); a.python != nil && len(raw) > 0 {
+		var err error
+		if frames, err = a.python.frames(ev.Call.Hdr.Pid, raw); err != nil {
+			a.drops.add("python_frames", 1)
+		}
+	}
+	a.cudaCall(&ev.Call, frames, truncated)
 }
 
 // CUDACall takes a call the kernel recorded. Most calls are only counted in the
 // kernel (mergeCallStats); a record comes for a notable call, for every call under the
 // "all" policy, and for a call the kernel could not count (Counted == 0), which is
 // counted here.
-func (a *aggregator) CUDACall(ev *probes.CUDACall) {
+func (a *aggregator) CUDACall(ev *probes.CUDACall) { a.cudaCall(ev, nil, false) }
+
+func (a *aggregator) cudaCall(ev *probes.CUDACall, frames []pyframes.Frame, truncated bool) {
 	a.events.add(probes.KindCUDACall)
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -614,7 +645,7 @@ func (a *aggregator) CUDACall(ev *probes.CUDACall) {
 	if seconds < a.logs.minDuration {
 		median = 0
 	}
-	a.logs.cudaCall(p, ev, seconds, median)
+	a.logs.cudaCall(p, ev, seconds, median, frames, truncated)
 }
 
 // CUDAThread marks a thread as one that drives a GPU: its scheduling gets its own series.

@@ -51,6 +51,7 @@ type Config struct {
 	Targets   TargetsConfig   `mapstructure:"targets"`
 	Discovery DiscoveryConfig `mapstructure:"discovery"`
 	Logs      LogsConfig      `mapstructure:"logs"`
+	Stacks    StacksConfig    `mapstructure:"stacks"`
 	Limits    LimitsConfig    `mapstructure:"limits"`
 	Synthetic SyntheticConfig `mapstructure:"synthetic"`
 	RDMA      RDMAConfig      `mapstructure:"rdma"`
@@ -112,6 +113,15 @@ type DiscoveryConfig struct {
 	// at this limit at the latest. 0 turns holding off. Needs attach_on_map; processes
 	// with a controlling terminal or a debugger are never held.
 	FirstLoadHold time.Duration `mapstructure:"first_load_hold"`
+}
+
+// StacksConfig controls where in a program the recorded calls are said to come from.
+type StacksConfig struct {
+	// Python reads, for each CUDA call record of a CPython process (3.9 to 3.14), the
+	// calling thread's Python frames in the kernel, and puts the innermost on the
+	// record (code.function, code.filepath, code.lineno) with the whole stack
+	// (fathom.python.stack, fathom.stack.id). Default true.
+	Python bool `mapstructure:"python"`
 }
 
 // LogsConfig controls per-event log records.
@@ -248,6 +258,7 @@ func createDefaultConfig() *Config {
 			AttachOnMap:    true,
 			FirstLoadHold:  50 * time.Millisecond,
 		},
+		Stacks: StacksConfig{Python: true},
 		Logs: LogsConfig{
 			Policy:             LogsNotable,
 			MaxPerSecond:       1000,

@@ -133,6 +133,9 @@ func (c *controller) start(ctx context.Context) error {
 			return err
 		}
 	}
+	if ps, ok := c.source.(interface{ python() pythonFrames }); ok {
+		c.agg.python = ps.python()
+	}
 	runCtx, cancel := context.WithCancel(context.Background())
 	c.cancel = cancel
 	if err := c.source.start(runCtx, c.agg); err != nil {
@@ -287,6 +290,9 @@ func (c *controller) flushMetrics(ctx context.Context) {
 	c.agg.ended = nil
 	c.agg.mu.Unlock()
 	for _, pid := range ended {
+		if c.agg.python != nil {
+			c.agg.python.forget(pid)
+		}
 		if err := c.source.forgetPages(pid); err != nil {
 			c.settings.Logger.Warn("cannot drop an exited process's page count", zap.Uint32("pid", pid), zap.Error(err))
 		}

@@ -2,7 +2,10 @@ package gpuebpfreceiver
 
 import (
 	"fmt"
+	"hash/fnv"
 	"net/netip"
+	"path/filepath"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -12,6 +15,7 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/fathom-gpu/fathom/internal/probes"
+	"github.com/fathom-gpu/fathom/internal/pyframes"
 	"github.com/fathom-gpu/fathom/internal/semconv"
 )
 
@@ -126,7 +130,7 @@ const errOutOfMemory = 2
 
 // cudaCall logs a call under the policy; median is 0 when the call cannot be an
 // outlier (too short, or too few calls of its kind yet).
-func (s *logSink) cudaCall(p *processSeries, ev *probes.CUDACall, seconds, median float64) {
+func (s *logSink) cudaCall(p *processSeries, ev *probes.CUDACall, seconds, median float64, frames []pyframes.Frame, truncated bool) {
 	reason := ""
 	switch {
 	case ev.Ret == errOutOfMemory:
@@ -189,7 +193,49 @@ func (s *logSink) cudaCall(p *processSeries, ev *probes.CUDACall, seconds, media
 	if ev.Bytes != 0 {
 		body += fmt.Sprintf(" (%d bytes%s)", ev.Bytes, map[bool]string{true: " " + dir, false: ""}[dir != ""])
 	}
+	if where := putPythonStack(attrs, frames, truncated); where != "" {
+		body += " from " + where
+	}
 	lr.Body().SetStr(body + " " + who(p, ev.Hdr.Tid))
+}
+
+// putPythonStack puts a call's Python frames on its record: the innermost as OTel's
+// code attributes, all of them as one string and its id. It returns where the call
+// was made from, as "function() at file:line", "" without frames.
+func putPythonStack(attrs pcommon.Map, frames []pyframes.Frame, truncated bool) string {
+	if len(frames) == 0 {
+		return ""
+	}
+	var b strings.Builder
+	for i, f := range frames {
+		if i > 0 {
+			b.WriteString(" < ")
+		}
+		fmt.Fprintf(&b, "%s (%s:%d)", nameOr(f.Function, "?"), nameOr(f.File, "?"), f.Line)
+	}
+	if truncated {
+		b.WriteString(" < ...")
+	}
+	stack := b.String()
+	h := fnv.New64a()
+	h.Write([]byte(stack))
+	attrs.PutStr(semconv.PythonStack, stack)
+	attrs.PutStr(semconv.StackID, fmt.Sprintf("%016x", h.Sum64()))
+	top := frames[0]
+	if top.File == "" {
+		return ""
+	}
+	attrs.PutStr(semconv.CodeFunction, top.Function)
+	attrs.PutStr(semconv.CodeFilepath, top.File)
+	attrs.PutInt(semconv.CodeLineno, int64(top.Line))
+	return fmt.Sprintf("%s() at %s:%d", top.Function, filepath.Base(top.File), top.Line)
+}
+
+func nameOr(s, missing string) string {
+	if s == "" {
+		return missing
+	}
+	return s
 }
 
 func (s *logSink) lifecycle(p *processSeries, kind probes.EventKind, ev *probes.ProcessEvent) {

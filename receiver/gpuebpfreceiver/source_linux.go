@@ -40,6 +40,7 @@ type ebpfSource struct {
 	mapped     chan libraryMapping
 	drops      counterSet
 	held       *heldProcesses
+	py         *pythonTracker // nil: stacks.python off
 	wg         sync.WaitGroup
 	cancel     context.CancelFunc
 }
@@ -68,6 +69,9 @@ func newEBPFSource(cfg *Config, logger *zap.Logger) (eventSource, error) {
 		cgroupIDs: map[uint64]bool{}, rescan: make(chan uint32, execRescanQueue),
 		mapped: make(chan libraryMapping, libraryMapQueue)}
 	s.held = newHeldProcesses(cfg.Discovery.FirstLoadHold, p.Continue, &s.drops, logger)
+	if cfg.Stacks.Python {
+		s.py = newPythonTracker(cfg.Discovery.ProcRoot, p, logger, &s.drops)
+	}
 	if err := s.setUp(); err != nil {
 		_ = p.Close()
 		return nil, err
@@ -259,6 +263,16 @@ func (w execWatcher) RDMAQueuePair(ev *probes.RDMAQueuePair) {
 	}
 }
 
+// CUDACallPy passes a Python process's call record on with its frames (an optional
+// handler method is not promoted through the embedding).
+func (w execWatcher) CUDACallPy(ev *probes.CUDACallPy) {
+	if ph, ok := w.Handler.(probes.PythonCallHandler); ok {
+		ph.CUDACallPy(ev)
+		return
+	}
+	w.Handler.CUDACall(&ev.Call)
+}
+
 // LibraryMapped queues the mapping for the attach loop; the reader must not wait for
 // an attach, which reads the library's symbols and makes a uprobe per function.
 func (w execWatcher) LibraryMapped(ev *probes.LibraryMapped) {
@@ -316,6 +330,13 @@ func (s *ebpfSource) attachMapping(m libraryMapping) {
 
 func (s *ebpfSource) start(ctx context.Context, h probes.Handler) error {
 	ctx, s.cancel = context.WithCancel(ctx)
+	if s.py != nil {
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			s.py.run(ctx)
+		}()
+	}
 	s.wg.Add(3)
 	go func() {
 		defer s.wg.Done()
@@ -428,4 +449,13 @@ func (s *ebpfSource) selectedDevices() map[uint32]int32 {
 
 func (s *ebpfSource) setNotableThreshold(api uint32, ns uint64) error {
 	return s.probes.SetNotableThreshold(api, ns)
+}
+
+// python is what reads the Python frames of CPython processes' records; nil when
+// stacks.python is off.
+func (s *ebpfSource) python() pythonFrames {
+	if s.py == nil {
+		return nil
+	}
+	return s.py
 }

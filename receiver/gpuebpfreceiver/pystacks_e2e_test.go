@@ -1,0 +1,157 @@
+//go:build linux
+
+package gpuebpfreceiver_test
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fathom-gpu/fathom/internal/fakegpu"
+	"github.com/fathom-gpu/fathom/internal/privtest"
+	"github.com/fathom-gpu/fathom/internal/semconv"
+)
+
+// markedLines returns the line of each "# LINE name" comment in a script.
+func markedLines(t *testing.T, path string) map[string]int {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := map[string]int{}
+	for i, line := range strings.Split(string(data), "\n") {
+		if _, name, ok := strings.Cut(line, "# LINE "); ok {
+			lines[strings.TrimSpace(name)] = i + 1
+		}
+	}
+	return lines
+}
+
+// A real PyTorch training loop (Debian's CPython 3.11 and python3-torch) calls the CUDA
+// runtime through ctypes inside its model's forward(), after each optimizer step, and
+// from a second Python thread. Every one of those calls' records names the exact
+// file, function and line, innermost first, on the thread that made it: for the call
+// in forward(), the user's forward frame, then torch's Module._call_impl in
+// torch/nn/modules/module.py that called it, then the loop's line, then the module.
+func TestPythonStacksOfARealPyTorchLoop(t *testing.T) {
+	privtest.Require(t)
+	paths := fakegpu.Build(t)
+	if err := exec.Command("/usr/bin/python3", "-c", "import torch").Run(); err != nil {
+		t.Fatalf("Debian's python3-torch is needed (apt-get install python3-torch; make deps does): %v", err)
+	}
+	script, err := filepath.Abs("testdata/pystacks_train.py")
+	if err != nil {
+		t.Fatal(err)
+	}
+	line := markedLines(t, script)
+	const steps = 40
+	sink, col := startNodeCollector(t, nodeConfig("collection_interval: 300ms\nlogs:\n  policy: all\n  max_per_second: 100000", true))
+
+	cmd := exec.Command("/usr/bin/python3", script, paths.Cudart, strconv.Itoa(steps))
+	cmd.Stderr = os.Stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	var report struct {
+		PID       int `json:"pid"`
+		MainTID   int `json:"main_tid"`
+		ThreadTID int `json:"thread_tid"`
+	}
+	reportLine, _ := bufio.NewReader(out).ReadBytes('\n')
+	if err := json.Unmarshal(reportLine, &report); err != nil {
+		t.Fatalf("the training loop's report %q: %v", reportLine, err)
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Fatal(err)
+	}
+
+	type where struct {
+		tid   int64
+		stack string
+	}
+	want := map[string]where{
+		"forward": {int64(report.MainTID), fmt.Sprintf("Net.forward (%[1]s:%[2]d) < Module._call_impl (%[3]s:", script, line["forward"], "/usr/lib/python3/dist-packages/torch/nn/modules/module.py")},
+		"step":    {int64(report.MainTID), fmt.Sprintf("main (%[1]s:%[2]d) < <module> (%[1]s:%[3]d)", script, line["step"], line["entry"])},
+		"thread":  {int64(report.ThreadTID), fmt.Sprintf("prefetch (%[1]s:%[2]d) < Thread.run (", script, line["thread"])},
+	}
+	// After the forward frame and torch's, the loop's line and the module's.
+	forwardTail := fmt.Sprintf(") < main (%[1]s:%[2]d) < <module> (%[1]s:%[3]d)", script, line["loop"], line["entry"])
+	counted := map[string]int{}
+	deadline := time.Now().Add(20 * time.Second)
+	for done := false; ; {
+		clear(counted)
+		var unexpected []string
+		unstacked := 0
+		for _, rec := range ncclRecords(sink, report.PID, semconv.EventCUDACall) {
+			lineno, ok := rec.Get(semconv.CodeLineno)
+			if !ok {
+				// The warm-up call may come before the collector has found the
+				// interpreter; no other.
+				if unstacked++; unstacked > 1 {
+					unexpected = append(unexpected, "a second record without code.lineno: "+fmt.Sprint(rec.AsRaw()))
+				}
+				continue
+			}
+			stack, _ := rec.Get(semconv.PythonStack)
+			tid, _ := rec.Get(semconv.ThreadID)
+			file, _ := rec.Get(semconv.CodeFilepath)
+			matched := false
+			for name, w := range want {
+				if lineno.Int() != int64(line[name]) {
+					continue
+				}
+				matched = true
+				ok := file.Str() == script && tid.Int() == w.tid && strings.HasPrefix(stack.Str(), w.stack)
+				if name == "forward" {
+					ok = ok && strings.HasSuffix(stack.Str(), forwardTail)
+				}
+				if !ok {
+					unexpected = append(unexpected, fmt.Sprintf("%s on thread %d: %q", name, tid.Int(), stack.Str()))
+					continue
+				}
+				if counted[name] == 0 && (done || time.Now().After(deadline)) {
+					t.Logf("%s: %s", name, stack.Str())
+				}
+				counted[name]++
+			}
+			if !matched && lineno.Int() != int64(line["warmup"]) {
+				unexpected = append(unexpected, fmt.Sprintf("line %d: %q", lineno.Int(), stack.Str()))
+			}
+		}
+		if done || len(unexpected) > 0 || time.Now().After(deadline) {
+			for _, u := range unexpected {
+				t.Errorf("unexpected record: %s", u)
+			}
+			break
+		}
+		// One more pass once all are in, to log a stack of each line.
+		done = counted["forward"] == steps && counted["step"] == steps && counted["thread"] == steps
+		if !done {
+			time.Sleep(200 * time.Millisecond)
+		}
+	}
+	for _, name := range []string{"forward", "step", "thread"} {
+		if counted[name] != steps {
+			t.Errorf("%d records from the %s line (%d) with its stack, want %d", counted[name], name, line[name], steps)
+		}
+	}
+	if t.Failed() {
+		t.Logf("collector output:\n%s", col.Output())
+	}
+	if code := col.Terminate(t, 30*time.Second); code != 0 {
+		t.Fatalf("collector exit code %d", code)
+	}
+}
