@@ -211,6 +211,7 @@ func plant(t *testing.T, otlp string, base time.Time) {
 		lr.Attributes().PutStr("fathom.chain.severity", "high")
 		lr.Attributes().PutStr("fathom.chain.fix", plantedFix)
 	}
+	plantStacks(ld, base)
 	logs, err := plogotlp.NewExportRequestFromLogs(ld).MarshalProto()
 	must(t, err)
 
@@ -221,6 +222,44 @@ func plant(t *testing.T, otlp string, base time.Time) {
 		if resp.StatusCode != http.StatusOK {
 			t.Fatalf("OTLP %s answered %d", path, resp.StatusCode)
 		}
+	}
+}
+
+// plantedStacks are CUDA call records of a Python process with their stacks, in a
+// cluster of their own (conf-py) so that the other tools' answers over conf keep their
+// numbers: three syncs from forward() taking 10, 20 and 30 ms, one from the loop
+// taking 500 ms.
+var plantedStacks = []struct {
+	id, function string
+	line         int
+	seconds      float64
+}{
+	{"00000000000000f1", "Net.forward", 33, 0.010},
+	{"00000000000000f1", "Net.forward", 33, 0.020},
+	{"00000000000000f1", "Net.forward", 33, 0.030},
+	{"00000000000000f2", "main", 59, 0.500},
+}
+
+func plantStacks(ld plog.Logs, base time.Time) {
+	rl := ld.ResourceLogs().AppendEmpty()
+	attrs := rl.Resource().Attributes()
+	attrs.PutStr("fathom.cluster.name", "conf-py")
+	attrs.PutStr("host.name", "node-py")
+	attrs.PutInt("process.pid", 4242)
+	attrs.PutStr("process.executable.name", "python3.11")
+	attrs.PutInt("fathom.rank", 1)
+	records := rl.ScopeLogs().AppendEmpty().LogRecords()
+	for i, s := range plantedStacks {
+		lr := records.AppendEmpty()
+		lr.SetTimestamp(pcommon.NewTimestampFromTime(base.Add(time.Duration(10+i) * time.Second)))
+		lr.SetEventName("cuda.api.call")
+		lr.Attributes().PutStr("cuda.api.name", "cudaStreamSynchronize")
+		lr.Attributes().PutDouble("fathom.duration_s", s.seconds)
+		lr.Attributes().PutStr("fathom.stack.id", s.id)
+		lr.Attributes().PutStr("fathom.python.stack", fmt.Sprintf("%s (/job/train.py:%d)", s.function, s.line))
+		lr.Attributes().PutStr("code.function", s.function)
+		lr.Attributes().PutStr("code.filepath", "/job/train.py")
+		lr.Attributes().PutInt("code.lineno", int64(s.line))
 	}
 }
 
@@ -596,6 +635,25 @@ func conformanceCases(base time.Time) map[string]conformanceCase {
 				o := got.Outliers[0]
 				if o.Node != "node-3" || o.Cluster != "conf" || !near(o.Value, 30) || !near(o.Lag, lag) || !near(o.Score, score) || o.Points != plantedPoints {
 					t.Errorf("find_outlier_nodes outlier: %+v, want node-3 value 30 lag %g score %g points %d", o, lag, score, plantedPoints)
+				}
+			},
+		},
+		"get_stacks": {
+			args: `{"cluster":"conf-py",` + window + `}`,
+			bad:  []badCall{{`{"by":"luck"}`, "invalid_argument", "by"}},
+			check: func(t *testing.T, raw json.RawMessage) {
+				got := decode[tools.StacksOutput](t, raw)
+				var stacks []string
+				for _, s := range got.Stacks {
+					stacks = append(stacks, fmt.Sprintf("%s %s %s %d %s %d %s:%d %d %.3f %.3f %.3f", s.StackID, s.Node, s.Process, *s.PID, s.API, *s.Rank,
+						s.Function, s.Line, s.Calls, s.TotalSeconds, s.P50Seconds, s.P99Seconds))
+				}
+				want := []string{
+					"00000000000000f2 node-py python3.11 4242 cudaStreamSynchronize 1 main:59 1 0.500 0.500 0.500",
+					"00000000000000f1 node-py python3.11 4242 cudaStreamSynchronize 1 Net.forward:33 3 0.060 0.020 0.030",
+				}
+				if got.By != "time" || !reflect.DeepEqual(stacks, want) {
+					t.Errorf("get_stacks by %s:\n got %q\nwant %q", got.By, stacks, want)
 				}
 			},
 		},

@@ -291,6 +291,7 @@ func TestGatewayStoresServesAndGuards(t *testing.T) {
 		"cluster_summary":       `{"cluster":"sim","since":"2000-01-01T00:00:00Z","until":"2100-01-01T00:00:00Z"}`,
 		"get_causal_chains":     `{}`,
 		"get_trace_stats":       `{"api":"allreduce"}`,
+		"get_stacks":            `{}`,
 		"get_cost":              `{"signal":"nccl.allreduce.duration"}`,
 		"process_host_pressure": `{"since":"2000-01-01T00:00:00Z","until":"2100-01-01T00:00:00Z"}`,
 		"cuda_graph_activity":   `{"since":"2026-01-01T00:00:00Z","until":"2026-01-02T00:00:00Z","bucket":"1h"}`,

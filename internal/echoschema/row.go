@@ -42,6 +42,14 @@ const (
 	AttrChainFix      = semconv.ChainFix
 	AttrChainID       = semconv.ChainID
 	AttrChainState    = semconv.ChainState
+	// A CUDA call record and where in a Python program it was made.
+	EventCUDACall       = semconv.EventCUDACall
+	AttrDurationSeconds = semconv.DurationSeconds
+	AttrStackID         = semconv.StackID
+	AttrPythonStack     = semconv.PythonStack
+	AttrCodeFunction    = semconv.CodeFunction
+	AttrCodeFilepath    = semconv.CodeFilepath
+	AttrCodeLineno      = semconv.CodeLineno
 	// ChainResolved is the fathom.chain.state of a chain's last record.
 	ChainResolved   = "resolved"
 	AttrTemporality = semconv.MetricTemporality

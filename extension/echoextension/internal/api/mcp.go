@@ -119,9 +119,10 @@ const investigatePrompt = `You are investigating why training on %[1]s is slow, 
 2. find_outlier_nodes on the collective and kernel duration signals you saw (nccl.*.duration, cuda.*.duration), by node and then by rank: who lags the median, by how much.
 3. get_causal_chains for the outlier nodes: the host cause (run-queue wait and who took the CPU, a lock or the GIL and who held it, page faults, block I/O, TCP retransmits) and the suggested fix.
 4. get_trace_stats for the outlier nodes against a healthy one: which CUDA/NCCL API's tail moved.
-5. get_cost for the worst signal: what the stragglers cost.
-6. event_history or run_analysis (one SELECT, see the echo://schema resource) for anything still unexplained.
-Answer with: the straggling nodes/ranks, the evidence (numbers), the likely root cause, the fix, and the cost.`
+5. get_stacks for the outlier nodes and that API: which line of the Python program the slow calls came from.
+6. get_cost for the worst signal: what the stragglers cost.
+7. event_history or run_analysis (one SELECT, see the echo://schema resource) for anything still unexplained.
+Answer with: the straggling nodes/ranks, the evidence (numbers), the likely root cause and the program line it shows at, the fix, and the cost.`
 
 const columnNotes = `
 -- ts: point or record time (UTC). kind: log | gauge | sum | histogram | exp_histogram | summary.

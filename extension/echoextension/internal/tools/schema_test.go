@@ -41,6 +41,10 @@ var schemaExamples = map[string][]schemaExample{
 		{`{"api":"cudaMemcpy"}`, "stats", 1},
 		{`{"api":"cudaNoSuchCall"}`, "stats", 0},
 	},
+	"get_stacks": {
+		{`{"node":"gpu-1"}`, "stacks", 2},
+		{`{"node":"none"}`, "stacks", 0},
+	},
 	"get_cost": {
 		{`{"signal":"nccl.allreduce.duration"}`, "stragglers", 1},
 		{`{"signal":"no.such.signal"}`, "stragglers", 0},

@@ -46,6 +46,28 @@ func plantedStore(t *testing.T) *Env {
 		r.Cluster, r.Node = "c1", "gpu-0"
 		rows = append(rows, r)
 	}
+	// Python stacks of gpu-1's rank 1: 60 syncs from forward() taking 1..60 ms, and 40
+	// from the loop's sync taking 100 ms each (by time the loop's comes first, by count
+	// forward's); one call without a stack, not counted.
+	forward := stackRow{"a1b2c3d4e5f60001", "Net.forward", "/job/train.py", 33, "Net.forward (/job/train.py:33) < main (/job/train.py:54)"}
+	loop := stackRow{"a1b2c3d4e5f60002", "main", "/job/train.py", 59, "main (/job/train.py:59)"}
+	for i := 1; i <= 100; i++ {
+		r := echoschema.NewRow()
+		r.Time = t0.Add(time.Duration(i) * 10 * time.Millisecond)
+		r.Kind, r.Name, r.API = echoschema.KindLog, "cuda.api.call", "cudaStreamSynchronize"
+		r.Cluster, r.Node, r.Rank, r.PID, r.Process = "c1", "gpu-1", 1, 4242, "python3.11"
+		if i <= 60 {
+			r.Attributes = forward.attributes(float64(i) / 1000)
+		} else {
+			r.Attributes = loop.attributes(0.1)
+		}
+		rows = append(rows, r)
+	}
+	unstacked := echoschema.NewRow()
+	unstacked.Time, unstacked.Kind, unstacked.Name, unstacked.API = t0, echoschema.KindLog, "cuda.api.call", "cudaStreamSynchronize"
+	unstacked.Cluster, unstacked.Node, unstacked.Rank, unstacked.PID = "c1", "gpu-1", 1, 4242
+	unstacked.Attributes = `{"fathom.duration_s":5}`
+	rows = append(rows, unstacked)
 	for i, cause := range []string{"run_queue_wait", "page_fault", "run_queue_wait"} {
 		r := echoschema.NewRow()
 		r.Time = t0.Add(time.Duration(i) * time.Minute)
@@ -75,6 +97,56 @@ func plantedStore(t *testing.T) *Env {
 }
 
 func nodeName(i int) string { return "gpu-" + string(rune('0'+i)) }
+
+// stackRow is a Python stack as a CUDA call record carries it.
+type stackRow struct {
+	id, function, file string
+	line               int
+	frames             string
+}
+
+func (s stackRow) attributes(seconds float64) string {
+	b, _ := json.Marshal(map[string]any{
+		semconv.StackID: s.id, semconv.CodeFunction: s.function, semconv.CodeFilepath: s.file,
+		semconv.CodeLineno: s.line, semconv.PythonStack: s.frames, semconv.DurationSeconds: seconds,
+	})
+	return string(b)
+}
+
+// get_stacks ranks the planted stacks by time and by count, with each stack's calls,
+// total, p50 and p99 computed over its own calls only.
+func TestGetStacksRanksThePlantedStacks(t *testing.T) {
+	r, err := NewRegistry(plantedStore(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	byTime := call[StacksOutput](t, r, "get_stacks", `{"node":"gpu-1"}`)
+	if byTime.By != "time" || len(byTime.Stacks) != 2 {
+		t.Fatalf("by time: %+v", byTime)
+	}
+	loop, forward := byTime.Stacks[0], byTime.Stacks[1]
+	if loop.StackID != "a1b2c3d4e5f60002" || loop.Function != "main" || loop.File != "/job/train.py" || loop.Line != 59 ||
+		loop.Calls != 40 || !near(loop.TotalSeconds, 4) || !near(loop.P50Seconds, 0.1) || !near(loop.P99Seconds, 0.1) ||
+		loop.API != "cudaStreamSynchronize" || *loop.Rank != 1 || *loop.PID != 4242 || loop.Process != "python3.11" || loop.Frames != "main (/job/train.py:59)" {
+		t.Errorf("first by time: %+v", loop)
+	}
+	// 1..60 ms: sum 1.83 s; p50 30.5 ms; p99 interpolated at 0.99 * 59 = 58.41 places
+	// past the first: 59.41 ms.
+	if forward.StackID != "a1b2c3d4e5f60001" || forward.Function != "Net.forward" || forward.Line != 33 || forward.Calls != 60 ||
+		math.Abs(forward.TotalSeconds-1.83) > 1e-9 || math.Abs(forward.P50Seconds-0.0305) > 1e-9 || math.Abs(forward.P99Seconds-0.05941) > 1e-9 {
+		t.Errorf("second by time: %+v", forward)
+	}
+	byCount := call[StacksOutput](t, r, "get_stacks", `{"node":"gpu-1","by":"count","limit":1}`)
+	if byCount.By != "count" || len(byCount.Stacks) != 1 || byCount.Stacks[0].StackID != "a1b2c3d4e5f60001" {
+		t.Errorf("by count, limit 1: %+v", byCount)
+	}
+	if none := call[StacksOutput](t, r, "get_stacks", `{"api":"cudaMemcpy"}`); len(none.Stacks) != 0 {
+		t.Errorf("cudaMemcpy has no stacks: %+v", none)
+	}
+	if _, err := r.Call(context.Background(), "get_stacks", json.RawMessage(`{"by":"luck"}`)); !errors.Is(err, ErrInvalidArgument) {
+		t.Errorf("by luck: %v, want an invalid argument", err)
+	}
+}
 
 func call[Out any](t *testing.T, r *Registry, name, args string) Out {
 	t.Helper()
@@ -197,7 +269,7 @@ func TestTraceStatsEventHistoryChainsSummary(t *testing.T) {
 
 	sum := call[ClusterSummaryOutput](t, r, "cluster_summary", `{}`)
 	c := sum.Clusters[0]
-	if len(sum.Clusters) != 1 || c.Nodes != 8 || c.Ranks != 8 || c.Rows != 903 || c.CausalChains != 3 || c.Errors != 3 ||
+	if len(sum.Clusters) != 1 || c.Nodes != 8 || c.Ranks != 8 || c.Rows != 1004 || c.CausalChains != 3 || c.Errors != 3 ||
 		c.TopSignals[0] != (SignalCount{"nccl.allreduce.duration", 800}) {
 		t.Fatalf("summary %+v", sum)
 	}
@@ -227,7 +299,7 @@ func TestRunAnalysisConcurrencyCap(t *testing.T) {
 	env := plantedStore(t)
 	r, _ := NewRegistry(env)
 	res := call[store.QueryResult](t, r, "run_analysis", `{"sql":"SELECT count(*) FROM events"}`)
-	if res.Rows[0][0] != int64(903) {
+	if res.Rows[0][0] != int64(1004) {
 		t.Fatalf("count: %v", res.Rows)
 	}
 	env.SQLSlots <- struct{}{} // the only slot is taken
