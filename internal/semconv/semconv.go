@@ -37,6 +37,9 @@ const (
 	ChainID          = "fathom.chain.id"
 	ChainState       = "fathom.chain.state"
 	ChainSymptom     = "fathom.chain.symptom"
+	ChainStack       = "fathom.chain.stack"
+	ChainStackID     = "fathom.chain.stack.id"
+	ChainStackShare  = "fathom.chain.stack.share"
 	ChainEvidence    = "fathom.chain.evidence"
 	ChainTimeline    = "fathom.chain.timeline"
 	ChainCost        = "fathom.chain.cost"
@@ -297,6 +300,9 @@ var Attributes = []Doc{
 	{ChainID, "log", "", "on fathom.causal_chain records: the chain's identity, the same on every record while its cause persists"},
 	{ChainState, "log", "", "on fathom.causal_chain records: open (first found), update (severity changed, or a periodic restatement) or resolved (the evidence went away)"},
 	{ChainSymptom, "log", "", "on fathom.causal_chain records: what the GPU-feeding side saw, with numbers (a call's tail, a rate)"},
+	{ChainStack, "log", "", "on fathom.causal_chain records of a Python process: the Python stack (as fathom.python.stack) most of the process's recorded CUDA call time in the window came from; code.function, code.filepath and code.lineno name its innermost frame"},
+	{ChainStackID, "log", "", "that stack's fathom.stack.id"},
+	{ChainStackShare, "log", "1", "that stack's share of the process's recorded CUDA call time in the window"},
 	{ChainEvidence, "log", "", "on fathom.causal_chain records: the host evidence over the window, with numbers"},
 	{ChainTimeline, "log", "", "on fathom.causal_chain records: the cause's cost in each of the window's last intervals"},
 	{ChainCost, "log", "", "on fathom.causal_chain records: share of the window the process's GPU-feeding threads lost to the cause; sets the severity"},

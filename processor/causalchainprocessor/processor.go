@@ -109,15 +109,17 @@ type chains struct {
 
 	mu        sync.Mutex
 	processes map[processID]*process
-	logsNext  consumer.Logs
-	starts    int
+	// stacks are the Python processes' recent stacked call records (processLogs).
+	stacks   map[processID]*stackTally
+	logsNext consumer.Logs
+	starts   int
 
 	// telemetry is the processor's own metrics, as metadata.yaml declares them.
 	telemetry *metadata.TelemetryBuilder
 }
 
 func newChains(cfg *Config, set processor.Settings) (*chains, error) {
-	c := &chains{cfg: cfg, logger: set.Logger, now: time.Now, horizon: time.Now().UnixNano(), processes: map[processID]*process{}}
+	c := &chains{cfg: cfg, logger: set.Logger, now: time.Now, horizon: time.Now().UnixNano(), processes: map[processID]*process{}, stacks: map[processID]*stackTally{}}
 	var err error
 	if c.telemetry, err = metadata.NewTelemetryBuilder(set.TelemetrySettings); err != nil {
 		return nil, err
@@ -156,7 +158,15 @@ func (c *chains) shutdown(context.Context) error {
 	return nil
 }
 
-func (c *chains) processLogs(_ context.Context, ld plog.Logs) (plog.Logs, error) { return ld, nil }
+// processLogs passes records on, keeping what the CUDA call records of Python processes
+// say of their stacks: a chain names the stack most of its process's recorded call time
+// came from.
+func (c *chains) processLogs(_ context.Context, ld plog.Logs) (plog.Logs, error) {
+	c.mu.Lock()
+	c.ingestStacks(ld)
+	c.mu.Unlock()
+	return ld, nil
+}
 
 // written is one record to write.
 type written struct {
@@ -542,6 +552,11 @@ func (c *chains) forget(ctx context.Context) []written {
 		delete(c.processes, id)
 		c.telemetry.FathomCausalchainDropped.Add(ctx, 1, metric.WithAttributes(attribute.String("reason", "forgotten")))
 	}
+	for id, t := range c.stacks {
+		if t.keepWindow(c.cfg.Window); len(t.calls) == 0 || !t.heard.After(cutoff) {
+			delete(c.stacks, id)
+		}
+	}
 	return out
 }
 
@@ -622,8 +637,26 @@ func (c *chains) recordsOf(ws []written) plog.Logs {
 		if f.tid >= 0 {
 			a.PutInt(semconv.ThreadID, f.tid)
 		}
+		if t := c.stacks[w.p.id]; t != nil && w.state != StateResolved {
+			if id, info, share, ok := t.dominant(w.at.Add(-c.cfg.Window), f.tid); ok {
+				a.PutStr(semconv.ChainStackID, id)
+				a.PutStr(semconv.ChainStack, info.frames)
+				a.PutDouble(semconv.ChainStackShare, roundTo(share, 4))
+				if info.file != "" {
+					a.PutStr(semconv.CodeFunction, info.function)
+					a.PutStr(semconv.CodeFilepath, info.file)
+					a.PutInt(semconv.CodeLineno, info.line)
+					lr.Body().SetStr(describeAt(w, f, info.where(), share))
+				}
+			}
+		}
 	}
 	return ld
+}
+
+// describeAt is describe with where in the program the symptom's calls came from.
+func describeAt(w written, f finding, where string, share float64) string {
+	return fmt.Sprintf("%s %s in %s, from %s (%.0f%% of its recorded call time): %s; %s.", w.ch.severity, f.symptom, w.p.label, where, 100*share, f.evidence, f.fix)
 }
 
 func describe(w written, f finding) string {
