@@ -108,6 +108,8 @@ struct event_header {
 	__u8 _pad[7];
 };
 
+#define NATIVE_FRAMES_MAX 16
+
 struct cuda_call_event {
 	struct event_header hdr;  /* ts_ns is the call's entry time */
 	__u64 duration_ns;
@@ -120,7 +122,12 @@ struct cuda_call_event {
 	__s32 ret;         /* cudaError_t / CUresult */
 	__u8 memcpy_kind;  /* enum memcpy_kind */
 	__u8 counted;      /* 1: already in call_stats; 0: userspace must count it (the map was full) */
-	__u8 _pad[6];
+	__u8 native_frames; /* return addresses in native[], innermost first */
+	__u8 _pad[5];
+	/* The calling thread's user stack as the kernel's frame-pointer unwinder reads it
+	 * (bpf_get_stack): the return address into the caller first. A library built
+	 * without frame pointers ends it early or with addresses that are not frames. */
+	__u64 native[NATIVE_FRAMES_MAX];
 };
 
 /* Call statistics kept in the kernel, per (process, API): a call only becomes a ring

@@ -34,6 +34,9 @@ const volatile __u64 duration_bounds[DURATION_BOUNDS];
  * the work queued before it (syncs, blocking copies, frees); probes.DeviceWaitAPIs. */
 const volatile __u64 device_wait_apis;
 
+/* Set by the loader: whether records carry the calling thread's native user stack. */
+const volatile bool native_stacks = true;
+
 /* Set by the loader: how many of the PROC_SLOTS slots are used (tests use fewer). */
 const volatile __u32 proc_slots_used = PROC_SLOTS;
 
@@ -471,6 +474,12 @@ int BPF_KRETPROBE(leave_call)
 			ev->ret = ret;
 			ev->memcpy_kind = e->kind;
 			ev->counted = counted;
+			ev->native_frames = 0;
+			if (native_stacks) {
+				long n = bpf_get_stack(ctx, ev->native, sizeof(ev->native), BPF_F_USER_STACK);
+				if (n > 0)
+					ev->native_frames = n / sizeof(ev->native[0]);
+			}
 			read_launch_args(api, e, ev);
 			if (returns_handle_through_pointer(api) && e->handle) {
 				__u64 out = 0;

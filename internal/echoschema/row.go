@@ -47,6 +47,7 @@ const (
 	AttrDurationSeconds = semconv.DurationSeconds
 	AttrStackID         = semconv.StackID
 	AttrPythonStack     = semconv.PythonStack
+	AttrNativeStack     = semconv.NativeStack
 	AttrCodeFunction    = semconv.CodeFunction
 	AttrCodeFilepath    = semconv.CodeFilepath
 	AttrCodeLineno      = semconv.CodeLineno

@@ -63,19 +63,21 @@ const (
 )
 
 type cudaCudaCallEvent struct {
-	_          structs.HostLayout
-	Hdr        cudaEventHeader
-	DurationNs uint64
-	Bytes      uint64
-	Stream     uint64
-	Handle     uint64
-	Grid       [3]uint32
-	Block      [3]uint32
-	Api        uint32
-	Ret        int32
-	MemcpyKind uint8
-	Counted    uint8
-	Pad        [6]uint8
+	_            structs.HostLayout
+	Hdr          cudaEventHeader
+	DurationNs   uint64
+	Bytes        uint64
+	Stream       uint64
+	Handle       uint64
+	Grid         [3]uint32
+	Block        [3]uint32
+	Api          uint32
+	Ret          int32
+	MemcpyKind   uint8
+	Counted      uint8
+	NativeFrames uint8
+	Pad          [5]uint8
+	Native       [16]uint64
 }
 
 type cudaCudaCallPyEvent struct {
@@ -227,6 +229,7 @@ const (
 	cudaProgLeaveCall                 = "leave_call"
 	cudaVarDeviceWaitApis             = "device_wait_apis"
 	cudaVarDurationBounds             = "duration_bounds"
+	cudaVarNativeStacks               = "native_stacks"
 	cudaVarProcSlotsUsed              = "proc_slots_used"
 	cudaVarTraceAllCuda               = "trace_all_cuda"
 	cudaVarUnusedCallStats            = "unused_call_stats"
@@ -321,6 +324,7 @@ type cudaMapSpecs struct {
 type cudaVariableSpecs struct {
 	DeviceWaitApis             *ebpf.VariableSpec `ebpf:"device_wait_apis"`
 	DurationBounds             *ebpf.VariableSpec `ebpf:"duration_bounds"`
+	NativeStacks               *ebpf.VariableSpec `ebpf:"native_stacks"`
 	ProcSlotsUsed              *ebpf.VariableSpec `ebpf:"proc_slots_used"`
 	TraceAllCuda               *ebpf.VariableSpec `ebpf:"trace_all_cuda"`
 	UnusedCallStats            *ebpf.VariableSpec `ebpf:"unused_call_stats"`
@@ -391,6 +395,7 @@ func (m *cudaMaps) Close() error {
 type cudaVariables struct {
 	DeviceWaitApis             *ebpf.Variable `ebpf:"device_wait_apis"`
 	DurationBounds             *ebpf.Variable `ebpf:"duration_bounds"`
+	NativeStacks               *ebpf.Variable `ebpf:"native_stacks"`
 	ProcSlotsUsed              *ebpf.Variable `ebpf:"proc_slots_used"`
 	TraceAllCuda               *ebpf.Variable `ebpf:"trace_all_cuda"`
 	UnusedCallStats            *ebpf.Variable `ebpf:"unused_call_stats"`

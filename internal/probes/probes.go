@@ -41,6 +41,9 @@ type Options struct {
 	// continues it (Continue): its first calls, NCCL's communicator setup among them,
 	// are seen even when it makes them within a millisecond of loading the library.
 	HoldFirstLoad bool
+	// NoNativeStacks leaves CUDA call records without the calling thread's native
+	// user stack (CUDACall.Native).
+	NoNativeStacks bool
 	// PinDir, when set, keeps the kernel's state pinned in this bpffs directory, and
 	// adopts the state a previous collector of the same build left there (Adopted).
 	PinDir string
@@ -116,6 +119,9 @@ func Load(opts Options) (*Probes, error) {
 		if err := cudaSpec.Variables["proc_slots_used"].Set(opts.ProcSlots); err != nil {
 			return nil, fmt.Errorf("configure proc_slots_used: %w", err)
 		}
+	}
+	if err := cudaSpec.Variables["native_stacks"].Set(!opts.NoNativeStacks); err != nil {
+		return nil, fmt.Errorf("configure native_stacks: %w", err)
 	}
 	if err := cudaSpec.Variables["device_wait_apis"].Set(deviceWaitMask()); err != nil {
 		return nil, fmt.Errorf("configure device_wait_apis: %w", err)

@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -23,6 +24,9 @@ import (
 
 // ErrNotPython is returned for a process that maps no CPython interpreter.
 var ErrNotPython = errors.New("pystacks: not a CPython process")
+
+// ErrGone is returned for a process that exited before it could be looked at.
+var ErrGone = errors.New("pystacks: the process is gone")
 
 // Process is where a CPython process keeps its frames.
 type Process struct {
@@ -44,6 +48,9 @@ const debugOffsetsBytes = 1024
 // free-threaded build, a stripped binary).
 func (f *Finder) Find(pid uint32) (Process, error) {
 	maps, err := os.ReadFile(filepath.Join(f.ProcRoot, strconv.Itoa(int(pid)), "maps"))
+	if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ESRCH) || err == nil && len(maps) == 0 {
+		return Process{}, ErrGone // a process that exited has no maps, or empty ones
+	}
 	if err != nil {
 		return Process{}, fmt.Errorf("pystacks: %w", err)
 	}
@@ -56,6 +63,9 @@ func (f *Finder) Find(pid uint32) (Process, error) {
 	}
 	file := filepath.Join(f.ProcRoot, strconv.Itoa(int(pid)), "root", path)
 	syms, err := f.symbols(file)
+	if errors.Is(err, fs.ErrNotExist) {
+		return Process{}, ErrGone
+	}
 	if err != nil {
 		return Process{}, err
 	}

@@ -47,6 +47,11 @@ func (t *stackTally) add(c stackCall, info stackInfo) {
 	if t.info == nil {
 		t.info = map[string]stackInfo{}
 	}
+	// Most records of a stack carry its id and innermost frame only (the receiver sends
+	// the frames whole once a minute): keep the frames of the one that had them.
+	if prev, ok := t.info[c.id]; ok && info.frames == "" {
+		info.frames = prev.frames
+	}
 	t.info[c.id] = info
 }
 

@@ -15,6 +15,7 @@ import (
 	"github.com/fathom-gpu/fathom/internal/probes"
 	"github.com/fathom-gpu/fathom/internal/procinfo"
 	"github.com/fathom-gpu/fathom/internal/pyframes"
+	"github.com/fathom-gpu/fathom/internal/symbolize"
 )
 
 // memcpyKinds is the number of cudaMemcpyKind values kept per API (0..4); index
@@ -408,7 +409,9 @@ func growsLater(a, b *namedSeries) bool {
 
 // processSeries is everything kept about one traced process.
 type processSeries struct {
-	info     procinfo.Process
+	info procinfo.Process
+	// stacks are the stacks its records carried whole in this interval (stackTally).
+	stacks   *processStacks
 	start    pcommon.Timestamp
 	apis     [probes.APICount]*apiSeries
 	threads  map[uint32]*threadSeries // threads that call CUDA, up to the cap
@@ -472,6 +475,9 @@ type aggregator struct {
 	// python reads CPython processes' frames; nil in synthetic mode or with
 	// stacks.python off.
 	python pythonFrames
+	// native names records' native frames; nil in synthetic mode or with
+	// stacks.native off.
+	native nativeFrames
 
 	events              eventCounters
 	drops               counterSet
@@ -594,6 +600,12 @@ type pythonFrames interface {
 	forget(pid uint32)
 }
 
+// nativeFrames names the native return addresses of CUDA call records.
+type nativeFrames interface {
+	frames(pid uint32, addrs []uint64) []symbolize.Frame
+	forget(pid uint32)
+}
+
 // CUDACallPy takes a call record of a CPython process, with its Python frames.
 func (a *aggregator) CUDACallPy(ev *probes.CUDACallPy) {
 	var frames []pyframes.Frame
@@ -645,7 +657,11 @@ func (a *aggregator) cudaCall(ev *probes.CUDACall, frames []pyframes.Frame, trun
 	if seconds < a.logs.minDuration {
 		median = 0
 	}
-	a.logs.cudaCall(p, ev, seconds, median, frames, truncated)
+	var native []symbolize.Frame
+	if n := min(int(ev.NativeFrames), len(ev.Native)); n > 0 && a.native != nil {
+		native = a.native.frames(ev.Hdr.Pid, ev.Native[:n])
+	}
+	a.logs.cudaCall(p, ev, seconds, median, callStack{python: frames, truncated: truncated, native: native})
 }
 
 // CUDAThread marks a thread as one that drives a GPU: its scheduling gets its own series.

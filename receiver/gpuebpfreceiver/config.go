@@ -122,6 +122,11 @@ type StacksConfig struct {
 	// record (code.function, code.filepath, code.lineno) with the whole stack
 	// (fathom.python.stack, fathom.stack.id). Default true.
 	Python bool `mapstructure:"python"`
+	// Native reads, for each CUDA call record, the calling thread's native user stack
+	// (16 return addresses, by frame pointers) and names each frame's file and function
+	// from its ELF symbols (fathom.native.stack). Libraries built without frame
+	// pointers end it early (docs/stacks.md). Default true.
+	Native bool `mapstructure:"native"`
 }
 
 // LogsConfig controls per-event log records.
@@ -258,7 +263,7 @@ func createDefaultConfig() *Config {
 			AttachOnMap:    true,
 			FirstLoadHold:  50 * time.Millisecond,
 		},
-		Stacks: StacksConfig{Python: true},
+		Stacks: StacksConfig{Python: true, Native: true},
 		Logs: LogsConfig{
 			Policy:             LogsNotable,
 			MaxPerSecond:       1000,

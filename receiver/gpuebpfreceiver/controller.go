@@ -136,6 +136,9 @@ func (c *controller) start(ctx context.Context) error {
 	if ps, ok := c.source.(interface{ python() pythonFrames }); ok {
 		c.agg.python = ps.python()
 	}
+	if ns, ok := c.source.(interface{ native() nativeFrames }); ok {
+		c.agg.native = ns.native()
+	}
 	runCtx, cancel := context.WithCancel(context.Background())
 	c.cancel = cancel
 	if err := c.source.start(runCtx, c.agg); err != nil {
@@ -292,6 +295,9 @@ func (c *controller) flushMetrics(ctx context.Context) {
 	for _, pid := range ended {
 		if c.agg.python != nil {
 			c.agg.python.forget(pid)
+		}
+		if c.agg.native != nil {
+			c.agg.native.forget(pid)
 		}
 		if err := c.source.forgetPages(pid); err != nil {
 			c.settings.Logger.Warn("cannot drop an exited process's page count", zap.Uint32("pid", pid), zap.Error(err))

@@ -17,6 +17,7 @@ import (
 	"github.com/fathom-gpu/fathom/internal/probes"
 	"github.com/fathom-gpu/fathom/internal/pyframes"
 	"github.com/fathom-gpu/fathom/internal/semconv"
+	"github.com/fathom-gpu/fathom/internal/symbolize"
 )
 
 // maxPendingLogs bounds records waiting for the next flush, whatever the rate cap.
@@ -37,6 +38,9 @@ type logSink struct {
 	drops           *counterSet
 	hostResource    func(pcommon.Resource)
 
+	// stacks decides which records carry their stacks whole.
+	stacks stackTally
+
 	mu      sync.Mutex
 	pending plog.Logs
 	byPID   map[uint32]plog.LogRecordSlice
@@ -55,6 +59,7 @@ func newLogSink(cfg *Config, clock *wallClock, drops *counterSet, hostResource f
 		clock:           clock,
 		drops:           drops,
 		hostResource:    hostResource,
+		stacks:          stackTally{drops: drops},
 	}
 	s.reset()
 	return s
@@ -130,7 +135,7 @@ const errOutOfMemory = 2
 
 // cudaCall logs a call under the policy; median is 0 when the call cannot be an
 // outlier (too short, or too few calls of its kind yet).
-func (s *logSink) cudaCall(p *processSeries, ev *probes.CUDACall, seconds, median float64, frames []pyframes.Frame, truncated bool) {
+func (s *logSink) cudaCall(p *processSeries, ev *probes.CUDACall, seconds, median float64, stack callStack) {
 	reason := ""
 	switch {
 	case ev.Ret == errOutOfMemory:
@@ -193,35 +198,71 @@ func (s *logSink) cudaCall(p *processSeries, ev *probes.CUDACall, seconds, media
 	if ev.Bytes != 0 {
 		body += fmt.Sprintf(" (%d bytes%s)", ev.Bytes, map[bool]string{true: " " + dir, false: ""}[dir != ""])
 	}
-	if where := putPythonStack(attrs, frames, truncated); where != "" {
+	if where := s.putStack(attrs, p, ev.Hdr.TsNs, stack); where != "" {
 		body += " from " + where
 	}
 	lr.Body().SetStr(body + " " + who(p, ev.Hdr.Tid))
 }
 
-// putPythonStack puts a call's Python frames on its record: the innermost as OTel's
-// code attributes, all of them as one string and its id. It returns where the call
-// was made from, as "function() at file:line", "" without frames.
-func putPythonStack(attrs pcommon.Map, frames []pyframes.Frame, truncated bool) string {
-	if len(frames) == 0 {
+// callStack is where a call was made: the calling thread's Python frames (truncated:
+// deeper than the kernel keeps) and its native frames, innermost first.
+type callStack struct {
+	python    []pyframes.Frame
+	truncated bool
+	native    []symbolize.Frame
+}
+
+// putStack puts a call's stacks on its record: the innermost Python frame as OTel's
+// code attributes, the id of the stack (the Python one when there is one: a Python
+// process's native frames run through the interpreter's loop, which says nothing of
+// where in the program the call was), and each stack as one string when the process's
+// stack tally says this record carries them whole (stackTally). It returns where the
+// call was made from, as "function() at file:line", "" without Python frames.
+func (s *logSink) putStack(attrs pcommon.Map, p *processSeries, at uint64, st callStack) string {
+	var native, python string
+	if len(st.native) > 0 {
+		parts := make([]string, len(st.native))
+		for i, f := range st.native {
+			parts[i] = f.String()
+		}
+		native = strings.Join(parts, " < ")
+	}
+	if len(st.python) > 0 {
+		var b strings.Builder
+		for i, f := range st.python {
+			if i > 0 {
+				b.WriteString(" < ")
+			}
+			fmt.Fprintf(&b, "%s (%s:%d)", nameOr(f.Function, "?"), nameOr(f.File, "?"), f.Line)
+		}
+		if st.truncated {
+			b.WriteString(" < ...")
+		}
+		python = b.String()
+	}
+	id := stackID(python)
+	if python == "" {
+		id = stackID(native)
+	}
+	if python == "" && native == "" {
 		return ""
 	}
-	var b strings.Builder
-	for i, f := range frames {
-		if i > 0 {
-			b.WriteString(" < ")
+	switch s.stacks.admit(p, id, at) {
+	case stackRefused:
+		return ""
+	case stackWhole:
+		if native != "" {
+			attrs.PutStr(semconv.NativeStack, native)
 		}
-		fmt.Fprintf(&b, "%s (%s:%d)", nameOr(f.Function, "?"), nameOr(f.File, "?"), f.Line)
+		if python != "" {
+			attrs.PutStr(semconv.PythonStack, python)
+		}
 	}
-	if truncated {
-		b.WriteString(" < ...")
+	attrs.PutStr(semconv.StackID, id)
+	if len(st.python) == 0 {
+		return ""
 	}
-	stack := b.String()
-	h := fnv.New64a()
-	h.Write([]byte(stack))
-	attrs.PutStr(semconv.PythonStack, stack)
-	attrs.PutStr(semconv.StackID, fmt.Sprintf("%016x", h.Sum64()))
-	top := frames[0]
+	top := st.python[0]
 	if top.File == "" {
 		return ""
 	}
@@ -229,6 +270,12 @@ func putPythonStack(attrs pcommon.Map, frames []pyframes.Frame, truncated bool) 
 	attrs.PutStr(semconv.CodeFilepath, top.File)
 	attrs.PutInt(semconv.CodeLineno, int64(top.Line))
 	return fmt.Sprintf("%s() at %s:%d", top.Function, filepath.Base(top.File), top.Line)
+}
+
+func stackID(stack string) string {
+	h := fnv.New64a()
+	h.Write([]byte(stack))
+	return fmt.Sprintf("%016x", h.Sum64())
 }
 
 func nameOr(s, missing string) string {

@@ -89,10 +89,15 @@ func TestPythonStacksOfARealPyTorchLoop(t *testing.T) {
 	}
 	// After the forward frame and torch's, the loop's line and the module's.
 	forwardTail := fmt.Sprintf(") < main (%[1]s:%[2]d) < <module> (%[1]s:%[3]d)", script, line["loop"], line["entry"])
+	// Each record names its line, file and thread; its stack's frames come whole on the
+	// first record of each stack (then once a minute), the others carry its id.
 	counted := map[string]int{}
+	framesOf := map[string]string{} // stack id -> frames
+	idsOf := map[string]map[string]bool{}
 	deadline := time.Now().Add(20 * time.Second)
 	for done := false; ; {
 		clear(counted)
+		clear(idsOf)
 		var unexpected []string
 		unstacked := 0
 		for _, rec := range ncclRecords(sink, report.PID, semconv.EventCUDACall) {
@@ -105,7 +110,10 @@ func TestPythonStacksOfARealPyTorchLoop(t *testing.T) {
 				}
 				continue
 			}
-			stack, _ := rec.Get(semconv.PythonStack)
+			id, _ := rec.Get(semconv.StackID)
+			if frames, ok := rec.Get(semconv.PythonStack); ok {
+				framesOf[id.Str()] = frames.Str()
+			}
 			tid, _ := rec.Get(semconv.ThreadID)
 			file, _ := rec.Get(semconv.CodeFilepath)
 			matched := false
@@ -114,21 +122,18 @@ func TestPythonStacksOfARealPyTorchLoop(t *testing.T) {
 					continue
 				}
 				matched = true
-				ok := file.Str() == script && tid.Int() == w.tid && strings.HasPrefix(stack.Str(), w.stack)
-				if name == "forward" {
-					ok = ok && strings.HasSuffix(stack.Str(), forwardTail)
-				}
-				if !ok {
-					unexpected = append(unexpected, fmt.Sprintf("%s on thread %d: %q", name, tid.Int(), stack.Str()))
+				if file.Str() != script || tid.Int() != w.tid || id.Str() == "" {
+					unexpected = append(unexpected, fmt.Sprintf("%s on thread %d in %s, stack id %q", name, tid.Int(), file.Str(), id.Str()))
 					continue
 				}
-				if counted[name] == 0 && (done || time.Now().After(deadline)) {
-					t.Logf("%s: %s", name, stack.Str())
+				if idsOf[name] == nil {
+					idsOf[name] = map[string]bool{}
 				}
+				idsOf[name][id.Str()] = true
 				counted[name]++
 			}
 			if !matched && lineno.Int() != int64(line["warmup"]) {
-				unexpected = append(unexpected, fmt.Sprintf("line %d: %q", lineno.Int(), stack.Str()))
+				unexpected = append(unexpected, fmt.Sprintf("line %d: %v", lineno.Int(), rec.AsRaw()))
 			}
 		}
 		if done || len(unexpected) > 0 || time.Now().After(deadline) {
@@ -137,10 +142,23 @@ func TestPythonStacksOfARealPyTorchLoop(t *testing.T) {
 			}
 			break
 		}
-		// One more pass once all are in, to log a stack of each line.
 		done = counted["forward"] == steps && counted["step"] == steps && counted["thread"] == steps
 		if !done {
 			time.Sleep(200 * time.Millisecond)
+		}
+	}
+	for name, ids := range idsOf {
+		w := want[name]
+		if len(ids) != 1 {
+			t.Errorf("%s: %d stacks, want the one: %v", name, len(ids), ids)
+		}
+		for id := range ids {
+			frames, ok := framesOf[id]
+			ok = ok && strings.HasPrefix(frames, w.stack) && (name != "forward" || strings.HasSuffix(frames, forwardTail))
+			if !ok {
+				t.Errorf("%s: stack %s has frames %q, want them to begin %q", name, id, frames, w.stack)
+			}
+			t.Logf("%s: stack %s: %s", name, id, frames)
 		}
 	}
 	for _, name := range []string{"forward", "step", "thread"} {

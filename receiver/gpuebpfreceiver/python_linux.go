@@ -5,12 +5,14 @@ package gpuebpfreceiver
 import (
 	"context"
 	"errors"
+	"io/fs"
 
 	"go.uber.org/zap"
 
 	"github.com/fathom-gpu/fathom/internal/probes"
 	"github.com/fathom-gpu/fathom/internal/pyframes"
 	"github.com/fathom-gpu/fathom/internal/pystacks"
+	"github.com/fathom-gpu/fathom/internal/symbolize"
 )
 
 // pythonQueue bounds the processes waiting to be looked at for a Python runtime.
@@ -55,11 +57,13 @@ func (t *pythonTracker) run(ctx context.Context) {
 
 func (t *pythonTracker) look(pid uint32) {
 	p, err := t.finder.Find(pid)
-	if errors.Is(err, pystacks.ErrNotPython) {
+	if errors.Is(err, pystacks.ErrNotPython) || errors.Is(err, pystacks.ErrGone) {
 		return
 	}
 	if err == nil {
-		err = t.resolver.Track(p)
+		if err = t.resolver.Track(p); errors.Is(err, fs.ErrNotExist) {
+			return // exited meanwhile
+		}
 	}
 	if err == nil {
 		err = t.probes.SetPythonProcess(pid, p.Runtime, p.Layout)
@@ -87,3 +91,12 @@ func (t *pythonTracker) forget(pid uint32) {
 	t.resolver.Forget(pid)
 	t.probes.ForgetPythonProcess(pid)
 }
+
+// symbolizer names native frames (stacks.native).
+type symbolizer struct{ s *symbolize.Symbolizer }
+
+func (n symbolizer) frames(pid uint32, addrs []uint64) []symbolize.Frame {
+	return n.s.Frames(pid, addrs)
+}
+
+func (n symbolizer) forget(pid uint32) { n.s.Forget(pid) }

@@ -19,6 +19,7 @@ import (
 	"github.com/fathom-gpu/fathom/internal/discovery"
 	"github.com/fathom-gpu/fathom/internal/probes"
 	"github.com/fathom-gpu/fathom/internal/procinfo"
+	"github.com/fathom-gpu/fathom/internal/symbolize"
 )
 
 // execRescanQueue bounds the processes waiting for a post-exec scan of their mappings.
@@ -54,6 +55,7 @@ func newEBPFSource(cfg *Config, logger *zap.Logger) (eventSource, error) {
 		RingBufferBytes: cfg.Limits.RingBufferBytes,
 		PinDir:          cfg.KernelState.PinDir,
 		HoldFirstLoad:   holdFirstLoad(cfg, logger),
+		NoNativeStacks:  !cfg.Stacks.Native,
 	})
 	if errors.Is(err, probes.ErrPrivileges) {
 		return nil, fmt.Errorf("gpuebpf: cannot load BPF programs without privileges: run the collector as root, or grant it with `setcap cap_bpf,cap_perfmon,cap_sys_resource,cap_sys_ptrace,cap_dac_read_search,cap_kill+ep %s` (or securityContext.capabilities in Kubernetes); or use mode: synthetic", executable())
@@ -458,4 +460,12 @@ func (s *ebpfSource) python() pythonFrames {
 		return nil
 	}
 	return s.py
+}
+
+// native is what names records' native frames; nil when stacks.native is off.
+func (s *ebpfSource) native() nativeFrames {
+	if !s.cfg.Stacks.Native {
+		return nil
+	}
+	return symbolizer{symbolize.New(s.cfg.Discovery.ProcRoot)}
 }

@@ -32,7 +32,8 @@ type Stack struct {
 	PID     *int64 `json:"pid,omitempty"`
 	Process string `json:"process,omitempty"`
 	API     string `json:"api"`
-	// The innermost frame, and the whole stack innermost first.
+	// The innermost Python frame, and the whole stack innermost first: the Python
+	// one, or the native one of a process without Python frames.
 	Function string `json:"function"`
 	File     string `json:"file"`
 	Line     int64  `json:"line"`
@@ -52,7 +53,7 @@ type StacksOutput struct {
 
 func stacksTool(env *Env) (*Tool, error) {
 	return newTool("get_stacks", "Python stacks of CUDA calls",
-		"The Python stacks (file, function, line, innermost first) that recorded CUDA calls were made from, per process, rank and API, over a window: "+
+		"The Python stacks (file, function, line, innermost first) that recorded CUDA calls were made from, per process, rank and API, over a window (the native stack for a process without Python frames): "+
 			"the top stacks by the time their calls took (or by count), with calls, total, p50 and p99 seconds. "+
 			"Only recorded calls count: notable ones (outliers, errors, graph captures) under the node's default log policy, every call under policy all. "+
 			"Answers which line of the training loop a slow sync or launch came from.",
@@ -93,14 +94,14 @@ func stacksTool(env *Env) (*Tool, error) {
 					any_value(line), any_value(frames), count(*) AS calls, coalesce(sum(d), 0) AS total,
 					coalesce(quantile_cont(d, 0.5), 0), coalesce(quantile_cont(d, 0.99), 0)
 				FROM (SELECT cluster, node, rank, pid, process, coalesce(api, '') AS api,
-						%s AS sid, %s AS fn, %s AS file, TRY_CAST(%s AS BIGINT) AS line, %s AS frames,
+						%s AS sid, %s AS fn, %s AS file, TRY_CAST(%s AS BIGINT) AS line, coalesce(%s, %s) AS frames,
 						TRY_CAST(%s AS DOUBLE) AS d
 					FROM events WHERE %s)
 				WHERE sid IS NOT NULL
 				GROUP BY sid, cluster, node, rank, pid, api
 				ORDER BY %s, sid LIMIT %d`,
 				attr(echoschema.AttrStackID), attr(echoschema.AttrCodeFunction), attr(echoschema.AttrCodeFilepath),
-				attr(echoschema.AttrCodeLineno), attr(echoschema.AttrPythonStack), attr(echoschema.AttrDurationSeconds),
+				attr(echoschema.AttrCodeLineno), attr(echoschema.AttrPythonStack), attr(echoschema.AttrNativeStack), attr(echoschema.AttrDurationSeconds),
 				f.sql(), order, limit)
 			rows, err := env.Store.DB().QueryContext(ctx, q, f.args...)
 			if err != nil {

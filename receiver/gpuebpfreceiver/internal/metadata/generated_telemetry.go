@@ -119,7 +119,7 @@ func NewTelemetryBuilder(settings component.TelemetrySettings, options ...Teleme
 	var err, errs error
 	builder.ReceiverGpuebpfDrops, err = builder.meter.Int64ObservableCounter(
 		"otelcol_receiver_gpuebpf_drops",
-		metric.WithDescription("Events lost, by reason (ringbuf_full, entry_missing, traced_set_full, call_stats_full, call_stats_read, log_rate, nccl_log_rate, cardinality, decode, consumer_refused, attach_failed, rescan_queue_full, attach_queue_full, first_load_hold_expired, first_load_hold_overflow, python_queue_full, python_stacks, python_frames, rdma_sysfs, cgroup_unresolved, program_recursion, preemptor_processes, preemptor_names, waker_names, waker_threads). [Development]"),
+		metric.WithDescription("Events lost, by reason (ringbuf_full, entry_missing, traced_set_full, call_stats_full, call_stats_read, log_rate, nccl_log_rate, cardinality, decode, consumer_refused, attach_failed, rescan_queue_full, attach_queue_full, first_load_hold_expired, first_load_hold_overflow, python_queue_full, python_stacks, python_frames, stack_cap, rdma_sysfs, cgroup_unresolved, program_recursion, preemptor_processes, preemptor_names, waker_names, waker_threads). [Development]"),
 		metric.WithUnit("{event}"),
 	)
 	errs = errors.Join(errs, err)

@@ -24,7 +24,7 @@ func NewSettings(tt *componenttest.Telemetry) receiver.Settings {
 func AssertEqualReceiverGpuebpfDrops(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
 	want := metricdata.Metrics{
 		Name:        "otelcol_receiver_gpuebpf_drops",
-		Description: "Events lost, by reason (ringbuf_full, entry_missing, traced_set_full, call_stats_full, call_stats_read, log_rate, nccl_log_rate, cardinality, decode, consumer_refused, attach_failed, rescan_queue_full, attach_queue_full, first_load_hold_expired, first_load_hold_overflow, python_queue_full, python_stacks, python_frames, rdma_sysfs, cgroup_unresolved, program_recursion, preemptor_processes, preemptor_names, waker_names, waker_threads). [Development]",
+		Description: "Events lost, by reason (ringbuf_full, entry_missing, traced_set_full, call_stats_full, call_stats_read, log_rate, nccl_log_rate, cardinality, decode, consumer_refused, attach_failed, rescan_queue_full, attach_queue_full, first_load_hold_expired, first_load_hold_overflow, python_queue_full, python_stacks, python_frames, stack_cap, rdma_sysfs, cgroup_unresolved, program_recursion, preemptor_processes, preemptor_names, waker_names, waker_threads). [Development]",
 		Unit:        "{event}",
 		Data: metricdata.Sum[int64]{
 			Temporality: metricdata.CumulativeTemporality,
