@@ -237,7 +237,10 @@ type suite struct {
 	session *mcp.ClientSession
 }
 
-func startSuite(t *testing.T) *suite {
+func startSuite(t *testing.T) *suite { return startSuiteWith(t, nodeConfig) }
+
+// startSuiteWith starts the gateway and a node collector on node's configuration.
+func startSuiteWith(t *testing.T, node string) *suite {
 	privtest.Require(t)
 	s := &suite{paths: fakegpu.Build(t), dir: t.TempDir()}
 	s.api = collectortest.Addr(t)
@@ -247,8 +250,8 @@ func startSuite(t *testing.T) *suite {
 	gw.WaitHTTP(t, "http://"+s.api+"/api/v1/health", 30*time.Second)
 	gw.WaitListening(t, grpc, 30*time.Second)
 	health := collectortest.Addr(t)
-	node := collectortest.Start(t, writeFile(t, s.dir, "node.yaml", nodeConfig), "GATEWAY="+grpc, "HEALTH="+health)
-	node.WaitHTTP(t, "http://"+health+"/", 60*time.Second)
+	nodeProcess := collectortest.Start(t, writeFile(t, s.dir, "node.yaml", node), "GATEWAY="+grpc, "HEALTH="+health)
+	nodeProcess.WaitHTTP(t, "http://"+health+"/", 60*time.Second)
 
 	client := mcp.NewClient(&mcp.Implementation{Name: "fathom-chains-e2e", Version: "1"}, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

@@ -23,12 +23,12 @@ func TestNativeStacksNameTheCallersOfAProgram(t *testing.T) {
 	privtest.Require(t)
 	paths := fakegpu.Build(t)
 	stripped := filepath.Join(t.TempDir(), "fakegpu-workload-stripped")
-	if out, err := exec.Command("strip", "--strip-all", "-o", stripped, paths.Workload).CombinedOutput(); err != nil {
+	// Without its build id too: a file with the same build id and symbols (the
+	// unstripped program, run by any other test on the host) would name it.
+	if out, err := exec.Command("strip", "--strip-all", "--remove-section=.note.gnu.build-id", "-o", stripped, paths.Workload).CombinedOutput(); err != nil {
 		t.Fatalf("strip: %v\n%s", err, out)
 	}
 	sink, col := startNodeCollector(t, nodeConfig("collection_interval: 300ms\nlogs:\n  policy: all\n  max_per_second: 100000", true))
-	// The stripped copy first: once the unstripped file is read, the copy (same build
-	// id) is named from its symbols.
 	for _, bin := range []string{stripped, paths.Workload} {
 		p := paths
 		p.Workload = bin

@@ -74,10 +74,10 @@ def main():
     one = Dim3(1, 1, 1)
     for _ in range(args.steps):
         for _ in range(args.launches):
-            err = launch(ctypes.addressof(kernel), one, one, None, 0, None)
+            err = launch(ctypes.addressof(kernel), one, one, None, 0, None)  # LINE launch
             if err:
                 raise SystemExit(f"cudaLaunchKernel returned {err}")
-        err = sync(None)
+        err = sync(None)  # LINE sync
         if err:
             raise SystemExit(f"cudaStreamSynchronize returned {err}")
     stop.set()
