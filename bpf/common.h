@@ -123,7 +123,8 @@ struct cuda_call_event {
 	__u8 memcpy_kind;  /* enum memcpy_kind */
 	__u8 counted;      /* 1: already in call_stats; 0: userspace must count it (the map was full) */
 	__u8 native_frames; /* return addresses in native[], innermost first */
-	__u8 _pad[5];
+	__u8 sampled;      /* 1: recorded as the thread's one call in sample_every, not as notable */
+	__u8 _pad[4];
 	/* The calling thread's user stack as the kernel's frame-pointer unwinder reads it
 	 * (bpf_get_stack): the return address into the caller first. A library built
 	 * without frame pointers ends it early or with addresses that are not frames. */
@@ -282,7 +283,7 @@ struct call_entry {
 
 struct thread_calls {
 	__u32 proc_slot;  /* the process's call statistics (cuda.bpf.c), NO_PROC_SLOT if none */
-	__u32 _pad;
+	__u32 since_sample; /* calls since the thread's last sampled record (sample_every) */
 	/* When a call that waits for the device (device_wait_apis) last returned on this
 	 * thread, 0 = never: the NCCL probes measure a collective's host lead from it. */
 	__u64 last_wait_return;

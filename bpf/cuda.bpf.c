@@ -34,6 +34,10 @@ const volatile __u64 duration_bounds[DURATION_BOUNDS];
  * the work queued before it (syncs, blocking copies, frees); probes.DeviceWaitAPIs. */
 const volatile __u64 device_wait_apis;
 
+/* Set by the loader: every this-many calls of a thread, one becomes a record whether
+ * notable or not (0: none), so that stacks are known of the calls that are not. */
+const volatile __u32 sample_every = 0;
+
 /* Set by the loader: whether records carry the calling thread's native user stack. */
 const volatile bool native_stacks = true;
 
@@ -446,7 +450,12 @@ int BPF_KRETPROBE(leave_call)
 	}
 	bool counted = count_call(tc, api, e, ns, ret);
 	__u64 *threshold = bpf_map_lookup_elem(&notable_ns, &api);
-	if (!counted || ret || (threshold && ns >= *threshold)) {
+	bool sampled = false;
+	if (sample_every && ++tc->since_sample >= sample_every) {
+		tc->since_sample = 0;
+		sampled = true;
+	}
+	if (!counted || ret || (threshold && ns >= *threshold) || sampled) {
 		/* A Python process's record carries the thread's Python frames: where in the
 		 * program the call was made. */
 		__u64 id = bpf_get_current_pid_tgid();
@@ -474,6 +483,7 @@ int BPF_KRETPROBE(leave_call)
 			ev->ret = ret;
 			ev->memcpy_kind = e->kind;
 			ev->counted = counted;
+			ev->sampled = sampled;
 			ev->native_frames = 0;
 			if (native_stacks) {
 				long n = bpf_get_stack(ctx, ev->native, sizeof(ev->native), BPF_F_USER_STACK);

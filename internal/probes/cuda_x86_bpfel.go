@@ -76,7 +76,8 @@ type cudaCudaCallEvent struct {
 	MemcpyKind   uint8
 	Counted      uint8
 	NativeFrames uint8
-	Pad          [5]uint8
+	Sampled      uint8
+	Pad          [4]uint8
 	Native       [16]uint64
 }
 
@@ -181,7 +182,7 @@ type cudaPyStack struct {
 type cudaThreadCalls struct {
 	_              structs.HostLayout
 	ProcSlot       uint32
-	Pad            uint32
+	SinceSample    uint32
 	LastWaitReturn uint64
 	Calls          [64]struct {
 		_      structs.HostLayout
@@ -231,6 +232,7 @@ const (
 	cudaVarDurationBounds             = "duration_bounds"
 	cudaVarNativeStacks               = "native_stacks"
 	cudaVarProcSlotsUsed              = "proc_slots_used"
+	cudaVarSampleEvery                = "sample_every"
 	cudaVarTraceAllCuda               = "trace_all_cuda"
 	cudaVarUnusedCallStats            = "unused_call_stats"
 	cudaVarUnusedCudaApi              = "unused_cuda_api"
@@ -326,6 +328,7 @@ type cudaVariableSpecs struct {
 	DurationBounds             *ebpf.VariableSpec `ebpf:"duration_bounds"`
 	NativeStacks               *ebpf.VariableSpec `ebpf:"native_stacks"`
 	ProcSlotsUsed              *ebpf.VariableSpec `ebpf:"proc_slots_used"`
+	SampleEvery                *ebpf.VariableSpec `ebpf:"sample_every"`
 	TraceAllCuda               *ebpf.VariableSpec `ebpf:"trace_all_cuda"`
 	UnusedCallStats            *ebpf.VariableSpec `ebpf:"unused_call_stats"`
 	UnusedCudaApi              *ebpf.VariableSpec `ebpf:"unused_cuda_api"`
@@ -397,6 +400,7 @@ type cudaVariables struct {
 	DurationBounds             *ebpf.Variable `ebpf:"duration_bounds"`
 	NativeStacks               *ebpf.Variable `ebpf:"native_stacks"`
 	ProcSlotsUsed              *ebpf.Variable `ebpf:"proc_slots_used"`
+	SampleEvery                *ebpf.Variable `ebpf:"sample_every"`
 	TraceAllCuda               *ebpf.Variable `ebpf:"trace_all_cuda"`
 	UnusedCallStats            *ebpf.Variable `ebpf:"unused_call_stats"`
 	UnusedCudaApi              *ebpf.Variable `ebpf:"unused_cuda_api"`

@@ -141,7 +141,7 @@ type hostTcpRetransmitEvent struct {
 type hostThreadCalls struct {
 	_              structs.HostLayout
 	ProcSlot       uint32
-	Pad            uint32
+	SinceSample    uint32
 	LastWaitReturn uint64
 	Calls          [64]struct {
 		_      structs.HostLayout

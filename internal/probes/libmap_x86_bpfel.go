@@ -52,7 +52,7 @@ const (
 type libmapThreadCalls struct {
 	_              structs.HostLayout
 	ProcSlot       uint32
-	Pad            uint32
+	SinceSample    uint32
 	LastWaitReturn uint64
 	Calls          [64]struct {
 		_      structs.HostLayout

@@ -119,7 +119,7 @@ type ncclP2pKey struct {
 type ncclThreadCalls struct {
 	_              structs.HostLayout
 	ProcSlot       uint32
-	Pad            uint32
+	SinceSample    uint32
 	LastWaitReturn uint64
 	Calls          [64]struct {
 		_      structs.HostLayout

@@ -44,6 +44,9 @@ type Options struct {
 	// NoNativeStacks leaves CUDA call records without the calling thread's native
 	// user stack (CUDACall.Native).
 	NoNativeStacks bool
+	// SampleEvery makes one call in this many of each thread a record (Sampled),
+	// notable or not; 0 makes none.
+	SampleEvery uint32
 	// PinDir, when set, keeps the kernel's state pinned in this bpffs directory, and
 	// adopts the state a previous collector of the same build left there (Adopted).
 	PinDir string
@@ -119,6 +122,9 @@ func Load(opts Options) (*Probes, error) {
 		if err := cudaSpec.Variables["proc_slots_used"].Set(opts.ProcSlots); err != nil {
 			return nil, fmt.Errorf("configure proc_slots_used: %w", err)
 		}
+	}
+	if err := cudaSpec.Variables["sample_every"].Set(opts.SampleEvery); err != nil {
+		return nil, fmt.Errorf("configure sample_every: %w", err)
 	}
 	if err := cudaSpec.Variables["native_stacks"].Set(!opts.NoNativeStacks); err != nil {
 		return nil, fmt.Errorf("configure native_stacks: %w", err)

@@ -54,7 +54,7 @@ type rdmaRdmaQpEvent struct {
 type rdmaThreadCalls struct {
 	_              structs.HostLayout
 	ProcSlot       uint32
-	Pad            uint32
+	SinceSample    uint32
 	LastWaitReturn uint64
 	Calls          [64]struct {
 		_      structs.HostLayout

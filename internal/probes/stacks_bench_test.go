@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/fathom-gpu/fathom/internal/fakegpu"
 	"github.com/fathom-gpu/fathom/internal/probes"
@@ -120,5 +121,54 @@ func BenchmarkRecordStacks(b *testing.B) {
 		b.ReportMetric(bare, "ns/record")
 		b.ReportMetric(withNative-bare, "ns/native-stack")
 		b.ReportMetric(pyBoth-pyNative, "ns/python-stack")
+	}
+}
+
+// BenchmarkSampledCalls reports what stacks.sample_every costs a call: the return
+// program's mean run time over 100,000 launches, as fast as one thread of the fake
+// workload makes them (about 50,000 a second on the 2-core dev VM, where the uprobes
+// themselves bound the rate), with one in 1,000 recorded with its native stack, against
+// none.
+func BenchmarkSampledCalls(b *testing.B) {
+	paths := withRunTimeStats(b)
+	const calls = 100000
+	run := func(every uint32) (float64, time.Duration) {
+		p, err := probes.Load(probes.Options{TraceAllCUDA: true, SampleEvery: every})
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer p.Close()
+		for _, a := range probes.APIs {
+			if err := p.SetNotableThreshold(a.ID, probes.NeverNotable); err != nil {
+				b.Fatal(err)
+			}
+		}
+		for lib, name := range map[probes.Library]string{probes.LibCUDART: "libcudart.so.12", probes.LibCUDA: "libcuda.so.1"} {
+			if _, _, err := p.AttachLibrary(filepath.Join(paths.LibDir, name), lib); err != nil {
+				b.Fatal(err)
+			}
+		}
+		go p.Run(context.Background(), discard{}, nil)
+		start := time.Now()
+		fakegpu.Run(b, paths, fakegpu.Options{Steps: 1, Launches: calls})
+		costs, err := p.CUDARunStats()
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, c := range costs {
+			if c.Program == "leave_call" {
+				return float64(c.Run.Runtime.Nanoseconds()) / float64(max(c.Run.Runs, 1)), time.Since(start)
+			}
+		}
+		b.Fatal("no leave_call program")
+		return 0, 0
+	}
+	for i := 0; i < b.N; i++ {
+		off, took := run(0)
+		on, _ := run(1000)
+		fmt.Printf("return program per call over %d launches (%.0f calls/s): %.0f ns unsampled, %.0f ns with one in 1,000 recorded\n",
+			calls, calls/took.Seconds(), off, on)
+		b.ReportMetric(off, "ns/call")
+		b.ReportMetric(on, "ns/call-sampled")
 	}
 }

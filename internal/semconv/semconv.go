@@ -333,7 +333,7 @@ var Attributes = []Doc{
 	{EventName, "log", "", "what the log record is about (see the event table)"},
 	{DurationSeconds, "log", "s", "duration of the call or I/O"},
 	{MedianSeconds, "log", "s", "running median of the same API across the node's traced processes, when the record is an outlier"},
-	{NotableReason, "log", "", "why a record passed the notable policy: outlier, oom, error, lifecycle, graph, retransmit"},
+	{NotableReason, "log", "", "why a record passed the notable policy: outlier, oom, error, lifecycle, graph, retransmit, sample (a CUDA call recorded as one in stacks.sample_every of its thread, for its stack)"},
 	{CodeFunction, "log", "", "the function (qualified name) of the innermost Python frame the call was made from, on a CUDA call record of a CPython process"},
 	{CodeFilepath, "log", "", "that frame's file (co_filename)"},
 	{CodeLineno, "log", "", "that frame's line"},

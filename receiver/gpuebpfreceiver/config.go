@@ -127,6 +127,11 @@ type StacksConfig struct {
 	// from its ELF symbols (fathom.native.stack). Libraries built without frame
 	// pointers end it early (docs/stacks.md). Default true.
 	Native bool `mapstructure:"native"`
+	// SampleEvery records one CUDA call in this many of each thread, with its stacks,
+	// whether it is notable or not (fathom.notable.reason=sample), so that get_stacks
+	// knows where the ordinary calls come from, not only the slow ones. 0 (the default)
+	// records none; 1000 costs a record's few microseconds once per 1,000 calls.
+	SampleEvery int `mapstructure:"sample_every"`
 }
 
 // LogsConfig controls per-event log records.
@@ -313,6 +318,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Discovery.ProcRoot == "" {
 		errs = append(errs, errors.New("discovery.proc_root must not be empty (the host's /proc, e.g. /proc or /host/proc)"))
+	}
+	if c.Stacks.SampleEvery < 0 || c.Stacks.SampleEvery > 1<<30 {
+		errs = append(errs, fmt.Errorf("stacks.sample_every must be between 0 (none) and %d, got %d", 1<<30, c.Stacks.SampleEvery))
 	}
 	if c.Discovery.FirstLoadHold < 0 || c.Discovery.FirstLoadHold > time.Second {
 		errs = append(errs, fmt.Errorf("discovery.first_load_hold must be between 0 (off) and 1s, got %s: a held process is stopped, all its threads", c.Discovery.FirstLoadHold))

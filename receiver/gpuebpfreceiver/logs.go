@@ -146,6 +146,9 @@ func (s *logSink) cudaCall(p *processSeries, ev *probes.CUDACall, seconds, media
 		reason = "graph"
 	case median > 0 && seconds > s.factor*median:
 		reason = "outlier"
+	case ev.Sampled == 1:
+		// One of the thread's calls in stacks.sample_every: where ordinary calls come from.
+		reason = "sample"
 	}
 	if !s.admit(reason != "") {
 		return
