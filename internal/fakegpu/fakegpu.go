@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -50,6 +51,23 @@ func RepoRoot() string {
 		panic("fakegpu: cannot locate source file")
 	}
 	return filepath.Clean(filepath.Join(filepath.Dir(file), "..", ".."))
+}
+
+// MarkedLines returns the line of each "# LINE name" comment of a script: the lines a
+// test expects a stack to name.
+func MarkedLines(t testing.TB, path string) map[string]int {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := map[string]int{}
+	for i, line := range strings.Split(string(data), "\n") {
+		if _, name, ok := strings.Cut(line, "# LINE "); ok {
+			lines[strings.TrimSpace(name)] = i + 1
+		}
+	}
+	return lines
 }
 
 // Build compiles the fake GPU stack once per test process and returns where it is. make

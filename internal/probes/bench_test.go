@@ -108,12 +108,19 @@ func withRunTimeStats(b *testing.B) fakegpu.Paths {
 // discards what it reads until the probes are closed.
 func loadForBench(b *testing.B, paths fakegpu.Paths, baseline bool) *probes.Probes {
 	b.Helper()
-	p, err := probes.Load(probes.Options{TraceAllCUDA: true, Baseline: baseline})
+	return loadForBenchWith(b, paths, probes.Options{TraceAllCUDA: true, Baseline: baseline}, probes.NeverNotable)
+}
+
+// loadForBenchWith is loadForBench with other options and every API's notable
+// threshold at notable (0: every call a record).
+func loadForBenchWith(b *testing.B, paths fakegpu.Paths, opts probes.Options, notable uint64) *probes.Probes {
+	b.Helper()
+	p, err := probes.Load(opts)
 	if err != nil {
 		b.Fatal(err)
 	}
 	for _, a := range probes.APIs {
-		if err := p.SetNotableThreshold(a.ID, probes.NeverNotable); err != nil {
+		if err := p.SetNotableThreshold(a.ID, notable); err != nil {
 			b.Fatal(err)
 		}
 	}

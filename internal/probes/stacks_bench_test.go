@@ -4,11 +4,9 @@ package probes_test
 
 import (
 	"bufio"
-	"context"
 	"fmt"
 	"io"
 	"os/exec"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -50,22 +48,7 @@ func BenchmarkRecordStacks(b *testing.B) {
 	paths := withRunTimeStats(b)
 	const calls = 20000
 	load := func(native bool) *probes.Probes {
-		p, err := probes.Load(probes.Options{TraceAllCUDA: true, NoNativeStacks: !native})
-		if err != nil {
-			b.Fatal(err)
-		}
-		for _, a := range probes.APIs {
-			if err := p.SetNotableThreshold(a.ID, 0); err != nil {
-				b.Fatal(err)
-			}
-		}
-		for lib, name := range map[probes.Library]string{probes.LibCUDART: "libcudart.so.12", probes.LibCUDA: "libcuda.so.1"} {
-			if _, _, err := p.AttachLibrary(filepath.Join(paths.LibDir, name), lib); err != nil {
-				b.Fatal(err)
-			}
-		}
-		go p.Run(context.Background(), discard{}, nil)
-		return p
+		return loadForBenchWith(b, paths, probes.Options{TraceAllCUDA: true, NoNativeStacks: !native}, 0)
 	}
 	returnRun := func(p *probes.Probes) float64 {
 		costs, err := p.CUDARunStats()
@@ -133,22 +116,8 @@ func BenchmarkSampledCalls(b *testing.B) {
 	paths := withRunTimeStats(b)
 	const calls = 100000
 	run := func(every uint32) (float64, time.Duration) {
-		p, err := probes.Load(probes.Options{TraceAllCUDA: true, SampleEvery: every})
-		if err != nil {
-			b.Fatal(err)
-		}
+		p := loadForBenchWith(b, paths, probes.Options{TraceAllCUDA: true, SampleEvery: every}, probes.NeverNotable)
 		defer p.Close()
-		for _, a := range probes.APIs {
-			if err := p.SetNotableThreshold(a.ID, probes.NeverNotable); err != nil {
-				b.Fatal(err)
-			}
-		}
-		for lib, name := range map[probes.Library]string{probes.LibCUDART: "libcudart.so.12", probes.LibCUDA: "libcuda.so.1"} {
-			if _, _, err := p.AttachLibrary(filepath.Join(paths.LibDir, name), lib); err != nil {
-				b.Fatal(err)
-			}
-		}
-		go p.Run(context.Background(), discard{}, nil)
 		start := time.Now()
 		fakegpu.Run(b, paths, fakegpu.Options{Steps: 1, Launches: calls})
 		costs, err := p.CUDARunStats()

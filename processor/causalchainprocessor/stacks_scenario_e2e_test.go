@@ -6,7 +6,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -23,22 +22,6 @@ import (
 var stackedNodeConfig = strings.Replace(nodeConfig, "    logs:\n      policy: none\n",
 	"    logs:\n      policy: all\n      max_per_second: 5000\n", 1)
 
-// markedLines returns the line of each "# LINE name" comment of a script.
-func markedLines(t *testing.T, path string) map[string]int {
-	t.Helper()
-	data, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	lines := map[string]int{}
-	for i, line := range strings.Split(string(data), "\n") {
-		if _, name, ok := strings.Cut(line, "# LINE "); ok {
-			lines[strings.TrimSpace(name)] = i + 1
-		}
-	}
-	return lines
-}
-
 // The GIL scenario with every CUDA call recorded, end to end: a real node collector and
 // gateway, asked over MCP as an agent would. get_stacks names the two lines of the
 // dispatcher's loop (the launch and the sync, in main(), called from the module), and
@@ -47,7 +30,7 @@ func markedLines(t *testing.T, path string) map[string]int {
 func TestGetStacksAndTheChainNameThePythonLine(t *testing.T) {
 	s := startSuiteWith(t, stackedNodeConfig)
 	script := filepath.Join(fakegpu.RepoRoot(), "internal", "fakegpu", "python", "gil_dispatcher.py")
-	line := markedLines(t, script)
+	line := fakegpu.MarkedLines(t, script)
 	w := fakegpu.StartGIL(t, s.paths, fakegpu.GILWorkload{Workers: 4})
 	if err := w.Release(); err != nil {
 		t.Fatal(err)

@@ -19,22 +19,6 @@ import (
 	"github.com/fathom-gpu/fathom/internal/semconv"
 )
 
-// markedLines returns the line of each "# LINE name" comment in a script.
-func markedLines(t *testing.T, path string) map[string]int {
-	t.Helper()
-	data, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	lines := map[string]int{}
-	for i, line := range strings.Split(string(data), "\n") {
-		if _, name, ok := strings.Cut(line, "# LINE "); ok {
-			lines[strings.TrimSpace(name)] = i + 1
-		}
-	}
-	return lines
-}
-
 // A real PyTorch training loop (Debian's CPython 3.11 and python3-torch) calls the CUDA
 // runtime through ctypes inside its model's forward(), after each optimizer step, and
 // from a second Python thread. Every one of those calls' records names the exact
@@ -51,7 +35,7 @@ func TestPythonStacksOfARealPyTorchLoop(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	line := markedLines(t, script)
+	line := fakegpu.MarkedLines(t, script)
 	const steps = 40
 	sink, col := startNodeCollector(t, nodeConfig("collection_interval: 300ms\nlogs:\n  policy: all\n  max_per_second: 100000", true))
 
