@@ -269,9 +269,8 @@ func TestAFirstLoadIsHeldUntilContinued(t *testing.T) {
 	if err := next2.Continue(uint32(w.Pid)); err != nil {
 		t.Fatal(err)
 	}
-	if held, _ := p.Held(); slices.Contains(held, uint32(w.Pid)) {
-		t.Errorf("pid %d still listed held after Continue: %v", w.Pid, held)
-	}
+	// (Not asked: whether it is still listed held. Continued, it maps its next new file
+	// at once and is held again, which the next record says.)
 	_ = next2.Close()
 
 	// Continued, it maps the second new file and is held again; Close continues it.
