@@ -5,9 +5,11 @@ package main
 import (
 	duckdbexporter "github.com/fathom-gpu/fathom/exporter/duckdbexporter"
 	echoextension "github.com/fathom-gpu/fathom/extension/echoextension"
+	nodecertextension "github.com/fathom-gpu/fathom/extension/nodecertextension"
 	thresholdsextension "github.com/fathom-gpu/fathom/extension/thresholdsextension"
 	causalchainprocessor "github.com/fathom-gpu/fathom/processor/causalchainprocessor"
 	inputboundsprocessor "github.com/fathom-gpu/fathom/processor/inputboundsprocessor"
+	nodeidentityprocessor "github.com/fathom-gpu/fathom/processor/nodeidentityprocessor"
 	stragglerprocessor "github.com/fathom-gpu/fathom/processor/stragglerprocessor"
 	gpuebpfreceiver "github.com/fathom-gpu/fathom/receiver/gpuebpfreceiver"
 	prometheusremotewriteexporter "github.com/open-telemetry/opentelemetry-collector-contrib/exporter/prometheusremotewriteexporter"
@@ -60,6 +62,7 @@ func components() (otelcol.Factories, error) {
 		pprofextension.NewFactory(),
 		echoextension.NewFactory(),
 		thresholdsextension.NewFactory(),
+		nodecertextension.NewFactory(),
 	)
 	if err != nil {
 		return otelcol.Factories{}, err
@@ -70,6 +73,7 @@ func components() (otelcol.Factories, error) {
 		pprofextension.NewFactory().Type():       "github.com/open-telemetry/opentelemetry-collector-contrib/extension/pprofextension v0.162.0",
 		echoextension.NewFactory().Type():        "github.com/fathom-gpu/fathom v0.0.0",
 		thresholdsextension.NewFactory().Type():  "github.com/fathom-gpu/fathom v0.0.0",
+		nodecertextension.NewFactory().Type():    "github.com/fathom-gpu/fathom v0.0.0",
 	})
 
 	factories.Receivers, err = otelcol.MakeFactoryMap[receiver.Factory](
@@ -113,6 +117,7 @@ func components() (otelcol.Factories, error) {
 		stragglerprocessor.NewFactory(),
 		causalchainprocessor.NewFactory(),
 		inputboundsprocessor.NewFactory(),
+		nodeidentityprocessor.NewFactory(),
 	)
 	if err != nil {
 		return otelcol.Factories{}, err
@@ -126,6 +131,7 @@ func components() (otelcol.Factories, error) {
 		stragglerprocessor.NewFactory().Type():         "github.com/fathom-gpu/fathom v0.0.0",
 		causalchainprocessor.NewFactory().Type():       "github.com/fathom-gpu/fathom v0.0.0",
 		inputboundsprocessor.NewFactory().Type():       "github.com/fathom-gpu/fathom v0.0.0",
+		nodeidentityprocessor.NewFactory().Type():      "github.com/fathom-gpu/fathom v0.0.0",
 	})
 
 	factories.Connectors, err = otelcol.MakeFactoryMap[connector.Factory]()

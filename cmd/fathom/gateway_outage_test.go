@@ -31,7 +31,8 @@ exporters:
 // refused: nothing is lost without a count.
 func TestNodeRidesOutAMinuteWithoutItsGateway(t *testing.T) {
 	gatewayOTLP := collectortest.Addr(t)
-	gw := newRoleEnv(t, "FATHOM_GATEWAY_OTLP_GRPC="+gatewayOTLP, "FATHOM_GATEWAY_OTLP_HTTP="+collectortest.Addr(t))
+	tls := collectortest.NewOTLPTLS(t)
+	gw := gatewayEnv(t, tls, "FATHOM_GATEWAY_OTLP_GRPC="+gatewayOTLP, "FATHOM_GATEWAY_OTLP_HTTP="+collectortest.Addr(t))
 	gateway := collectortest.Start(t, configPath(t, "gateway.yaml"), gw.env...)
 	gateway.WaitHTTP(t, "http://"+gw.health+"/", 30*time.Second)
 
@@ -41,7 +42,7 @@ func TestNodeRidesOutAMinuteWithoutItsGateway(t *testing.T) {
 		t.Fatal(err)
 	}
 	nodeOTLP := collectortest.Addr(t)
-	nd := newRoleEnv(t, "FATHOM_NODE_OTLP="+nodeOTLP, "FATHOM_GATEWAY="+gatewayOTLP, "FATHOM_COLLECTION_INTERVAL=1h", "FATHOM_RANK_SIGNALS_INTERVAL=0s")
+	nd := nodeEnv(t, tls, "node-1", "FATHOM_NODE_OTLP="+nodeOTLP, "FATHOM_GATEWAY="+gatewayOTLP, "FATHOM_COLLECTION_INTERVAL=1h", "FATHOM_RANK_SIGNALS_INTERVAL=0s")
 	node := collectortest.StartConfigs(t, []string{configPath(t, "node.yaml"), overlay}, nd.env...)
 	node.WaitHTTP(t, "http://"+nd.health+"/", 30*time.Second)
 

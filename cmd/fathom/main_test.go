@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/x509"
 	"fmt"
 	"io"
 	"net/http"
@@ -22,6 +23,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/fathom-gpu/fathom/internal/collectortest"
+	"github.com/fathom-gpu/fathom/internal/pki"
 	"github.com/fathom-gpu/fathom/internal/privtest"
 )
 
@@ -149,38 +151,55 @@ func TestBadConfigIsRefusedWithAClearError(t *testing.T) {
 type roleEnv struct {
 	env                       []string
 	health, zpages, telemetry string
+	// echo is the gateway's Echo API address; echoPool trusts its certificate.
+	echo     string
+	echoPool *x509.CertPool
 }
 
-func newRoleEnv(t *testing.T, extra ...string) roleEnv {
+func newRoleEnv(t *testing.T, tls *collectortest.OTLPTLS, extra ...string) roleEnv {
 	r := roleEnv{
 		health:    collectortest.Addr(t),
 		zpages:    collectortest.Addr(t),
 		telemetry: strconv.Itoa(collectortest.FreePort(t)),
+		echo:      collectortest.Addr(t),
+		echoPool:  tls.CA.Pool(),
 	}
 	r.env = append([]string{
 		"FATHOM_HEALTH_ENDPOINT=" + r.health,
 		"FATHOM_ZPAGES_ENDPOINT=" + r.zpages,
 		"FATHOM_TELEMETRY_PORT=" + r.telemetry,
 		"FATHOM_PIN_DIR=" + collectortest.PinDir(t),
-	}, append(echoEnv(t), extra...)...)
+	}, append(echoEnv(t, tls, r.echo), extra...)...)
 	return r
 }
 
+// gatewayEnv is a gateway's environment with its OTLP listeners' half of the test's
+// mutual TLS; nodeEnv a node's, named node (its host.name and its certificate's name).
+func gatewayEnv(t *testing.T, tls *collectortest.OTLPTLS, extra ...string) roleEnv {
+	return newRoleEnv(t, tls, append(tls.Gateway.Env(), extra...)...)
+}
+
+func nodeEnv(t *testing.T, tls *collectortest.OTLPTLS, node string, extra ...string) roleEnv {
+	return newRoleEnv(t, tls, append(append(tls.Node(t, node).Env(), "FATHOM_NODE_NAME="+node), extra...)...)
+}
+
 // echoEnv is what the gateway's echo store needs to start in a test: a private file, a
-// TLS certificate (the example requires TLS), tokens and a free listener.
-func echoEnv(t *testing.T) []string {
+// TLS certificate from the test's CA (the example requires TLS), tokens and addr.
+func echoEnv(t *testing.T, tls *collectortest.OTLPTLS, addr string) []string {
 	dir := t.TempDir()
-	cert, key, _ := collectortest.SelfSignedCert(t, dir)
+	f := collectortest.IssueFiles(t, tls.CA, dir, pki.Loopback("fathom-echo"))
 	return []string{
 		"FATHOM_ECHO_DB=" + filepath.Join(dir, "echo.duckdb"),
-		"FATHOM_ECHO_ENDPOINT=" + collectortest.Addr(t),
-		"FATHOM_ECHO_TLS_CERT=" + cert,
-		"FATHOM_ECHO_TLS_KEY=" + key,
+		"FATHOM_ECHO_ENDPOINT=" + addr,
+		"FATHOM_ECHO_TLS_CERT=" + f.Cert,
+		"FATHOM_ECHO_TLS_KEY=" + f.Key,
 		"FATHOM_ECHO_AUDIT_LOG=" + filepath.Join(dir, "audit.jsonl"),
-		"FATHOM_ECHO_AGENT_TOKEN=agent-token-for-tests-0123456789",
+		"FATHOM_ECHO_AGENT_TOKEN=" + agentToken,
 		"FATHOM_ECHO_GRAFANA_TOKEN=grafana-token-for-tests-0123456789",
 	}
 }
+
+const agentToken = "agent-token-for-tests-0123456789"
 
 func (r roleEnv) metricsURL() string {
 	return "http://localhost:" + r.telemetry + "/metrics"
@@ -194,11 +213,16 @@ func TestExampleConfigsStartHealthyAndStopOnSIGTERM(t *testing.T) {
 			if name == "node.yaml" {
 				privtest.Require(t) // the node loads BPF programs
 			}
-			r := newRoleEnv(t,
-				"FATHOM_NODE_OTLP="+collectortest.Addr(t),
-				"FATHOM_GATEWAY_OTLP_GRPC="+collectortest.Addr(t),
-				"FATHOM_GATEWAY_OTLP_HTTP="+collectortest.Addr(t),
-			)
+			tls := collectortest.NewOTLPTLS(t)
+			addrs := []string{
+				"FATHOM_NODE_OTLP=" + collectortest.Addr(t),
+				"FATHOM_GATEWAY_OTLP_GRPC=" + collectortest.Addr(t),
+				"FATHOM_GATEWAY_OTLP_HTTP=" + collectortest.Addr(t),
+			}
+			r := gatewayEnv(t, tls, addrs...)
+			if name == "node.yaml" {
+				r = nodeEnv(t, tls, "node-1", addrs...)
+			}
 			p := collectortest.Start(t, configPath(t, name), r.env...)
 			body := p.WaitHTTP(t, "http://"+r.health+"/", 30*time.Second)
 			if !strings.Contains(string(body), "Server available") {
@@ -223,7 +247,8 @@ func TestExampleConfigsStartHealthyAndStopOnSIGTERM(t *testing.T) {
 // and both collectors count exactly the points sent.
 func TestNodeForwardsToGateway(t *testing.T) {
 	gatewayOTLP := collectortest.Addr(t)
-	gw := newRoleEnv(t, "FATHOM_GATEWAY_OTLP_GRPC="+gatewayOTLP, "FATHOM_GATEWAY_OTLP_HTTP="+collectortest.Addr(t))
+	tls := collectortest.NewOTLPTLS(t)
+	gw := gatewayEnv(t, tls, "FATHOM_GATEWAY_OTLP_GRPC="+gatewayOTLP, "FATHOM_GATEWAY_OTLP_HTTP="+collectortest.Addr(t))
 	gateway := collectortest.Start(t, configPath(t, "gateway.yaml"), gw.env...)
 	gateway.WaitHTTP(t, "http://"+gw.health+"/", 30*time.Second)
 
@@ -231,7 +256,7 @@ func TestNodeForwardsToGateway(t *testing.T) {
 	nodeOTLP := collectortest.Addr(t)
 	// The node's own receiver stays quiet for the test, so the gateway counts only the
 	// points sent here.
-	nd := newRoleEnv(t, "FATHOM_NODE_OTLP="+nodeOTLP, "FATHOM_GATEWAY="+gatewayOTLP, "FATHOM_COLLECTION_INTERVAL=1h", "FATHOM_RANK_SIGNALS_INTERVAL=0s")
+	nd := nodeEnv(t, tls, "node-1", "FATHOM_NODE_OTLP="+nodeOTLP, "FATHOM_GATEWAY="+gatewayOTLP, "FATHOM_COLLECTION_INTERVAL=1h", "FATHOM_RANK_SIGNALS_INTERVAL=0s")
 	node := collectortest.Start(t, configPath(t, "node.yaml"), nd.env...)
 	node.WaitHTTP(t, "http://"+nd.health+"/", 30*time.Second)
 
@@ -313,13 +338,14 @@ func grepLines(s, substr string) string {
 // the retries are the same.)
 func TestNodeRidesOutAGatewayRestart(t *testing.T) {
 	gatewayOTLP := collectortest.Addr(t)
-	gw := newRoleEnv(t, "FATHOM_GATEWAY_OTLP_GRPC="+gatewayOTLP, "FATHOM_GATEWAY_OTLP_HTTP="+collectortest.Addr(t))
+	tls := collectortest.NewOTLPTLS(t)
+	gw := gatewayEnv(t, tls, "FATHOM_GATEWAY_OTLP_GRPC="+gatewayOTLP, "FATHOM_GATEWAY_OTLP_HTTP="+collectortest.Addr(t))
 	gateway := collectortest.Start(t, configPath(t, "gateway.yaml"), gw.env...)
 	gateway.WaitHTTP(t, "http://"+gw.health+"/", 30*time.Second)
 
 	privtest.Require(t) // the node loads BPF programs
 	nodeOTLP := collectortest.Addr(t)
-	nd := newRoleEnv(t, "FATHOM_NODE_OTLP="+nodeOTLP, "FATHOM_GATEWAY="+gatewayOTLP, "FATHOM_COLLECTION_INTERVAL=1h", "FATHOM_RANK_SIGNALS_INTERVAL=0s")
+	nd := nodeEnv(t, tls, "node-1", "FATHOM_NODE_OTLP="+nodeOTLP, "FATHOM_GATEWAY="+gatewayOTLP, "FATHOM_COLLECTION_INTERVAL=1h", "FATHOM_RANK_SIGNALS_INTERVAL=0s")
 	node := collectortest.Start(t, configPath(t, "node.yaml"), nd.env...)
 	node.WaitHTTP(t, "http://"+nd.health+"/", 30*time.Second)
 

@@ -63,7 +63,7 @@ extensions:
       max_size_mib: 256
       check_interval: 1m
 service:
-  extensions: [health_check, zpages, echo, thresholds, pprof]
+  extensions: [health_check, zpages, echo, thresholds, nodecert, pprof]
   pipelines:
     metrics:
       exporters: [duckdb]
@@ -96,12 +96,13 @@ func TestSoak(t *testing.T) {
 	}
 
 	gatewayOTLP, gatewayPprof := collectortest.Addr(t), collectortest.Addr(t)
-	gw := newRoleEnv(t, "FATHOM_GATEWAY_OTLP_GRPC="+gatewayOTLP, "FATHOM_GATEWAY_OTLP_HTTP="+collectortest.Addr(t),
+	tls := collectortest.NewOTLPTLS(t)
+	gw := gatewayEnv(t, tls, "FATHOM_GATEWAY_OTLP_GRPC="+gatewayOTLP, "FATHOM_GATEWAY_OTLP_HTTP="+collectortest.Addr(t),
 		"FATHOM_PPROF_ENDPOINT="+gatewayPprof)
 	gateway := collectortest.StartConfigs(t, []string{configPath(t, "gateway.yaml"), overlay("gateway-soak.yaml", soakGatewayOverlay)}, gw.env...)
 	gateway.WaitHTTP(t, "http://"+gw.health+"/", 30*time.Second)
 	nodePprof := collectortest.Addr(t)
-	nd := newRoleEnv(t, "FATHOM_NODE_OTLP="+collectortest.Addr(t), "FATHOM_GATEWAY="+gatewayOTLP,
+	nd := nodeEnv(t, tls, "node-1", "FATHOM_NODE_OTLP="+collectortest.Addr(t), "FATHOM_GATEWAY="+gatewayOTLP,
 		"FATHOM_PPROF_ENDPOINT="+nodePprof, "FATHOM_CLUSTER=soak")
 	node := collectortest.StartConfigs(t, []string{configPath(t, "node.yaml"), overlay("node-soak.yaml", soakNodeOverlay)}, nd.env...)
 	node.WaitHTTP(t, "http://"+nd.health+"/", 60*time.Second)

@@ -48,7 +48,7 @@ service:
 // saying why.
 func TestGatewayTLSAndSecondWriter(t *testing.T) {
 	dir := t.TempDir()
-	certPath, keyPath, pool := collectortest.SelfSignedCert(t, dir)
+	certPath, keyPath, pool := collectortest.LoopbackCert(t, dir)
 	cfg := filepath.Join(dir, "gateway.yaml")
 	must(t, os.WriteFile(cfg, []byte(tlsGatewayYAML), 0o600))
 	db := filepath.Join(dir, "echo.duckdb")
