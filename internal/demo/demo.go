@@ -25,6 +25,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/fathom-gpu/fathom/internal/fakegpu"
+	"github.com/fathom-gpu/fathom/internal/pki"
 )
 
 // Options of a demo run.
@@ -71,6 +72,8 @@ type demo struct {
 	slow  string
 	slowR int
 	slowN string
+	// ca signs the gateway's OTLP certificate and each node's client certificate.
+	ca *pki.CA
 }
 
 // Run runs the demo until the story is told (Short) or ctx ends, and stops everything
@@ -205,6 +208,16 @@ func (d *demo) waitHealthy(ctx context.Context, what, url string, cmd *exec.Cmd,
 	return fmt.Errorf("demo: %s did not become healthy in 90 s; see %s", what, log)
 }
 
+// tlsEnv issues who's certificate for leaf into the demo's directory and returns the
+// collector environment that names its files (TLS_CA, TLS_CERT, TLS_KEY).
+func (d *demo) tlsEnv(who string, leaf pki.Leaf) ([]string, error) {
+	f, err := d.ca.WriteFiles(filepath.Join(d.o.Dir, "tls", who), leaf)
+	if err != nil {
+		return nil, fmt.Errorf("demo: certificates: %w", err)
+	}
+	return []string{"TLS_CA=" + f.CA, "TLS_CERT=" + f.Cert, "TLS_KEY=" + f.Key}, nil
+}
+
 func freePort() (int, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -227,17 +240,26 @@ func (d *demo) startGateway(ctx context.Context) error {
 		config = strings.NewReplacer("exporters:\n", "exporters:\n"+remoteWriteExporter,
 			"exporters: [duckdb]\n    logs:", "exporters: [duckdb, prometheusremotewrite]\n    logs:").Replace(config)
 	}
-	cmd, err := d.collector("gateway", config, []string{"REMOTE_WRITE=" + d.o.RemoteWrite,
-		"ECHO_DB=" + filepath.Join(d.o.Dir, "echo.duckdb"), "API_PORT=" + strconv.Itoa(d.o.APIPort),
-		"OTLP_PORT=" + strconv.Itoa(d.o.OTLPPort), "HEALTH_PORT=" + strconv.Itoa(health), "FATHOM_DEMO_TOKEN=" + d.token})
+	ca, err := pki.NewCA("fathom-demo-ca", 7*24*time.Hour)
+	if err != nil {
+		return err
+	}
+	d.ca = ca
+	certs, err := d.tlsEnv("gateway", pki.Loopback("fathom-gateway"))
+	if err != nil {
+		return err
+	}
+	cmd, err := d.collector("gateway", config, append(certs, "REMOTE_WRITE="+d.o.RemoteWrite,
+		"ECHO_DB="+filepath.Join(d.o.Dir, "echo.duckdb"), "API_PORT="+strconv.Itoa(d.o.APIPort),
+		"OTLP_PORT="+strconv.Itoa(d.o.OTLPPort), "HEALTH_PORT="+strconv.Itoa(health), "FATHOM_DEMO_TOKEN="+d.token))
 	if err != nil {
 		return err
 	}
 	if err := d.waitHealthy(ctx, "the gateway", fmt.Sprintf("http://127.0.0.1:%d/", health), cmd, filepath.Join(d.o.Dir, "gateway.log")); err != nil {
 		return err
 	}
-	d.say("Gateway up: OTLP on 127.0.0.1:%d, Echo API and MCP on http://%s (token in %s), store %s",
-		d.o.OTLPPort, d.api, filepath.Join(d.o.Dir, "token"), filepath.Join(d.o.Dir, "echo.duckdb"))
+	d.say("Gateway up: OTLP (mutual TLS, certificates in %s) on 127.0.0.1:%d, Echo API and MCP on http://%s (token in %s), store %s",
+		filepath.Join(d.o.Dir, "tls"), d.o.OTLPPort, d.api, filepath.Join(d.o.Dir, "token"), filepath.Join(d.o.Dir, "echo.duckdb"))
 	return nil
 }
 
@@ -289,8 +311,12 @@ func (d *demo) startJobAndNodes(ctx context.Context) error {
 			config = strings.Replace(config, "    targets:\n      all: false\n      pids: []\n", fmt.Sprintf("    synthetic:\n      ranks: %d\n      slow_rank: %d\n", ranks, d.slowR), 1)
 			config = strings.Replace(config, "  straggler:\n", "  straggler:\n"+syntheticSignals, 1)
 		}
-		cmd, err := d.collector(name, config, []string{"NODE_NAME=" + name, "OTLP_PORT=" + strconv.Itoa(d.o.OTLPPort),
-			"HEALTH_PORT=" + strconv.Itoa(health), "RECEIVER_MODE=" + mode})
+		certs, err := d.tlsEnv(name, pki.NodeClient(name))
+		if err != nil {
+			return err
+		}
+		cmd, err := d.collector(name, config, append(certs, "NODE_NAME="+name, "OTLP_PORT="+strconv.Itoa(d.o.OTLPPort),
+			"HEALTH_PORT="+strconv.Itoa(health), "RECEIVER_MODE="+mode))
 		if err != nil {
 			return err
 		}

@@ -30,11 +30,13 @@ import (
 // eight ranks and answers every export with the cohort's line (the thresholds
 // extension as server middleware); each node reads it from the answer (client
 // middleware) and judges its own ranks against it. What is asserted comes back from
-// the gateway's store over its Echo API.
+// the gateway's store over its Echo API. Nodes and gateway speak mutual TLS, each node
+// with a certificate naming its own host, as the example configs do.
 
 const pushbackGatewayConfig = `
 extensions:
   thresholds:
+  nodecert:
   echo:
     path: ${env:ECHO_DB}
     server:
@@ -48,11 +50,17 @@ receivers:
     protocols:
       grpc:
         endpoint: ${env:OTLP_GRPC}
-        middlewares: [{id: thresholds}]
+        tls: &mtls
+          cert_file: ${env:FATHOM_OTLP_TLS_CERT}
+          key_file: ${env:FATHOM_OTLP_TLS_KEY}
+          client_ca_file: ${env:FATHOM_OTLP_TLS_CA}
+        middlewares: [{id: nodecert}, {id: thresholds}]
       http:
         endpoint: ${env:OTLP_HTTP}
-        middlewares: [{id: thresholds}]
+        tls: *mtls
+        middlewares: [{id: nodecert}, {id: thresholds}]
 processors:
+  nodeidentity:
   straggler:
     evaluation_interval: 250ms
     silent_after: 5s
@@ -60,18 +68,18 @@ exporters:
   duckdb:
     store: echo
 service:
-  extensions: [thresholds, echo]
+  extensions: [thresholds, echo, nodecert]
   telemetry:
     metrics:
       level: none
   pipelines:
     metrics:
       receivers: [otlp]
-      processors: [straggler]
+      processors: [nodeidentity, straggler]
       exporters: [duckdb]
     logs:
       receivers: [otlp]
-      processors: [straggler]
+      processors: [nodeidentity, straggler]
       exporters: [duckdb]
 `
 
@@ -98,7 +106,9 @@ exporters:
   EXPORTER/gateway:
     endpoint: ${env:GATEWAY}
     tls:
-      insecure: true
+      ca_file: ${env:FATHOM_OTLP_TLS_CA}
+      cert_file: ${env:FATHOM_OTLP_TLS_CERT}
+      key_file: ${env:FATHOM_OTLP_TLS_KEY}
     middlewares: [{id: thresholds}]
     retry_on_failure:
       initial_interval: 200ms
@@ -125,6 +135,8 @@ type loop struct {
 	t                                      testing.TB
 	dir, db, api, gatewayGRPC, gatewayHTTP string
 	gatewayEnv                             []string
+	// certs sign the gateway's OTLP certificate and each node's (node-N).
+	certs *collectortest.OTLPTLS
 	gateway                                *collectortest.Process
 	nodes                                  []*collectortest.Process
 	nodeAddrs                              []string
@@ -155,11 +167,12 @@ func newLoop(t testing.TB) *loop { return newLoopWith(t, nil) }
 
 // newLoopWith starts the gateway with settings for its straggler processor.
 func newLoopWith(t testing.TB, settings []string) *loop {
-	l := &loop{t: t, dir: t.TempDir(), settings: settings}
+	l := &loop{t: t, dir: t.TempDir(), settings: settings, certs: collectortest.NewOTLPTLS(t)}
 	l.db = filepath.Join(l.dir, "echo.duckdb")
 	l.api, l.gatewayGRPC, l.gatewayHTTP = collectortest.Addr(t), collectortest.Addr(t), collectortest.Addr(t)
 	l.gatewayEnv = []string{"ECHO_DB=" + l.db, "ECHO_ADDR=" + l.api, "AGENT_TOKEN=" + agentToken,
 		"OTLP_GRPC=" + l.gatewayGRPC, "OTLP_HTTP=" + l.gatewayHTTP}
+	l.gatewayEnv = append(l.gatewayEnv, l.certs.Gateway.Env()...)
 	l.startGateway()
 	return l
 }
@@ -173,13 +186,18 @@ func startLoop(t *testing.T) *loop {
 		addr := collectortest.Addr(t)
 		cfg, env := grpcCfg, []string{"NODE_OTLP=" + addr, "GATEWAY=" + l.gatewayGRPC}
 		if i >= 2 {
-			cfg, env = httpCfg, []string{"NODE_OTLP=" + addr, "GATEWAY=http://" + l.gatewayHTTP}
+			cfg, env = httpCfg, []string{"NODE_OTLP=" + addr, "GATEWAY=https://" + l.gatewayHTTP}
 		}
-		p := collectortest.Start(t, cfg, env...)
+		p := collectortest.Start(t, cfg, append(env, l.nodeTLS(i)...)...)
 		p.WaitListening(t, addr, 30*time.Second)
 		l.nodes, l.nodeAddrs = append(l.nodes, p), append(l.nodeAddrs, addr)
 	}
 	return l
+}
+
+// nodeTLS is the environment of node-N's client certificate.
+func (l *loop) nodeTLS(node int) []string {
+	return l.certs.Node(l.t, fmt.Sprintf("node-%d", node)).Env()
 }
 
 func (l *loop) startGateway() {

@@ -69,7 +69,9 @@ exporters:
   EXPORTER/gateway:
     endpoint: ${env:GATEWAY}
     tls:
-      insecure: true
+      ca_file: ${env:FATHOM_OTLP_TLS_CA}
+      cert_file: ${env:FATHOM_OTLP_TLS_CERT}
+      key_file: ${env:FATHOM_OTLP_TLS_KEY}
     middlewares: [{id: thresholds}]
     retry_on_failure:
       initial_interval: 200ms
@@ -173,7 +175,7 @@ func startJob(t testing.TB, o jobOptions) *job {
 		transport := o.transport(node)
 		gateway := j.gatewayGRPC
 		if transport == "http" {
-			gateway = "http://" + j.gatewayHTTP
+			gateway = "https://" + j.gatewayHTTP
 		}
 		var pids []string
 		for r := node * o.perNode; r < (node+1)*o.perNode; r++ {
@@ -190,6 +192,7 @@ func startJob(t testing.TB, o jobOptions) *job {
 		}
 		env := []string{"HEALTH=" + health, "GATEWAY=" + gateway, fmt.Sprintf("NODE_NAME=node-%d", node),
 			"NVML_LIBRARY=" + paths.NVML, "SYSFS=" + sysfs}
+		env = append(env, j.nodeTLS(node)...)
 		if o.board != "" {
 			env = append(env, "FAKEGPU_BOARD="+o.board)
 		}
