@@ -6,12 +6,24 @@ package deploy_test
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/hex"
+	"encoding/json"
+	"encoding/pem"
+	"fmt"
+	"maps"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -25,15 +37,73 @@ import (
 // helm runs the chart's pinned Helm (deploy/helm/tools, a module of its own).
 func helm(t *testing.T, args ...string) string {
 	t.Helper()
+	out, err := helmRun(t, args...)
+	if err != nil {
+		t.Fatalf("helm %s: %v", strings.Join(args, " "), err)
+	}
+	return out
+}
+
+// helmRun is helm for a render that may fail: the error carries what Helm said.
+func helmRun(t *testing.T, args ...string) (string, error) {
+	t.Helper()
 	cmd := exec.Command("go", append([]string{"tool", "helm"}, args...)...)
 	cmd.Dir = filepath.Join(collectortest.RepoRoot(t), "deploy", "helm", "tools")
 	cmd.Env = append(os.Environ(), "GOFLAGS=")
 	var out, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &stderr
 	if err := cmd.Run(); err != nil {
-		t.Fatalf("helm %s: %v\n%s%s", strings.Join(args, " "), err, out.String(), stderr.String())
+		return "", fmt.Errorf("%w\n%s%s", err, out.String(), stderr.String())
 	}
-	return out.String()
+	return out.String(), nil
+}
+
+// chartRender renders the chart as an install (existing empty) or as an upgrade over
+// the objects in existing (YAML), whose lookups see those objects, through
+// deploy/helm/tools/chartrender; it returns every file, NOTES.txt included.
+func chartRender(t *testing.T, existing string, sets ...string) map[string]string {
+	t.Helper()
+	tools := filepath.Join(collectortest.RepoRoot(t), "deploy", "helm", "tools")
+	bin := filepath.Join(t.TempDir(), "chartrender")
+	build := exec.Command("go", "build", "-o", bin, "./chartrender")
+	build.Dir, build.Env = tools, append(os.Environ(), "GOFLAGS=")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build ./chartrender: %v\n%s", err, out)
+	}
+	args := []string{"-chart", filepath.Join(tools, "..", "fathom"), "-name", "obs", "-namespace", "gpu-obs"}
+	if existing != "" {
+		file := filepath.Join(t.TempDir(), "existing.yaml")
+		if err := os.WriteFile(file, []byte(existing), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		args = append(args, "-existing", file)
+	}
+	for _, s := range sets {
+		args = append(args, "-set", s)
+	}
+	var stderr bytes.Buffer
+	cmd := exec.Command(bin, args...)
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("chartrender %v: %v\n%s", args, err, stderr.String())
+	}
+	var files map[string]string
+	if err := json.Unmarshal(out, &files); err != nil {
+		t.Fatal(err)
+	}
+	return files
+}
+
+// manifests joins the rendered files but NOTES.txt into one stream of documents.
+func manifests(files map[string]string) string {
+	var docs []string
+	for _, name := range slices.Sorted(maps.Keys(files)) {
+		if !strings.HasSuffix(name, "NOTES.txt") {
+			docs = append(docs, files[name])
+		}
+	}
+	return strings.Join(docs, "\n---\n")
 }
 
 // objects is what the chart rendered, decoded strictly by kind: an unknown field, a
@@ -46,6 +116,37 @@ type objects struct {
 	secrets      []corev1.Secret
 	accounts     []corev1.ServiceAccount
 	policies     []networkingv1.NetworkPolicy
+	certificates []certificate
+}
+
+// certificate is what the chart writes of cert-manager's Certificate (cert-manager.io/v1,
+// its field names checked against cert-manager's API reference). Decoded strictly, a
+// field the chart misspells or misplaces fails here; this test does not have
+// cert-manager's CRD schema, so a field it adds must be added here too.
+type certificate struct {
+	APIVersion string `json:"apiVersion"`
+	Kind       string `json:"kind"`
+	Metadata   struct {
+		Name      string            `json:"name"`
+		Namespace string            `json:"namespace"`
+		Labels    map[string]string `json:"labels"`
+	} `json:"metadata"`
+	Spec struct {
+		SecretName  string   `json:"secretName"`
+		CommonName  string   `json:"commonName"`
+		DNSNames    []string `json:"dnsNames"`
+		Usages      []string `json:"usages"`
+		Duration    string   `json:"duration"`
+		RenewBefore string   `json:"renewBefore"`
+		PrivateKey  struct {
+			RotationPolicy string `json:"rotationPolicy"`
+		} `json:"privateKey"`
+		IssuerRef struct {
+			Name  string `json:"name"`
+			Kind  string `json:"kind"`
+			Group string `json:"group"`
+		} `json:"issuerRef"`
+	} `json:"spec"`
 }
 
 func decode(t *testing.T, rendered string) objects {
@@ -76,6 +177,8 @@ func decode(t *testing.T, rendered string) objects {
 			err = decodeStrict(doc, &o.accounts)
 		case "NetworkPolicy":
 			err = decodeStrict(doc, &o.policies)
+		case "Certificate":
+			err = decodeStrict(doc, &o.certificates)
 		default:
 			t.Errorf("the chart renders a %s this test does not check", head.Kind)
 		}
@@ -101,7 +204,7 @@ func TestTheChartRendersValidObjects(t *testing.T) {
 		"--set", "exporters.otlp.enabled=true,exporters.otlp.endpoint=otlp.example:4317",
 		"--set", "exporters.prometheusRemoteWrite.enabled=true,exporters.prometheusRemoteWrite.endpoint=http://prom:9090/api/v1/write",
 		"--set", "networkPolicy.echoNamespaces={monitoring,ai-agents}"))
-	if len(o.daemonSets) != 1 || len(o.statefulSets) != 1 || len(o.services) != 2 || len(o.configMaps) != 3 || len(o.secrets) != 2 || len(o.accounts) != 2 || len(o.policies) != 1 {
+	if len(o.daemonSets) != 1 || len(o.statefulSets) != 1 || len(o.services) != 2 || len(o.configMaps) != 3 || len(o.secrets) != 5 || len(o.accounts) != 2 || len(o.policies) != 1 {
 		t.Fatalf("rendered %d daemon sets, %d stateful sets, %d services, %d config maps, %d secrets, %d service accounts, %d network policies",
 			len(o.daemonSets), len(o.statefulSets), len(o.services), len(o.configMaps), len(o.secrets), len(o.accounts), len(o.policies))
 	}
@@ -167,6 +270,10 @@ func TestTheChartRendersValidObjects(t *testing.T) {
 		}
 	}
 
+	// OTLP between them is mutual TLS with certificates the chart made: one CA, the
+	// gateway's certificate for its service names, one node certificate all nodes share.
+	checkGeneratedOTLPTLS(t, o, "gpu-obs")
+
 	// Who may reach the gateway: its OTLP ports only the node pods the daemon set
 	// makes, its Echo API and metrics only the release's namespace and those named.
 	np := o.policies[0].Spec
@@ -214,6 +321,329 @@ func TestTheChartRendersValidObjects(t *testing.T) {
 	}
 }
 
+// checkGeneratedOTLPTLS checks the OTLP certificates the chart makes as the collectors
+// use them: both secrets from one CA (the one kept in obs-fathom-otlp-ca), the
+// gateway's certificate for the names the nodes dial, the nodes' a client certificate
+// named fathom-node, each with its key, a handshake between them as the gateway
+// (client certificates required) and a node make it; and both pods mounting them.
+func checkGeneratedOTLPTLS(t *testing.T, o objects, namespace string) {
+	t.Helper()
+	secrets := secretsByName(o)
+	ca, gateway, node := secrets["obs-fathom-otlp-ca"], secrets["obs-fathom-otlp-gateway"], secrets["obs-fathom-otlp-node"]
+	for name, s := range map[string]corev1.Secret{"ca": ca, "gateway": gateway, "node": node} {
+		if s.Type != corev1.SecretTypeTLS {
+			t.Fatalf("the %s's OTLP secret: type %q, want %q (rendered: %v)", name, s.Type, corev1.SecretTypeTLS, slices.Sorted(maps.Keys(secrets)))
+		}
+	}
+	if !bytes.Equal(gateway.Data["ca.crt"], ca.Data["tls.crt"]) || !bytes.Equal(node.Data["ca.crt"], ca.Data["tls.crt"]) {
+		t.Errorf("the gateway's and the nodes' ca.crt are not the CA the chart keeps")
+	}
+	roots := x509.NewCertPool()
+	if !roots.AppendCertsFromPEM(ca.Data["tls.crt"]) {
+		t.Fatalf("the CA is not a PEM certificate:\n%s", ca.Data["tls.crt"])
+	}
+	svc := "obs-fathom-gateway"
+	gatewayCert := parseCertificate(t, gateway.Data["tls.crt"])
+	for _, name := range []string{svc, svc + "." + namespace + ".svc", svc + "." + namespace + ".svc.cluster.local", svc + "-0." + svc + "-headless." + namespace + ".svc"} {
+		if _, err := gatewayCert.Verify(x509.VerifyOptions{DNSName: name, Roots: roots, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}); err != nil {
+			t.Errorf("the gateway's certificate does not verify for %s as a server: %v", name, err)
+		}
+	}
+	nodeCert := parseCertificate(t, node.Data["tls.crt"])
+	if _, err := nodeCert.Verify(x509.VerifyOptions{Roots: roots, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}); err != nil || nodeCert.Subject.CommonName != "fathom-node" {
+		t.Errorf("the nodes' certificate (CN %q) does not verify as a client named fathom-node: %v", nodeCert.Subject.CommonName, err)
+	}
+	gatewayPair, err := tls.X509KeyPair(gateway.Data["tls.crt"], gateway.Data["tls.key"])
+	if err != nil {
+		t.Fatalf("the gateway's key is not its certificate's: %v", err)
+	}
+	nodePair, err := tls.X509KeyPair(node.Data["tls.crt"], node.Data["tls.key"])
+	if err != nil {
+		t.Fatalf("the nodes' key is not their certificate's: %v", err)
+	}
+	if peer := handshake(t, gatewayPair, nodePair, roots, svc+"."+namespace+".svc"); peer != "fathom-node" {
+		t.Errorf("the gateway saw a client named %q, want fathom-node", peer)
+	}
+
+	ds, ss := o.daemonSets[0].Spec.Template, o.statefulSets[0].Spec.Template
+	if v := otlpTLSVolume(t, ds.Spec); v == nil || v.Secret == nil || v.Secret.SecretName != node.Name {
+		t.Errorf("node pods mount %+v at /etc/fathom/otlp-tls, want secret %s", v, node.Name)
+	}
+	if v := otlpTLSVolume(t, ss.Spec); v == nil || v.Secret == nil || v.Secret.SecretName != gateway.Name {
+		t.Errorf("gateway pods mount %+v at /etc/fathom/otlp-tls, want secret %s", v, gateway.Name)
+	}
+	if e, ok := envOf(ss.Spec)["FATHOM_NODE_SHARED_CERT_NAME"]; !ok || e.Value != "fathom-node" {
+		t.Errorf("gateway FATHOM_NODE_SHARED_CERT_NAME %+v, want fathom-node (the certificate the nodes share)", e)
+	}
+	for role, pod := range map[string]corev1.PodSpec{"node": ds.Spec, "gateway": ss.Spec} {
+		if e, ok := envOf(pod)["FATHOM_OTLP_INSECURE"]; ok {
+			t.Errorf("%s pods have FATHOM_OTLP_INSECURE=%q with TLS on", role, e.Value)
+		}
+	}
+	// A new CA rolls both, since a node reads its CA file only at start.
+	sum := sha256.Sum256(ca.Data["tls.crt"])
+	for role, annotations := range map[string]map[string]string{"node": ds.Annotations, "gateway": ss.Annotations} {
+		if got := annotations["checksum/otlp-ca"]; got != hex.EncodeToString(sum[:]) {
+			t.Errorf("%s pods' checksum/otlp-ca %q is not the CA's", role, got)
+		}
+	}
+}
+
+func parseCertificate(t *testing.T, raw []byte) *x509.Certificate {
+	t.Helper()
+	block, _ := pem.Decode(raw)
+	if block == nil || block.Type != "CERTIFICATE" {
+		t.Fatalf("not a PEM certificate:\n%s", raw)
+	}
+	cert, err := x509.ParseCertificate(block.Bytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cert
+}
+
+// handshake runs a TLS handshake between a gateway that requires client certificates
+// signed by roots and a node that dials serverName, and returns the Common Name the
+// gateway saw.
+func handshake(t *testing.T, gateway, node tls.Certificate, roots *x509.CertPool, serverName string) string {
+	t.Helper()
+	gatewayEnd, nodeEnd := net.Pipe()
+	defer gatewayEnd.Close()
+	defer nodeEnd.Close()
+	server := tls.Server(gatewayEnd, &tls.Config{Certificates: []tls.Certificate{gateway}, ClientCAs: roots, ClientAuth: tls.RequireAndVerifyClientCert})
+	client := tls.Client(nodeEnd, &tls.Config{Certificates: []tls.Certificate{node}, RootCAs: roots, ServerName: serverName})
+	clientErr := make(chan error, 1)
+	go func() { clientErr <- client.Handshake() }()
+	if err := server.Handshake(); err != nil {
+		t.Fatalf("gateway side of the handshake: %v (node side: %v)", err, <-clientErr)
+	}
+	if err := <-clientErr; err != nil {
+		t.Fatalf("node side of the handshake: %v", err)
+	}
+	return server.ConnectionState().PeerCertificates[0].Subject.CommonName
+}
+
+// otlpTLSVolume is the volume the pod mounts at /etc/fathom/otlp-tls, or nil.
+func otlpTLSVolume(t *testing.T, pod corev1.PodSpec) *corev1.Volume {
+	t.Helper()
+	for _, m := range pod.Containers[0].VolumeMounts {
+		if m.MountPath != "/etc/fathom/otlp-tls" {
+			continue
+		}
+		if !m.ReadOnly {
+			t.Errorf("/etc/fathom/otlp-tls is mounted writable")
+		}
+		for i, v := range pod.Volumes {
+			if v.Name == m.Name {
+				return &pod.Volumes[i]
+			}
+		}
+		t.Fatalf("/etc/fathom/otlp-tls mounts volume %s, which the pod does not have", m.Name)
+	}
+	return nil
+}
+
+func envOf(pod corev1.PodSpec) map[string]corev1.EnvVar {
+	env := map[string]corev1.EnvVar{}
+	for _, e := range pod.Containers[0].Env {
+		env[e.Name] = e
+	}
+	return env
+}
+
+func secretsByName(o objects) map[string]corev1.Secret {
+	secrets := map[string]corev1.Secret{}
+	for _, s := range o.secrets {
+		secrets[s.Name] = s
+	}
+	return secrets
+}
+
+// The other ways to the OTLP certificates (values.otlpTLS): cert-manager, secrets the
+// operator makes, per-node certificates on the hosts, and none; and what the chart
+// refuses to guess.
+func TestTheChartOTLPTLSModes(t *testing.T) {
+	chart := filepath.Join(collectortest.RepoRoot(t), "deploy", "helm", "fathom")
+	template := func(sets ...string) []string {
+		args := []string{"template", "obs", chart, "--namespace", "gpu-obs"}
+		for _, s := range sets {
+			args = append(args, "--set", s)
+		}
+		return args
+	}
+	noOTLPSecrets := func(t *testing.T, o objects) {
+		t.Helper()
+		for name := range secretsByName(o) {
+			if strings.Contains(name, "otlp") {
+				t.Errorf("the chart made secret %s", name)
+			}
+		}
+	}
+
+	t.Run("certManager", func(t *testing.T) {
+		o := decode(t, helm(t, template("otlpTLS.certManager.issuerRef.name=fathom-ca,otlpTLS.certManager.issuerRef.kind=ClusterIssuer,otlpTLS.certManager.issuerRef.group=cert-manager.io")...))
+		noOTLPSecrets(t, o)
+		if len(o.certificates) != 2 {
+			t.Fatalf("%d Certificates, want the gateway's and the nodes'", len(o.certificates))
+		}
+		certs := map[string]certificate{}
+		for _, c := range o.certificates {
+			certs[c.Spec.SecretName] = c
+			if c.APIVersion != "cert-manager.io/v1" || c.Spec.IssuerRef.Name != "fathom-ca" || c.Spec.IssuerRef.Kind != "ClusterIssuer" || c.Spec.IssuerRef.Group != "cert-manager.io" ||
+				c.Spec.Duration == "" || c.Spec.RenewBefore == "" || c.Metadata.Namespace != "gpu-obs" {
+				t.Errorf("Certificate %s: %+v", c.Metadata.Name, c)
+			}
+		}
+		gateway, node := certs["obs-fathom-otlp-gateway"], certs["obs-fathom-otlp-node"]
+		if !slices.Contains(gateway.Spec.Usages, "server auth") || !slices.Contains(gateway.Spec.DNSNames, "obs-fathom-gateway.gpu-obs.svc") {
+			t.Errorf("gateway Certificate: usages %v, DNS names %v", gateway.Spec.Usages, gateway.Spec.DNSNames)
+		}
+		if !slices.Contains(node.Spec.Usages, "client auth") || node.Spec.CommonName != "fathom-node" || len(node.Spec.DNSNames) != 0 {
+			t.Errorf("node Certificate: usages %v, CN %q, DNS names %v", node.Spec.Usages, node.Spec.CommonName, node.Spec.DNSNames)
+		}
+		if v := otlpTLSVolume(t, o.daemonSets[0].Spec.Template.Spec); v == nil || v.Secret == nil || v.Secret.SecretName != node.Spec.SecretName {
+			t.Errorf("node pods mount %+v, want the node Certificate's secret", v)
+		}
+		ss := o.statefulSets[0].Spec.Template.Spec
+		if v := otlpTLSVolume(t, ss); v == nil || v.Secret == nil || v.Secret.SecretName != gateway.Spec.SecretName {
+			t.Errorf("gateway pods mount %+v, want the gateway Certificate's secret", v)
+		}
+		if e := envOf(ss)["FATHOM_NODE_SHARED_CERT_NAME"]; e.Value != "fathom-node" {
+			t.Errorf("gateway FATHOM_NODE_SHARED_CERT_NAME %q, want fathom-node", e.Value)
+		}
+	})
+
+	t.Run("existingSecrets", func(t *testing.T) {
+		o := decode(t, helm(t, template("otlpTLS.existingSecrets.gateway=mine-gateway,otlpTLS.existingSecrets.node=mine-node")...))
+		noOTLPSecrets(t, o)
+		if v := otlpTLSVolume(t, o.daemonSets[0].Spec.Template.Spec); v == nil || v.Secret == nil || v.Secret.SecretName != "mine-node" {
+			t.Errorf("node pods mount %+v, want secret mine-node", v)
+		}
+		if v := otlpTLSVolume(t, o.statefulSets[0].Spec.Template.Spec); v == nil || v.Secret == nil || v.Secret.SecretName != "mine-gateway" {
+			t.Errorf("gateway pods mount %+v, want secret mine-gateway", v)
+		}
+	})
+
+	t.Run("perNode", func(t *testing.T) {
+		o := decode(t, helm(t, template("otlpTLS.perNode.hostPath=/etc/fathom/node-tls,otlpTLS.perNode.gatewaySecret=otlp-gateway-tls")...))
+		noOTLPSecrets(t, o)
+		v := otlpTLSVolume(t, o.daemonSets[0].Spec.Template.Spec)
+		if v == nil || v.HostPath == nil || v.HostPath.Path != "/etc/fathom/node-tls" || v.HostPath.Type == nil || *v.HostPath.Type != corev1.HostPathDirectory {
+			t.Errorf("node pods mount %+v at /etc/fathom/otlp-tls, want the host's /etc/fathom/node-tls (a directory)", v)
+		}
+		ss := o.statefulSets[0].Spec.Template.Spec
+		if v := otlpTLSVolume(t, ss); v == nil || v.Secret == nil || v.Secret.SecretName != "otlp-gateway-tls" {
+			t.Errorf("gateway pods mount %+v, want secret otlp-gateway-tls", v)
+		}
+		// Set and empty: no certificate speaks for another node.
+		if e, ok := envOf(ss)["FATHOM_NODE_SHARED_CERT_NAME"]; !ok || e.Value != "" || e.ValueFrom != nil {
+			t.Errorf("gateway FATHOM_NODE_SHARED_CERT_NAME %+v (set %v), want set and empty", e, ok)
+		}
+	})
+
+	t.Run("insecure", func(t *testing.T) {
+		files := chartRender(t, "", "otlpTLS.insecure=true")
+		o := decode(t, manifests(files))
+		noOTLPSecrets(t, o)
+		for role, pod := range map[string]corev1.PodSpec{"node": o.daemonSets[0].Spec.Template.Spec, "gateway": o.statefulSets[0].Spec.Template.Spec} {
+			if e := envOf(pod)["FATHOM_OTLP_INSECURE"]; e.Value != "true" {
+				t.Errorf("%s pods: FATHOM_OTLP_INSECURE %q, want true", role, e.Value)
+			}
+			if v := otlpTLSVolume(t, pod); v != nil {
+				t.Errorf("%s pods mount %+v at /etc/fathom/otlp-tls with TLS off", role, v)
+			}
+		}
+		notes := files["fathom/templates/NOTES.txt"]
+		if !strings.Contains(notes, "WARNING: plaintext") || !strings.Contains(notes, "steer every node's straggler verdicts") {
+			t.Errorf("NOTES.txt does not warn of plaintext OTLP:\n%s", notes)
+		}
+		if notes := chartRender(t, "")["fathom/templates/NOTES.txt"]; strings.Contains(notes, "WARNING") {
+			t.Errorf("NOTES.txt warns with TLS on:\n%s", notes)
+		}
+	})
+
+	for _, c := range []struct {
+		name, set, says string
+	}{
+		{"perNode without gatewaySecret", "otlpTLS.perNode.hostPath=/etc/fathom/node-tls", "otlpTLS.perNode.hostPath needs otlpTLS.perNode.gatewaySecret"},
+		{"two ways at once", "otlpTLS.insecure=true,otlpTLS.existingSecrets.gateway=a,otlpTLS.existingSecrets.node=b", "otlpTLS: insecure and existingSecrets are all set"},
+		{"an issuer without a name", "otlpTLS.certManager.issuerRef.kind=ClusterIssuer", "otlpTLS.certManager.issuerRef needs a name"},
+		{"half the secrets", "otlpTLS.existingSecrets.gateway=a", "otlpTLS.existingSecrets needs node too"},
+	} {
+		t.Run("refuses "+c.name, func(t *testing.T) {
+			out, err := helmRun(t, template(c.set)...)
+			if err == nil || !strings.Contains(err.Error(), c.says) {
+				t.Errorf("helm template --set %s: %v, want it to fail saying %q\n%s", c.set, err, c.says, out)
+			}
+		})
+	}
+}
+
+// An upgrade keeps the OTLP certificates the install made (and so restarts nothing); it
+// renews one in its last 30 days from the same CA (the pods read the new files, no
+// restart); and a lost CA makes a new one for both sides, which rolls the pods.
+func TestTheChartKeepsItsOTLPCertificatesAcrossUpgrades(t *testing.T) {
+	install := decode(t, manifests(chartRender(t, "")))
+	checkGeneratedOTLPTLS(t, install, "gpu-obs")
+	cluster := func(secrets map[string]corev1.Secret) string {
+		var docs []string
+		for _, s := range secrets {
+			raw, err := yaml.Marshal(s)
+			if err != nil {
+				t.Fatal(err)
+			}
+			docs = append(docs, string(raw))
+		}
+		return strings.Join(docs, "---\n")
+	}
+	otlpCA := func(o objects) string { return o.daemonSets[0].Spec.Template.Annotations["checksum/otlp-ca"] }
+	installed := secretsByName(install)
+
+	upgrade := decode(t, manifests(chartRender(t, cluster(installed))))
+	checkGeneratedOTLPTLS(t, upgrade, "gpu-obs")
+	for name, was := range installed {
+		if now := secretsByName(upgrade)[name]; !maps.EqualFunc(now.Data, was.Data, bytes.Equal) || !maps.Equal(now.Annotations, was.Annotations) {
+			t.Errorf("an upgrade changed secret %s", name)
+		}
+	}
+	if otlpCA(upgrade) != otlpCA(install) {
+		t.Errorf("an upgrade changed the pods' checksum/otlp-ca")
+	}
+
+	nearEnd := maps.Clone(installed)
+	node := installed["obs-fathom-otlp-node"]
+	node.Annotations = maps.Clone(node.Annotations)
+	node.Annotations["fathom-gpu.github.io/not-after"] = strconv.FormatInt(time.Now().Add(10*24*time.Hour).Unix(), 10)
+	nearEnd[node.Name] = node
+	renewed := decode(t, manifests(chartRender(t, cluster(nearEnd))))
+	checkGeneratedOTLPTLS(t, renewed, "gpu-obs")
+	now := secretsByName(renewed)
+	if bytes.Equal(now[node.Name].Data["tls.crt"], node.Data["tls.crt"]) || bytes.Equal(now[node.Name].Data["tls.key"], node.Data["tls.key"]) {
+		t.Errorf("a node certificate in its last 30 days was not renewed")
+	}
+	for _, name := range []string{"obs-fathom-otlp-ca", "obs-fathom-otlp-gateway"} {
+		if !maps.EqualFunc(now[name].Data, installed[name].Data, bytes.Equal) {
+			t.Errorf("renewing the node certificate changed %s", name)
+		}
+	}
+	if otlpCA(renewed) != otlpCA(install) {
+		t.Errorf("renewing a certificate changed the pods' checksum/otlp-ca: they would restart for nothing")
+	}
+
+	lost := maps.Clone(installed)
+	delete(lost, "obs-fathom-otlp-ca")
+	remade := decode(t, manifests(chartRender(t, cluster(lost))))
+	checkGeneratedOTLPTLS(t, remade, "gpu-obs")
+	for _, name := range []string{"obs-fathom-otlp-ca", "obs-fathom-otlp-gateway", "obs-fathom-otlp-node"} {
+		if bytes.Equal(secretsByName(remade)[name].Data["tls.crt"], installed[name].Data["tls.crt"]) {
+			t.Errorf("with the CA gone, %s kept its certificate", name)
+		}
+	}
+	if otlpCA(remade) == otlpCA(install) {
+		t.Errorf("a new CA did not change the pods' checksum/otlp-ca")
+	}
+}
+
 // labelsMatch says whether a selector's labels all hold in labels.
 func labelsMatch(selector, labels map[string]string) bool {
 	for k, v := range selector {
@@ -242,9 +672,31 @@ func TestThePlainManifestsDecode(t *testing.T) {
 		t.Fatal(err)
 	}
 	o := decode(t, string(raw))
-	if len(o.daemonSets) != 1 || len(o.statefulSets) != 1 || len(o.secrets) != 0 {
-		t.Errorf("manifests: %d daemon sets, %d stateful sets, %d secrets (want 1, 1, 0: the operator makes them)",
-			len(o.daemonSets), len(o.statefulSets), len(o.secrets))
+	if len(o.daemonSets) != 1 || len(o.statefulSets) != 1 || len(o.secrets) != 0 || len(o.certificates) != 0 {
+		t.Fatalf("manifests: %d daemon sets, %d stateful sets, %d secrets, %d certificates (want 1, 1, 0, 0: the operator makes the secrets)",
+			len(o.daemonSets), len(o.statefulSets), len(o.secrets), len(o.certificates))
+	}
+
+	// Every secret the pods read is one the README has the operator make.
+	readme, err := os.ReadFile(filepath.Join(collectortest.RepoRoot(t), "deploy", "manifests", "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	made := map[string]bool{}
+	for _, m := range regexp.MustCompile(`create secret \S+ (\S+)`).FindAllStringSubmatch(string(readme), -1) {
+		made[m[1]] = true
+	}
+	for _, pod := range []corev1.PodSpec{o.daemonSets[0].Spec.Template.Spec, o.statefulSets[0].Spec.Template.Spec} {
+		for _, v := range pod.Volumes {
+			if v.Secret != nil && !made[v.Secret.SecretName] {
+				t.Errorf("the pods mount secret %s, which deploy/manifests/README.md does not make", v.Secret.SecretName)
+			}
+		}
+		for _, e := range pod.Containers[0].Env {
+			if r := e.ValueFrom; r != nil && r.SecretKeyRef != nil && !made[r.SecretKeyRef.Name] {
+				t.Errorf("%s reads secret %s, which deploy/manifests/README.md does not make", e.Name, r.SecretKeyRef.Name)
+			}
+		}
 	}
 }
 
