@@ -376,8 +376,10 @@ func checkGeneratedOTLPTLS(t *testing.T, o objects, namespace string) {
 		t.Errorf("gateway FATHOM_NODE_SHARED_CERT_NAME %+v, want fathom-node (the certificate the nodes share)", e)
 	}
 	for role, pod := range map[string]corev1.PodSpec{"node": ds.Spec, "gateway": ss.Spec} {
-		if e, ok := envOf(pod)["FATHOM_OTLP_INSECURE"]; ok {
-			t.Errorf("%s pods have FATHOM_OTLP_INSECURE=%q with TLS on", role, e.Value)
+		for _, arg := range pod.Containers[0].Args {
+			if strings.Contains(arg, "plaintext") {
+				t.Errorf("%s pods merge %s with TLS on", role, arg)
+			}
 		}
 	}
 	// A new CA rolls both, since a node reads its CA file only at start.
@@ -545,9 +547,28 @@ func TestTheChartOTLPTLSModes(t *testing.T) {
 		files := chartRender(t, "", "otlpTLS.insecure=true")
 		o := decode(t, manifests(files))
 		noOTLPSecrets(t, o)
+		// Each role merges its plaintext overlay (deploy/configs/*-plaintext.yaml) last.
+		root := collectortest.RepoRoot(t)
 		for role, pod := range map[string]corev1.PodSpec{"node": o.daemonSets[0].Spec.Template.Spec, "gateway": o.statefulSets[0].Spec.Template.Spec} {
-			if e := envOf(pod)["FATHOM_OTLP_INSECURE"]; e.Value != "true" {
-				t.Errorf("%s pods: FATHOM_OTLP_INSECURE %q, want true", role, e.Value)
+			overlay := role + "-plaintext.yaml"
+			if args := pod.Containers[0].Args; len(args) < 2 || args[len(args)-2] != "--config" || args[len(args)-1] != "/etc/fathom/"+overlay {
+				t.Errorf("%s pods: args %q, want --config /etc/fathom/%s last", role, args, overlay)
+			}
+			want, err := os.ReadFile(filepath.Join(root, "deploy", "configs", overlay))
+			if err != nil {
+				t.Fatal(err)
+			}
+			found := false
+			for _, cm := range o.configMaps {
+				if got, ok := cm.Data[overlay]; ok {
+					found = true
+					if strings.TrimSpace(got) != strings.TrimSpace(string(want)) {
+						t.Errorf("configmap %s: %s differs from deploy/configs/%s", cm.Name, overlay, overlay)
+					}
+				}
+			}
+			if !found {
+				t.Errorf("no configmap carries %s", overlay)
 			}
 			if v := otlpTLSVolume(t, pod); v != nil {
 				t.Errorf("%s pods mount %+v at /etc/fathom/otlp-tls with TLS off", role, v)

@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"os/exec"
 	"regexp"
 	"strconv"
 	"testing"
@@ -317,4 +318,26 @@ func overlay(t *testing.T, name, yaml string) string {
 		t.Fatal(err)
 	}
 	return p
+}
+
+// Plaintext is an explicit overlay on each side (deploy/configs/*-plaintext.yaml, as
+// the chart's otlpTLS.insecure merges them): with it the gateway takes a plaintext
+// export, and the node's config with its overlay is valid.
+func TestThePlaintextOverlaysTurnTLSOff(t *testing.T) {
+	certs := collectortest.NewOTLPTLS(t) // the Echo API keeps its TLS
+	grpcAddr := collectortest.Addr(t)
+	gw := newRoleEnv(t, certs, "FATHOM_GATEWAY_OTLP_GRPC="+grpcAddr, "FATHOM_GATEWAY_OTLP_HTTP="+collectortest.Addr(t))
+	gateway := collectortest.StartConfigs(t, []string{configPath(t, "gateway.yaml"), configPath(t, "gateway-plaintext.yaml")}, gw.env...)
+	gateway.WaitHTTP(t, "http://"+gw.health+"/", 30*time.Second)
+	if err := exportGRPC(grpcAddr, insecure.NewCredentials(), gaugeFor("node-1", "fathom.test.plaintext", 4)); err != nil {
+		t.Fatalf("plaintext export to the gateway with its plaintext overlay: %v", err)
+	}
+	waitCounter(t, gw.metricsURL(), "otelcol_exporter_sent_metric_points", `exporter="duckdb"`, 4, 20*time.Second)
+	out, err := exec.Command(collectortest.Binary(t), "validate", "--config", configPath(t, "node.yaml"), "--config", configPath(t, "node-plaintext.yaml")).CombinedOutput()
+	if err != nil {
+		t.Fatalf("node.yaml with node-plaintext.yaml: %v\n%s", err, out)
+	}
+	if code := gateway.Terminate(t, 20*time.Second); code != 0 {
+		t.Fatalf("gateway exit code %d", code)
+	}
 }

@@ -28,9 +28,11 @@ import (
 
 	"github.com/fathom-gpu/fathom/exporter/duckdbexporter"
 	"github.com/fathom-gpu/fathom/extension/echoextension"
+	"github.com/fathom-gpu/fathom/extension/nodecertextension"
 	"github.com/fathom-gpu/fathom/extension/thresholdsextension"
 	"github.com/fathom-gpu/fathom/processor/causalchainprocessor"
 	"github.com/fathom-gpu/fathom/processor/inputboundsprocessor"
+	"github.com/fathom-gpu/fathom/processor/nodeidentityprocessor"
 	"github.com/fathom-gpu/fathom/processor/stragglerprocessor"
 	"github.com/fathom-gpu/fathom/receiver/gpuebpfreceiver"
 )
@@ -47,9 +49,11 @@ var components = []entry{
 	{"processor", "processor/causalchainprocessor", "causalchain.md", causalchainprocessor.NewFactory()},
 	{"processor", "processor/stragglerprocessor", "straggler.md", stragglerprocessor.NewFactory()},
 	{"processor", "processor/inputboundsprocessor", "reliability.md", inputboundsprocessor.NewFactory()},
+	{"processor", "processor/nodeidentityprocessor", "security.md", nodeidentityprocessor.NewFactory()},
 	{"exporter", "exporter/duckdbexporter", "echo.md", duckdbexporter.NewFactory()},
 	{"extension", "extension/echoextension", "echo.md", echoextension.NewFactory()},
 	{"extension", "extension/thresholdsextension", "straggler.md", thresholdsextension.NewFactory()},
+	{"extension", "extension/nodecertextension", "security.md", nodecertextension.NewFactory()},
 }
 
 func main() {

@@ -37,6 +37,7 @@ import (
 
 const gatewayConfig = `
 extensions:
+  nodecert:
   echo:
     path: ${env:ECHO_DB}
     server:
@@ -49,20 +50,29 @@ receivers:
     protocols:
       grpc:
         endpoint: ${env:OTLP_GRPC}
+        tls:
+          cert_file: ${env:FATHOM_OTLP_TLS_CERT}
+          key_file: ${env:FATHOM_OTLP_TLS_KEY}
+          client_ca_file: ${env:FATHOM_OTLP_TLS_CA}
+        middlewares: [{id: nodecert}]
+processors:
+  nodeidentity:
 exporters:
   duckdb:
     store: echo
 service:
-  extensions: [echo]
+  extensions: [echo, nodecert]
   telemetry:
     metrics:
       level: none
   pipelines:
     metrics:
       receivers: [otlp]
+      processors: [nodeidentity]
       exporters: [duckdb]
     logs:
       receivers: [otlp]
+      processors: [nodeidentity]
       exporters: [duckdb]
 `
 
@@ -87,7 +97,9 @@ exporters:
   otlp_grpc/gateway:
     endpoint: ${env:GATEWAY}
     tls:
-      insecure: true
+      ca_file: ${env:FATHOM_OTLP_TLS_CA}
+      cert_file: ${env:FATHOM_OTLP_TLS_CERT}
+      key_file: ${env:FATHOM_OTLP_TLS_KEY}
 service:
   extensions: [health_check]
   telemetry:
@@ -245,12 +257,15 @@ func startSuiteWith(t *testing.T, node string) *suite {
 	s := &suite{paths: fakegpu.Build(t), dir: t.TempDir()}
 	s.api = collectortest.Addr(t)
 	grpc := collectortest.Addr(t)
-	gw := collectortest.Start(t, writeFile(t, s.dir, "gateway.yaml", gatewayConfig),
-		"ECHO_DB="+filepath.Join(s.dir, "echo.duckdb"), "ECHO_ADDR="+s.api, "AGENT_TOKEN="+agentToken, "OTLP_GRPC="+grpc)
+	// Mutual TLS as in the example configs; the node's certificate names its node
+	// (host_name in nodeConfig), the host.name of everything its receiver sends.
+	certs := collectortest.NewOTLPTLS(t)
+	gw := collectortest.Start(t, writeFile(t, s.dir, "gateway.yaml", gatewayConfig), append(certs.Gateway.Env(),
+		"ECHO_DB="+filepath.Join(s.dir, "echo.duckdb"), "ECHO_ADDR="+s.api, "AGENT_TOKEN="+agentToken, "OTLP_GRPC="+grpc)...)
 	gw.WaitHTTP(t, "http://"+s.api+"/api/v1/health", 30*time.Second)
 	gw.WaitListening(t, grpc, 30*time.Second)
 	health := collectortest.Addr(t)
-	nodeProcess := collectortest.Start(t, writeFile(t, s.dir, "node.yaml", node), "GATEWAY="+grpc, "HEALTH="+health)
+	nodeProcess := collectortest.Start(t, writeFile(t, s.dir, "node.yaml", node), append(certs.Node(t, "node-chains").Env(), "GATEWAY="+grpc, "HEALTH="+health)...)
 	nodeProcess.WaitHTTP(t, "http://"+health+"/", 60*time.Second)
 
 	client := mcp.NewClient(&mcp.Implementation{Name: "fathom-chains-e2e", Version: "1"}, nil)
