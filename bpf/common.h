@@ -28,6 +28,7 @@ enum event_kind {
 	EVENT_LIBRARY_MAPPED = 12, /* a process mapped a probed library's code (libmap.bpf.c) */
 	EVENT_RDMA_QP = 13,       /* a process created a verbs queue pair: the NIC it sends over */
 	EVENT_CUDA_CALL_PY = 14,  /* a CUDA call record of a Python process, with its Python frames (pystack.h) */
+	EVENT_NCCL_CALL_PY = 15,  /* an NCCL call of a Python process, with its Python frames */
 };
 
 /* Why an event or a kernel-side sample was lost. Counted per CPU, read by userspace. */
@@ -412,7 +413,11 @@ struct nccl_call_event {
 	__u8 datatype;            /* ncclDataType_t; NCCL_NO_VALUE when the call has none */
 	__u8 redop;               /* ncclRedOp_t; NCCL_NO_VALUE when the call has none */
 	__u8 has_seq;             /* seq is meaningful (a call on a known communicator) */
-	__u8 _pad[5];
+	__u8 native_frames;       /* return addresses in native[], innermost first */
+	__u8 _pad[4];
+	/* The calling thread's user stack, as on cuda_call_event: where in the program the
+	 * collective was issued (the autograd thread's DDP hook, the user's loop). */
+	__u64 native[NATIVE_FRAMES_MAX];
 };
 
 #define RDMA_DEVICE_NAME_MAX 64

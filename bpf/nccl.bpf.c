@@ -10,13 +10,25 @@
  * counter). The hash is FNV-1a 64 of the 128-byte ncclUniqueId, which every rank of the
  * communicator passes, so it is the same on every rank and every node. */
 #include "traced.h"
+#include "pystack.h"
+
+/* A Python process's NCCL call: the call, then its Python frames (py_procs and the
+ * walk are the CUDA family's, shared by the loader). */
+struct nccl_call_py_event {
+	struct nccl_call_event call;  /* call.hdr.kind is EVENT_NCCL_CALL_PY */
+	struct py_stack stack;
+};
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
 
 /* Set by the loader, as trace_all_cuda in cuda.bpf.c. */
 const volatile bool trace_all = true;
 
+/* Set by the loader, as in cuda.bpf.c: whether records carry the native user stack. */
+const volatile bool native_stacks = true;
+
 const struct nccl_call_event *unused_nccl_call_event __attribute__((unused));
+const struct nccl_call_py_event *unused_nccl_call_py_event __attribute__((unused));
 const enum nccl_api *unused_nccl_api __attribute__((unused));
 
 #define NCCL_SLOTS 32 /* ≥ NCCL_API_COUNT, a power of two */
@@ -432,7 +444,12 @@ int BPF_KRETPROBE(leave_nccl)
 		return 0;
 	}
 	__u64 now = bpf_ktime_get_ns();
-	struct nccl_call_event *ev = reserve_event(sizeof(*ev));
+	/* Every NCCL call is a record (there are few, each costs micro- to milliseconds),
+	 * so each carries where it was issued from: the native stack, and a Python
+	 * process's frames. */
+	__u64 id = bpf_get_current_pid_tgid();
+	bool python = bpf_map_lookup_elem(&py_procs, &tgid) != NULL;
+	struct nccl_call_event *ev = reserve_event(python ? sizeof(struct nccl_call_py_event) : sizeof(*ev));
 	if (!ev) {
 		/* The communicator must still be remembered, or all its later calls go unnamed. */
 		if ((ret == 0 || ret == NCCL_IN_PROGRESS) && (makes_comm(api) || api == NCCL_COMM_INIT_ALL)) {
@@ -442,7 +459,23 @@ int BPF_KRETPROBE(leave_nccl)
 		e->ts = 0;
 		return 0;
 	}
-	fill_header(&ev->hdr, EVENT_NCCL_CALL, e->ts);
+	fill_header(&ev->hdr, python ? EVENT_NCCL_CALL_PY : EVENT_NCCL_CALL, e->ts);
+	if (python) {
+		struct py_stack *stack = &((struct nccl_call_py_event *)ev)->stack;
+		struct py_stack *read = read_py_stack(tgid, (__u32)id);
+		if (read) {
+			__builtin_memcpy(stack, read, sizeof(*stack));
+		} else {
+			stack->frames = 0;
+			stack->status = PY_STACK_NO_THREAD;
+		}
+	}
+	ev->native_frames = 0;
+	if (native_stacks) {
+		long n = bpf_get_stack(ctx, ev->native, sizeof(ev->native), BPF_F_USER_STACK);
+		if (n > 0)
+			ev->native_frames = n / sizeof(ev->native[0]);
+	}
 	ev->duration_ns = now - e->ts;
 	ev->comm = 0;
 	ev->comm_hash = 0;

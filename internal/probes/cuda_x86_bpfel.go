@@ -124,6 +124,7 @@ const (
 	cudaEventKindEVENT_LIBRARY_MAPPED cudaEventKind = 12
 	cudaEventKindEVENT_RDMA_QP        cudaEventKind = 13
 	cudaEventKindEVENT_CUDA_CALL_PY   cudaEventKind = 14
+	cudaEventKindEVENT_NCCL_CALL_PY   cudaEventKind = 15
 )
 
 type cudaMemcpyKind uint32

@@ -27,6 +27,9 @@ type (
 	// CUDACallPy is a CUDA call record of a Python process (SetPythonProcess), with the
 	// calling thread's Python frames.
 	CUDACallPy = cudaCudaCallPyEvent
+	// NCCLCallPy is an NCCL call of a Python process, with the calling thread's Python
+	// frames.
+	NCCLCallPy = ncclNcclCallPyEvent
 )
 
 // EventKind is enum event_kind.
@@ -47,6 +50,7 @@ const (
 	KindLibraryMapped = EventKind(cudaEventKindEVENT_LIBRARY_MAPPED)
 	KindRDMAQP        = EventKind(cudaEventKindEVENT_RDMA_QP)
 	KindCUDACallPy    = EventKind(cudaEventKindEVENT_CUDA_CALL_PY)
+	KindNCCLCallPy    = EventKind(cudaEventKindEVENT_NCCL_CALL_PY)
 )
 
 // Handler receives decoded events. Pointers are valid only during the call: the
@@ -75,9 +79,10 @@ type LibraryMapHandler interface {
 }
 
 // PythonCallHandler is implemented by handlers that want a Python process's Python
-// frames with its CUDA call records; a handler without it gets the call alone.
+// frames with its CUDA and NCCL call records; a handler without it gets the call alone.
 type PythonCallHandler interface {
 	CUDACallPy(*CUDACallPy)
+	NCCLCallPy(*NCCLCallPy)
 }
 
 // QueuePairHandler is implemented by handlers that bind processes to the NICs they
@@ -143,6 +148,15 @@ func Decode(raw []byte, h Handler) error {
 	case KindNCCLCall:
 		if ev, ok := cast[NCCLCall](raw); ok {
 			h.NCCLCall(ev)
+			return nil
+		}
+	case KindNCCLCallPy:
+		if ev, ok := cast[NCCLCallPy](raw); ok {
+			if ph, wants := h.(PythonCallHandler); wants {
+				ph.NCCLCallPy(ev)
+			} else {
+				h.NCCLCall(&ev.Call)
+			}
 			return nil
 		}
 	case KindRDMAAsync:
@@ -339,10 +353,30 @@ const (
 
 // PyFrames returns the record's Python frames, innermost first.
 func (ev *CUDACallPy) PyFrames() []PyFrame {
-	n := min(int(ev.Stack.Frames), len(ev.Stack.Frame))
-	out := make([]PyFrame, n)
+	return pyFrames(ev.Stack.Frames, len(ev.Stack.Frame), func(i int) (uint64, uint64) {
+		return ev.Stack.Frame[i].Code, ev.Stack.Frame[i].Instr
+	})
+}
+
+// PyFrames returns the record's Python frames, innermost first.
+func (ev *NCCLCallPy) PyFrames() []PyFrame {
+	return pyFrames(ev.Stack.Frames, len(ev.Stack.Frame), func(i int) (uint64, uint64) {
+		return ev.Stack.Frame[i].Code, ev.Stack.Frame[i].Instr
+	})
+}
+
+// PyTruncated says whether the kernel cut the record's outermost Python frames.
+func (ev *CUDACallPy) PyTruncated() bool { return ev.Stack.Status == PyStackTruncated }
+
+// PyTruncated says whether the kernel cut the record's outermost Python frames.
+func (ev *NCCLCallPy) PyTruncated() bool { return ev.Stack.Status == PyStackTruncated }
+
+// pyFrames copies the first frames of a record's stack (each object's generated
+// py_stack is a type of its own, with the same layout).
+func pyFrames(frames uint8, capacity int, at func(i int) (code, instr uint64)) []PyFrame {
+	out := make([]PyFrame, min(int(frames), capacity))
 	for i := range out {
-		out[i] = PyFrame{Code: ev.Stack.Frame[i].Code, Instr: ev.Stack.Frame[i].Instr}
+		out[i].Code, out[i].Instr = at(i)
 	}
 	return out
 }

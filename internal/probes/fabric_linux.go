@@ -17,6 +17,9 @@ func (p *Probes) loadFabric(opts Options, shared map[string]*ebpf.Map) error {
 	if err := ncclSpec.Variables["trace_all"].Set(opts.TraceAllCUDA); err != nil {
 		return fmt.Errorf("configure trace_all: %w", err)
 	}
+	if err := ncclSpec.Variables["native_stacks"].Set(!opts.NoNativeStacks); err != nil {
+		return fmt.Errorf("configure native_stacks: %w", err)
+	}
 	p.setUprobeAttachType(ncclSpec)
 	ncclOpts, err := p.state.pin("nccl", ncclSpec, shared)
 	if err != nil {

@@ -65,24 +65,32 @@ type ncclNcclCallEvent struct {
 		Kind     uint8
 		Pad      [7]uint8
 	}
-	DurationNs uint64
-	Comm       uint64
-	CommHash   uint64
-	Count      uint64
-	Bytes      uint64
-	Stream     uint64
-	Seq        uint64
-	HostLeadNs uint64
-	Rank       int32
-	Nranks     int32
-	Peer       int32
-	Ret        int32
-	Api        uint32
-	GroupDepth uint32
-	Datatype   uint8
-	Redop      uint8
-	HasSeq     uint8
-	Pad        [5]uint8
+	DurationNs   uint64
+	Comm         uint64
+	CommHash     uint64
+	Count        uint64
+	Bytes        uint64
+	Stream       uint64
+	Seq          uint64
+	HostLeadNs   uint64
+	Rank         int32
+	Nranks       int32
+	Peer         int32
+	Ret          int32
+	Api          uint32
+	GroupDepth   uint32
+	Datatype     uint8
+	Redop        uint8
+	HasSeq       uint8
+	NativeFrames uint8
+	Pad          [4]uint8
+	Native       [16]uint64
+}
+
+type ncclNcclCallPyEvent struct {
+	_     structs.HostLayout
+	Call  ncclNcclCallEvent
+	Stack ncclPyStack
 }
 
 type ncclNcclThread struct {
@@ -116,6 +124,38 @@ type ncclP2pKey struct {
 	Pad  uint32
 }
 
+type ncclPyProc struct {
+	_              structs.HostLayout
+	Runtime        uint64
+	CodeTagMask    uint64
+	InterpHead     int16
+	ThreadsHead    int16
+	ThreadNext     int16
+	NativeThreadId int16
+	ThreadId       int16
+	ThreadFrame    int16
+	CframeCurrent  int16
+	FramePrevious  int16
+	FrameCode      int16
+	FrameInstr     int16
+	FrameOwner     int16
+	OwnerSkip      uint8
+	Pad            [5]uint8
+	_              [4]byte
+}
+
+type ncclPyStack struct {
+	_      structs.HostLayout
+	Frames uint8
+	Status uint8
+	Pad    [6]uint8
+	Frame  [32]struct {
+		_     structs.HostLayout
+		Code  uint64
+		Instr uint64
+	}
+}
+
 type ncclThreadCalls struct {
 	_              structs.HostLayout
 	ProcSlot       uint32
@@ -140,30 +180,34 @@ type ncclThreadCalls struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	ncclMapDrops               = "drops"
-	ncclMapEvents              = "events"
-	ncclMapNcclComms           = "nccl_comms"
-	ncclMapNcclP2pSeq          = "nccl_p2p_seq"
-	ncclMapNcclThreads         = "nccl_threads"
-	ncclMapProcessWaits        = "process_waits"
-	ncclMapThreadCalls         = "thread_calls"
-	ncclMapTracedCgroups       = "traced_cgroups"
-	ncclMapTracedPids          = "traced_pids"
-	ncclProgEnterNcclAllGather = "enter_nccl_all_gather"
-	ncclProgEnterNcclBroadcast = "enter_nccl_broadcast"
-	ncclProgEnterNcclComm      = "enter_nccl_comm"
-	ncclProgEnterNcclCommQuery = "enter_nccl_comm_query"
-	ncclProgEnterNcclGroup     = "enter_nccl_group"
-	ncclProgEnterNcclInitAll   = "enter_nccl_init_all"
-	ncclProgEnterNcclInitRank  = "enter_nccl_init_rank"
-	ncclProgEnterNcclPeer      = "enter_nccl_peer"
-	ncclProgEnterNcclReduce    = "enter_nccl_reduce"
-	ncclProgEnterNcclReduceAll = "enter_nccl_reduce_all"
-	ncclProgEnterNcclSplit     = "enter_nccl_split"
-	ncclProgLeaveNccl          = "leave_nccl"
-	ncclVarTraceAll            = "trace_all"
-	ncclVarUnusedNcclApi       = "unused_nccl_api"
-	ncclVarUnusedNcclCallEvent = "unused_nccl_call_event"
+	ncclMapDrops                 = "drops"
+	ncclMapEvents                = "events"
+	ncclMapNcclComms             = "nccl_comms"
+	ncclMapNcclP2pSeq            = "nccl_p2p_seq"
+	ncclMapNcclThreads           = "nccl_threads"
+	ncclMapProcessWaits          = "process_waits"
+	ncclMapPyProcs               = "py_procs"
+	ncclMapPyScratch             = "py_scratch"
+	ncclMapThreadCalls           = "thread_calls"
+	ncclMapTracedCgroups         = "traced_cgroups"
+	ncclMapTracedPids            = "traced_pids"
+	ncclProgEnterNcclAllGather   = "enter_nccl_all_gather"
+	ncclProgEnterNcclBroadcast   = "enter_nccl_broadcast"
+	ncclProgEnterNcclComm        = "enter_nccl_comm"
+	ncclProgEnterNcclCommQuery   = "enter_nccl_comm_query"
+	ncclProgEnterNcclGroup       = "enter_nccl_group"
+	ncclProgEnterNcclInitAll     = "enter_nccl_init_all"
+	ncclProgEnterNcclInitRank    = "enter_nccl_init_rank"
+	ncclProgEnterNcclPeer        = "enter_nccl_peer"
+	ncclProgEnterNcclReduce      = "enter_nccl_reduce"
+	ncclProgEnterNcclReduceAll   = "enter_nccl_reduce_all"
+	ncclProgEnterNcclSplit       = "enter_nccl_split"
+	ncclProgLeaveNccl            = "leave_nccl"
+	ncclVarNativeStacks          = "native_stacks"
+	ncclVarTraceAll              = "trace_all"
+	ncclVarUnusedNcclApi         = "unused_nccl_api"
+	ncclVarUnusedNcclCallEvent   = "unused_nccl_call_event"
+	ncclVarUnusedNcclCallPyEvent = "unused_nccl_call_py_event"
 )
 
 // loadNccl returns the embedded CollectionSpec for nccl.
@@ -232,6 +276,8 @@ type ncclMapSpecs struct {
 	NcclP2pSeq    *ebpf.MapSpec `ebpf:"nccl_p2p_seq"`
 	NcclThreads   *ebpf.MapSpec `ebpf:"nccl_threads"`
 	ProcessWaits  *ebpf.MapSpec `ebpf:"process_waits"`
+	PyProcs       *ebpf.MapSpec `ebpf:"py_procs"`
+	PyScratch     *ebpf.MapSpec `ebpf:"py_scratch"`
 	ThreadCalls   *ebpf.MapSpec `ebpf:"thread_calls"`
 	TracedCgroups *ebpf.MapSpec `ebpf:"traced_cgroups"`
 	TracedPids    *ebpf.MapSpec `ebpf:"traced_pids"`
@@ -241,9 +287,11 @@ type ncclMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type ncclVariableSpecs struct {
-	TraceAll            *ebpf.VariableSpec `ebpf:"trace_all"`
-	UnusedNcclApi       *ebpf.VariableSpec `ebpf:"unused_nccl_api"`
-	UnusedNcclCallEvent *ebpf.VariableSpec `ebpf:"unused_nccl_call_event"`
+	NativeStacks          *ebpf.VariableSpec `ebpf:"native_stacks"`
+	TraceAll              *ebpf.VariableSpec `ebpf:"trace_all"`
+	UnusedNcclApi         *ebpf.VariableSpec `ebpf:"unused_nccl_api"`
+	UnusedNcclCallEvent   *ebpf.VariableSpec `ebpf:"unused_nccl_call_event"`
+	UnusedNcclCallPyEvent *ebpf.VariableSpec `ebpf:"unused_nccl_call_py_event"`
 }
 
 // ncclObjects contains all objects after they have been loaded into the kernel.
@@ -272,6 +320,8 @@ type ncclMaps struct {
 	NcclP2pSeq    *ebpf.Map `ebpf:"nccl_p2p_seq"`
 	NcclThreads   *ebpf.Map `ebpf:"nccl_threads"`
 	ProcessWaits  *ebpf.Map `ebpf:"process_waits"`
+	PyProcs       *ebpf.Map `ebpf:"py_procs"`
+	PyScratch     *ebpf.Map `ebpf:"py_scratch"`
 	ThreadCalls   *ebpf.Map `ebpf:"thread_calls"`
 	TracedCgroups *ebpf.Map `ebpf:"traced_cgroups"`
 	TracedPids    *ebpf.Map `ebpf:"traced_pids"`
@@ -285,6 +335,8 @@ func (m *ncclMaps) Close() error {
 		m.NcclP2pSeq,
 		m.NcclThreads,
 		m.ProcessWaits,
+		m.PyProcs,
+		m.PyScratch,
 		m.ThreadCalls,
 		m.TracedCgroups,
 		m.TracedPids,
@@ -295,9 +347,11 @@ func (m *ncclMaps) Close() error {
 //
 // It can be passed to loadNcclObjects or ebpf.CollectionSpec.LoadAndAssign.
 type ncclVariables struct {
-	TraceAll            *ebpf.Variable `ebpf:"trace_all"`
-	UnusedNcclApi       *ebpf.Variable `ebpf:"unused_nccl_api"`
-	UnusedNcclCallEvent *ebpf.Variable `ebpf:"unused_nccl_call_event"`
+	NativeStacks          *ebpf.Variable `ebpf:"native_stacks"`
+	TraceAll              *ebpf.Variable `ebpf:"trace_all"`
+	UnusedNcclApi         *ebpf.Variable `ebpf:"unused_nccl_api"`
+	UnusedNcclCallEvent   *ebpf.Variable `ebpf:"unused_nccl_call_event"`
+	UnusedNcclCallPyEvent *ebpf.Variable `ebpf:"unused_nccl_call_py_event"`
 }
 
 // ncclPrograms contains all programs after they have been loaded into the kernel.

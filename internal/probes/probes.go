@@ -41,7 +41,7 @@ type Options struct {
 	// continues it (Continue): its first calls, NCCL's communicator setup among them,
 	// are seen even when it makes them within a millisecond of loading the library.
 	HoldFirstLoad bool
-	// NoNativeStacks leaves CUDA call records without the calling thread's native
+	// NoNativeStacks leaves CUDA and NCCL call records without the calling thread's native
 	// user stack (CUDACall.Native).
 	NoNativeStacks bool
 	// SampleEvery makes one call in this many of each thread a record (Sampled),
@@ -166,6 +166,9 @@ func Load(opts Options) (*Probes, error) {
 		"drops":          p.cuda.Drops,
 		"thread_calls":   p.cuda.ThreadCalls,
 		"process_waits":  p.cuda.ProcessWaits,
+		// NCCL records read a Python process's frames as CUDA records do.
+		"py_procs":   p.cuda.PyProcs,
+		"py_scratch": p.cuda.PyScratch,
 	}
 	hostOpts, err := p.state.pin("host", hostSpec, shared)
 	if err != nil {

@@ -608,15 +608,32 @@ type nativeFrames interface {
 
 // CUDACallPy takes a call record of a CPython process, with its Python frames.
 func (a *aggregator) CUDACallPy(ev *probes.CUDACallPy) {
-	var frames []pyframes.Frame
-	truncated := ev.Stack.Status == probes.PyStackTruncated
-	if raw := ev.PyFrames(); a.python != nil && len(raw) > 0 {
-		var err error
-		if frames, err = a.python.frames(ev.Call.Hdr.Pid, raw); err != nil {
-			a.drops.add("python_frames", 1)
-		}
+	a.cudaCall(&ev.Call, a.pythonFrames(ev.Call.Hdr.Pid, ev.PyFrames()), ev.PyTruncated())
+}
+
+// NCCLCallPy takes an NCCL call of a CPython process, with its Python frames.
+func (a *aggregator) NCCLCallPy(ev *probes.NCCLCallPy) {
+	a.ncclCall(&ev.Call, a.pythonFrames(ev.Call.Hdr.Pid, ev.PyFrames()), ev.PyTruncated())
+}
+
+// pythonFrames names a record's Python frames (nil with stacks.python off).
+func (a *aggregator) pythonFrames(pid uint32, raw []probes.PyFrame) []pyframes.Frame {
+	if a.python == nil || len(raw) == 0 {
+		return nil
 	}
-	a.cudaCall(&ev.Call, frames, truncated)
+	frames, err := a.python.frames(pid, raw)
+	if err != nil {
+		a.drops.add("python_frames", 1)
+	}
+	return frames
+}
+
+// nativeOf names a record's native return addresses (nil with stacks.native off).
+func (a *aggregator) nativeOf(pid uint32, count uint8, addrs []uint64) []symbolize.Frame {
+	if n := min(int(count), len(addrs)); n > 0 && a.native != nil {
+		return a.native.frames(pid, addrs[:n])
+	}
+	return nil
 }
 
 // CUDACall takes a call the kernel recorded. Most calls are only counted in the
@@ -657,10 +674,7 @@ func (a *aggregator) cudaCall(ev *probes.CUDACall, frames []pyframes.Frame, trun
 	if seconds < a.logs.minDuration {
 		median = 0
 	}
-	var native []symbolize.Frame
-	if n := min(int(ev.NativeFrames), len(ev.Native)); n > 0 && a.native != nil {
-		native = a.native.frames(ev.Hdr.Pid, ev.Native[:n])
-	}
+	native := a.nativeOf(ev.Hdr.Pid, ev.NativeFrames, ev.Native[:])
 	a.logs.cudaCall(p, ev, seconds, median, callStack{python: frames, truncated: truncated, native: native})
 }
 

@@ -9,6 +9,7 @@ import (
 
 	"github.com/fathom-gpu/fathom/internal/expohisto"
 	"github.com/fathom-gpu/fathom/internal/probes"
+	"github.com/fathom-gpu/fathom/internal/pyframes"
 	"github.com/fathom-gpu/fathom/internal/rdmasysfs"
 	"github.com/fathom-gpu/fathom/internal/semconv"
 )
@@ -64,7 +65,10 @@ func commID(hash uint64) string { return fmt.Sprintf("%016x", hash) }
 // commCohort is the fathom.cohort of a process whose world communicator is hash.
 func commCohort(hash uint64) string { return "nccl:" + commID(hash) }
 
-func (a *aggregator) NCCLCall(ev *probes.NCCLCall) {
+// NCCLCall takes an NCCL call; every call is a record from the kernel.
+func (a *aggregator) NCCLCall(ev *probes.NCCLCall) { a.ncclCall(ev, nil, false) }
+
+func (a *aggregator) ncclCall(ev *probes.NCCLCall, frames []pyframes.Frame, truncated bool) {
 	a.events.add(probes.KindNCCLCall)
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -100,7 +104,8 @@ func (a *aggregator) NCCLCall(ev *probes.NCCLCall) {
 	if ev.Ret != 0 {
 		s.errors++
 	}
-	a.logs.ncclCall(p, ev, seconds)
+	native := a.nativeOf(ev.Hdr.Pid, ev.NativeFrames, ev.Native[:])
+	a.logs.ncclCall(p, ev, seconds, callStack{python: frames, truncated: truncated, native: native})
 }
 
 func (a *aggregator) RDMAAsync(ev *probes.RDMAAsyncEvent) {
@@ -219,7 +224,7 @@ func isCommLifecycle(api uint32) bool {
 // ncclCall logs one NCCL call. Under the notable policy the collectives kept are those
 // whose sequence number is a multiple of sample_every: every rank keeps the same
 // instances, so the gateway can match each kept instance across all of its ranks.
-func (s *logSink) ncclCall(p *processSeries, ev *probes.NCCLCall, seconds float64) {
+func (s *logSink) ncclCall(p *processSeries, ev *probes.NCCLCall, seconds float64, stack callStack) {
 	collective := probes.IsCollective(ev.Api) || ev.Api == probes.NCCLSend || ev.Api == probes.NCCLRecv
 	reason := ""
 	switch {
@@ -285,6 +290,9 @@ func (s *logSink) ncclCall(p *processSeries, ev *probes.NCCLCall, seconds float6
 		body += fmt.Sprintf(" and failed with error %d", ev.Ret)
 		lr.SetSeverityNumber(plog.SeverityNumberError)
 		lr.SetSeverityText("ERROR")
+	}
+	if where := s.putStack(attrs, p, ev.Hdr.TsNs, stack); where != "" {
+		body += " from " + where
 	}
 	lr.Body().SetStr(body + " " + who(p, ev.Hdr.Tid))
 }

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fathom-gpu/fathom/internal/collectortest"
 	"github.com/fathom-gpu/fathom/internal/fakegpu"
 	"github.com/fathom-gpu/fathom/internal/privtest"
 	"github.com/fathom-gpu/fathom/internal/semconv"
@@ -149,6 +150,125 @@ func TestPythonStacksOfARealPyTorchLoop(t *testing.T) {
 		if counted[name] != steps {
 			t.Errorf("%d records from the %s line (%d) with its stack, want %d", counted[name], name, line[name], steps)
 		}
+	}
+	if t.Failed() {
+		t.Logf("collector output:\n%s", col.Output())
+	}
+	if code := col.Terminate(t, 30*time.Second); code != 0 {
+		t.Fatalf("collector exit code %d", code)
+	}
+}
+
+// NCCL calls carry their stacks as CUDA calls do. A Python process in DDP's shape makes
+// its communicator on the main thread, issues gradient all-reduces from a second thread
+// (DDP's hooks run on the autograd engine's thread) and an all-reduce of its own after
+// each step on the main thread: every NCCL record names the exact line, function and
+// thread it came from, with its Python frames innermost first, and its native frames.
+func TestNCCLRecordsNameThePythonLineThatIssuedThem(t *testing.T) {
+	privtest.Require(t)
+	paths := fakegpu.Build(t)
+	script, err := filepath.Abs("testdata/pystacks_nccl.py")
+	if err != nil {
+		t.Fatal(err)
+	}
+	line := fakegpu.MarkedLines(t, script)
+	const steps = 30
+	sink, col := startNodeCollector(t, nodeConfig("collection_interval: 300ms\nlogs:\n  policy: all\n  max_per_second: 100000", true))
+
+	cmd := exec.Command("/usr/bin/python3", script, paths.Cudart, paths.NCCL, strconv.Itoa(steps))
+	cmd.Env = append(os.Environ(), "FAKENCCL_MODE=blocking")
+	cmd.Stderr = os.Stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("%s: %v", script, err)
+	}
+	var report struct {
+		PID       int `json:"pid"`
+		MainTID   int `json:"main_tid"`
+		ThreadTID int `json:"thread_tid"`
+	}
+	if err := json.Unmarshal(out, &report); err != nil {
+		t.Fatalf("the script's report %q: %v", out, err)
+	}
+	type where struct {
+		event string
+		tid   int64
+		stack string // the Python frames begin so
+		want  int
+	}
+	want := map[string]where{
+		"init": {semconv.EventNCCLCall, int64(report.MainTID), fmt.Sprintf("main (%[1]s:%[2]d) < <module> (%[1]s:%[3]d)", script, line["init"], line["entry"]), 1},
+		"hook": {semconv.EventNCCLCollective, int64(report.ThreadTID), fmt.Sprintf("reduce_gradients (%[1]s:%[2]d) < autograd (%[1]s:", script, line["hook"]), steps},
+		"step": {semconv.EventNCCLCollective, int64(report.MainTID), fmt.Sprintf("main (%[1]s:%[2]d) < <module> (%[1]s:%[3]d)", script, line["step"], line["entry"]), steps},
+	}
+	counted := map[string]int{}
+	framesOf := map[string]string{}
+	idsOf := map[string]map[string]bool{}
+	nativeSeen := false
+	var unexpected []string
+	collectortest.WaitFor(t, "every NCCL record with its line", 20*time.Second, func() bool {
+		clear(counted)
+		clear(idsOf)
+		unexpected = unexpected[:0]
+		for _, event := range []string{semconv.EventNCCLCall, semconv.EventNCCLCollective} {
+			for _, rec := range ncclRecords(sink, report.PID, event) {
+				if frames, ok := rec.Get(semconv.NativeStack); ok && frames.Str() != "" {
+					nativeSeen = true
+				}
+				lineno, ok := rec.Get(semconv.CodeLineno)
+				if !ok {
+					unexpected = append(unexpected, "a record without code.lineno: "+fmt.Sprint(rec.AsRaw()))
+					continue
+				}
+				id, _ := rec.Get(semconv.StackID)
+				if frames, ok := rec.Get(semconv.PythonStack); ok {
+					framesOf[id.Str()] = frames.Str()
+				}
+				tid, _ := rec.Get(semconv.ThreadID)
+				file, _ := rec.Get(semconv.CodeFilepath)
+				matched := false
+				for name, w := range want {
+					if lineno.Int() != int64(line[name]) {
+						continue
+					}
+					matched = true
+					if file.Str() != script || tid.Int() != w.tid || id.Str() == "" {
+						unexpected = append(unexpected, fmt.Sprintf("%s on thread %d in %s, stack id %q", name, tid.Int(), file.Str(), id.Str()))
+						continue
+					}
+					if idsOf[name] == nil {
+						idsOf[name] = map[string]bool{}
+					}
+					idsOf[name][id.Str()] = true
+					counted[name]++
+				}
+				if !matched {
+					unexpected = append(unexpected, fmt.Sprintf("line %d: %v", lineno.Int(), rec.AsRaw()))
+				}
+			}
+		}
+		return len(unexpected) > 0 || (counted["init"] == 1 && counted["hook"] == steps && counted["step"] == steps)
+	})
+	for _, u := range unexpected {
+		t.Errorf("unexpected record: %s", u)
+	}
+	for name, w := range want {
+		if counted[name] != w.want {
+			t.Errorf("%d records from the %s line (%d), want %d", counted[name], name, line[name], w.want)
+		}
+		if len(idsOf[name]) != 1 {
+			t.Errorf("%s: %d stacks, want the one: %v", name, len(idsOf[name]), idsOf[name])
+		}
+		for id := range idsOf[name] {
+			if frames := framesOf[id]; !strings.HasPrefix(frames, w.stack) {
+				t.Errorf("%s: stack %s has frames %q, want them to begin %q", name, id, frames, w.stack)
+			} else {
+				t.Logf("%s: stack %s: %s", name, id, frames)
+			}
+		}
+	}
+	if !nativeSeen {
+		t.Error("no NCCL record carried its native frames")
 	}
 	if t.Failed() {
 		t.Logf("collector output:\n%s", col.Output())

@@ -276,6 +276,15 @@ func (w execWatcher) CUDACallPy(ev *probes.CUDACallPy) {
 	w.Handler.CUDACall(&ev.Call)
 }
 
+// NCCLCallPy does the same for a Python process's NCCL call.
+func (w execWatcher) NCCLCallPy(ev *probes.NCCLCallPy) {
+	if ph, ok := w.Handler.(probes.PythonCallHandler); ok {
+		ph.NCCLCallPy(ev)
+		return
+	}
+	w.Handler.NCCLCall(&ev.Call)
+}
+
 // LibraryMapped queues the mapping for the attach loop; the reader must not wait for
 // an attach, which reads the library's symbols and makes a uprobe per function.
 func (w execWatcher) LibraryMapped(ev *probes.LibraryMapped) {
