@@ -67,6 +67,24 @@ struct {
 	__type(value, struct call_stats);
 } call_stats_table SEC(".maps");
 
+/* What a stopping collector last read of each slot's call statistics, with the slot's
+ * owner then: the next collector on the same kernel state counts each process from
+ * there, so the calls made while no collector ran (the probes stay attached) are its
+ * first, not lost. Only userspace reads and writes it; entries exist only between a
+ * collector's stop and the next one's start. */
+struct call_stats_handoff {
+	__u64 owner;
+	struct call_stats api[API_COUNT];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(max_entries, PROC_SLOTS);
+	__type(key, __u32);
+	__type(value, struct call_stats_handoff);
+} handoff_stats SEC(".maps");
+
 /* Which process owns each slot (tgid, 0 = free). The first thread of a process to call
  * CUDA claims one; userspace frees it once the process is gone and its last counts are
  * read, after zeroing the slot's statistics. */

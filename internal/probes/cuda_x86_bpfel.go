@@ -22,6 +22,12 @@ type cudaCallStats struct {
 	Buckets    [320]uint32
 }
 
+type cudaCallStatsHandoff struct {
+	_     structs.HostLayout
+	Owner uint64
+	Api   [34]cudaCallStats
+}
+
 type cudaCudaApi uint32
 
 const (
@@ -207,6 +213,7 @@ const (
 	cudaMapCallStatsTable             = "call_stats_table"
 	cudaMapDrops                      = "drops"
 	cudaMapEvents                     = "events"
+	cudaMapHandoffStats               = "handoff_stats"
 	cudaMapNotableNs                  = "notable_ns"
 	cudaMapProcSlots                  = "proc_slots"
 	cudaMapProcessWaits               = "process_waits"
@@ -310,6 +317,7 @@ type cudaMapSpecs struct {
 	CallStatsTable  *ebpf.MapSpec `ebpf:"call_stats_table"`
 	Drops           *ebpf.MapSpec `ebpf:"drops"`
 	Events          *ebpf.MapSpec `ebpf:"events"`
+	HandoffStats    *ebpf.MapSpec `ebpf:"handoff_stats"`
 	NotableNs       *ebpf.MapSpec `ebpf:"notable_ns"`
 	ProcSlots       *ebpf.MapSpec `ebpf:"proc_slots"`
 	ProcessWaits    *ebpf.MapSpec `ebpf:"process_waits"`
@@ -365,6 +373,7 @@ type cudaMaps struct {
 	CallStatsTable  *ebpf.Map `ebpf:"call_stats_table"`
 	Drops           *ebpf.Map `ebpf:"drops"`
 	Events          *ebpf.Map `ebpf:"events"`
+	HandoffStats    *ebpf.Map `ebpf:"handoff_stats"`
 	NotableNs       *ebpf.Map `ebpf:"notable_ns"`
 	ProcSlots       *ebpf.Map `ebpf:"proc_slots"`
 	ProcessWaits    *ebpf.Map `ebpf:"process_waits"`
@@ -381,6 +390,7 @@ func (m *cudaMaps) Close() error {
 		m.CallStatsTable,
 		m.Drops,
 		m.Events,
+		m.HandoffStats,
 		m.NotableNs,
 		m.ProcSlots,
 		m.ProcessWaits,

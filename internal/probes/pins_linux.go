@@ -19,9 +19,10 @@ import (
 // kernelState keeps the programs' maps pinned in bpffs, so that the next collector on
 // the node (a DaemonSet rolling update, a crash) adopts what the kernel knows: the
 // traced set, NCCL communicators and their sequence numbers, per-process call
-// statistics, the calls in flight, the host aggregates. The links are not pinned:
-// while no collector runs nothing is probed, and nothing is left attached to the
-// workload's libraries once Fathom is gone.
+// statistics, the calls in flight, the host aggregates. With KeepProbes the library
+// probes' links are pinned too (links/<library>-<dev>-<inode>/<n>): they stay attached
+// and counting while no collector runs, and the next collector adopts them instead of
+// attaching its own. The host tracepoints and the mmap watcher are never pinned.
 //
 // The state of one build and one set of load options lives in a directory of its
 // own, named by a hash of both: a map is only ever shared by programs that agree on
@@ -40,7 +41,10 @@ func openKernelState(opts Options) (*kernelState, error) {
 		h.Write(b)
 	}
 	// The options baked into the programs (constants, map sizes) belong to the state.
-	fmt.Fprintf(h, "trace_all=%v ring=%d slots=%d baseline=%v per_probe_links=%v", opts.TraceAllCUDA, opts.RingBufferBytes, opts.ProcSlots, opts.Baseline, opts.PerProbeLinks)
+	// Pinned links run the programs of the collector that attached them, with its
+	// constants: those must be this collector's too.
+	fmt.Fprintf(h, "trace_all=%v ring=%d slots=%d baseline=%v per_probe_links=%v sample_every=%d native_stacks=%v",
+		opts.TraceAllCUDA, opts.RingBufferBytes, opts.ProcSlots, opts.Baseline, opts.PerProbeLinks, opts.SampleEvery, !opts.NoNativeStacks)
 	version := hex.EncodeToString(h.Sum(nil))[:16]
 	if err := checkBPFFS(opts.PinDir); err != nil {
 		return nil, err
@@ -131,8 +135,15 @@ func (p *Probes) snapshotAdopted() error {
 		return err
 	}
 	base := &adoptedTotals{calls: map[uint32]*[APICount]CallStats{}}
+	owners := map[uint32]uint32{}
 	for i := range stats {
 		base.calls[stats[i].slot] = &stats[i].ByAPI
+		owners[stats[i].slot] = stats[i].PID
+	}
+	// What the previous collector handed over is where it stopped counting: from
+	// there, not from now, so that the calls made meanwhile are counted.
+	if err := p.takeHandoff(base, owners); err != nil {
+		return err
 	}
 	if base.host, err = p.ReadHostAggregates(); err != nil {
 		return err

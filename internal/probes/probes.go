@@ -50,6 +50,11 @@ type Options struct {
 	// PinDir, when set, keeps the kernel's state pinned in this bpffs directory, and
 	// adopts the state a previous collector of the same build left there (Adopted).
 	PinDir string
+	// KeepProbes (with PinDir) pins the library probes' links beside the maps, so that
+	// they stay attached and counting while no collector runs (a restart, a rolling
+	// update of the same build), and hands the next collector the counts this one
+	// last read: a restart loses no call. Off, Close detaches them.
+	KeepProbes bool
 }
 
 // Probes is the loaded BPF programs and their links. One Probes serves a whole host.
@@ -79,8 +84,12 @@ type Probes struct {
 	pollTimeout time.Duration
 	baseline    bool
 	state       *kernelState // nil: nothing pinned
+	keepProbes  bool
 	// adoptedBase holds the adopted kernel totals, which the readers subtract.
 	adoptedBase *adoptedTotals
+	// lastRead is each slot's statistics as ReadCallStats last returned them, before
+	// the adopted base is subtracted: what Close hands the next collector.
+	lastRead lastRead
 }
 
 // LibraryAttachment says what was attached to one library file.
@@ -136,7 +145,7 @@ func Load(opts Options) (*Probes, error) {
 		return nil, fmt.Errorf("configure duration_bounds: %w", err)
 	}
 	p := &Probes{attached: map[fileID]LibraryAttachment{}, pollTimeout: 10 * time.Millisecond, baseline: opts.Baseline,
-		multi: !opts.PerProbeLinks && features.HaveBPFLinkUprobeMulti() == nil}
+		multi: !opts.PerProbeLinks && features.HaveBPFLinkUprobeMulti() == nil, keepProbes: opts.KeepProbes && opts.PinDir != ""}
 	if opts.PinDir != "" {
 		if p.state, err = openKernelState(opts); err != nil {
 			return nil, err
@@ -212,6 +221,10 @@ func Load(opts Options) (*Probes, error) {
 		if err := p.snapshotAdopted(); err != nil {
 			p.Close()
 			return nil, fmt.Errorf("read the adopted kernel state: %w", err)
+		}
+		if err := p.adoptLinks(); err != nil {
+			p.Close()
+			return nil, fmt.Errorf("adopt the previous collector's probes: %w", err)
 		}
 	}
 	return p, nil
@@ -291,6 +304,11 @@ func (p *Probes) AttachLibrary(path string, lib Library) (att LibraryAttachment,
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if prev, seen := p.attached[id]; seen {
+		if prev.Path == "" {
+			// Probed by a previous collector (adoptLinks), which left no path: now known.
+			prev.Path = path
+			p.attached[id] = prev
+		}
 		return prev, false, nil
 	}
 	points := p.attachPoints(lib)
@@ -331,6 +349,12 @@ func (p *Probes) AttachLibrary(path string, lib Library) (att LibraryAttachment,
 	p.probes += 2 * len(defined)
 	p.links = append(p.links, added...)
 	p.attached[id] = att
+	if p.keepProbes {
+		if err := p.state.pinLinks(lib, id, added); err != nil {
+			// Probed, but a restart would lose this file's calls until it is probed again.
+			return att, true, fmt.Errorf("%s is probed, but its probes could not be pinned: %w", path, err)
+		}
+	}
 	if err := p.markProbed(id); err != nil {
 		// The file is probed; its next first-time mappers may be held for nothing.
 		return att, true, fmt.Errorf("%s is probed, but the mmap watcher was not told: %w", path, err)
@@ -511,9 +535,17 @@ func (p *Probes) SchedStateOf(pidfd int) (offCPU, runnable bool, err error) {
 	return s.OffCpuSince != 0, s.RunnableSince != 0, nil
 }
 
-// Close detaches everything and frees the programs and maps.
+// Close detaches everything and frees the programs and maps; with KeepProbes the
+// library probes stay attached, pinned, for the next collector, with the counts this
+// one last read (handOff).
 func (p *Probes) Close() error {
 	holdErr := p.StopHolding()
+	var keepErr error
+	if p.keepProbes {
+		keepErr = p.handOff()
+	} else if p.state != nil {
+		keepErr = p.state.unpinLinks()
+	}
 	p.mu.Lock()
 	closeAll(p.links)
 	p.links = nil
@@ -526,7 +558,7 @@ func (p *Probes) Close() error {
 	p.nccl.Close()
 	p.hostBaseline.Close()
 	p.host.Close()
-	return errors.Join(holdErr, p.cuda.Close())
+	return errors.Join(holdErr, keepErr, p.cuda.Close())
 }
 
 // HostRunStats returns each host tracepoint's program run time (the empty programs'

@@ -72,6 +72,12 @@ type KernelStateConfig struct {
 	// PinDir is a directory on a bpf file system, e.g. /sys/fs/bpf/fathom; "" pins
 	// nothing.
 	PinDir string `mapstructure:"pin_dir"`
+	// KeepProbes (with pin_dir) leaves the library probes attached, pinned, while no
+	// collector runs, and hands the next collector of the same build the counts this
+	// one last exported: a restart loses no call (docs/operating.md). Removing Fathom
+	// from a node then means removing pin_dir after the collector stops. false
+	// detaches them at stop. Default true.
+	KeepProbes bool `mapstructure:"keep_probes"`
 }
 
 // TargetsConfig says which processes are traced.
@@ -268,7 +274,8 @@ func createDefaultConfig() *Config {
 			AttachOnMap:    true,
 			FirstLoadHold:  50 * time.Millisecond,
 		},
-		Stacks: StacksConfig{Python: true, Native: true},
+		Stacks:      StacksConfig{Python: true, Native: true},
+		KernelState: KernelStateConfig{KeepProbes: true},
 		Logs: LogsConfig{
 			Policy:             LogsNotable,
 			MaxPerSecond:       1000,

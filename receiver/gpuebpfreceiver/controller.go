@@ -24,6 +24,9 @@ import (
 type eventSource interface {
 	// start begins delivering events to h until stop; errors at start are fatal.
 	start(ctx context.Context, h probes.Handler) error
+	// quiesce stops delivering events; the kernel side stays as it is, for a last
+	// reading. stop then releases it (quiescing first if need be).
+	quiesce()
 	stop() error
 	// hostTotals reads the kernel-side aggregates and drop counters (empty if none).
 	hostTotals() (probes.HostAggregates, map[string]uint64, bool)
@@ -383,11 +386,13 @@ func (c *controller) shutdown() error {
 	controllersMu.Unlock()
 	c.cancel()
 	c.wg.Wait()
-	c.pullCallStats() // the kernel's last counts, while the probes are still there
-	err := c.source.stop()
-	// A last flush, so what was seen before shutdown is not lost.
+	c.source.quiesce()
+	// A last flush, so what was seen before shutdown is not lost: flushMetrics reads the
+	// kernel's last counts while the probes are still there, and what it exports is
+	// what stop hands the next collector (kernel_state.keep_probes), no more, no less.
 	c.flushLogs(context.Background())
 	c.flushMetrics(context.Background())
+	err := c.source.stop()
 	if c.nvml != nil {
 		if cerr := c.nvml.Close(); cerr != nil {
 			c.settings.Logger.Warn("NVML shutdown", zap.Error(cerr))

@@ -102,3 +102,60 @@ func TestRestartMidJobKeepsTheCommunicatorAndTheCounts(t *testing.T) {
 		t.Fatalf("second collector exit code %d", code)
 	}
 }
+
+// A node collector restarted while two processes keep launching loses no call: the
+// probes stay attached, pinned, while no collector runs (kernel_state.keep_probes), the
+// stopping collector hands over what it last read, and the next one counts each
+// process from there. The two collectors' counts add up to exactly the launches the
+// processes made, though about a second of them fell between the two collectors.
+func TestACollectorRestartLosesNoCall(t *testing.T) {
+	privtest.RequireBPFFS(t)
+	paths := fakegpu.Build(t)
+	const steps, perStep = 300, 20
+	config := nodeConfig(fmt.Sprintf("collection_interval: 300ms\nlogs:\n  policy: none\nkernel_state:\n  pin_dir: %s", collectortest.PinDir(t)), false)
+	firstSink, first := startNodeCollector(t, config)
+
+	var workloads []*fakegpu.Workload
+	for range 2 {
+		workloads = append(workloads, fakegpu.Start(t, paths, fakegpu.Options{Steps: steps, StepGap: 20 * time.Millisecond, Launches: steps * perStep, Gate: true}))
+	}
+	for _, w := range workloads {
+		if err := w.Release(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	launches := seriesKey(semconv.MetricCUDAAPICalls, attrs("cuda.api.name", "cudaLaunchKernel", "cuda.library", "libcudart"))
+	for _, w := range workloads {
+		waitFor(t, firstSink, w.Pid, "launches seen by the first collector", func(v processView) bool { return v.series[launches].value > 0 })
+	}
+	if code := first.Terminate(t, 30*time.Second); code != 0 {
+		t.Fatalf("first collector exit code %d", code)
+	}
+	time.Sleep(time.Second) // the processes launch on, with no collector
+	secondSink, second := startNodeCollector(t, config)
+	if !strings.Contains(second.Output(), "adopted the kernel state") {
+		t.Errorf("the second collector did not say it adopted the kernel state:\n%s", second.Output())
+	}
+	for _, w := range workloads {
+		report, err := w.Wait(time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		made := report.Calls["cudaLaunchKernel"]
+		if made != steps*perStep {
+			t.Fatalf("pid %d made %d launches, want %d", report.Pid, made, steps*perStep)
+		}
+		before := waitFor(t, firstSink, report.Pid, "the first collector's last export", func(processView) bool { return true }).series[launches]
+		after := waitFor(t, secondSink, report.Pid, "every launch, across the two collectors", func(v processView) bool {
+			return before.value+v.series[launches].value == made
+		}).series[launches]
+		t.Logf("pid %d: %d launches, %d counted by the first collector, %d by the second", report.Pid, made, before.value, after.value)
+		if before.value == 0 || after.value == 0 || after.start <= before.start {
+			t.Errorf("pid %d: the first collector counted %d (start %v), the second %d (start %v): want both, the second a series of its own",
+				report.Pid, before.value, before.start, after.value, after.start)
+		}
+	}
+	if code := second.Terminate(t, 30*time.Second); code != 0 {
+		t.Fatalf("second collector exit code %d", code)
+	}
+}

@@ -54,6 +54,7 @@ func newEBPFSource(cfg *Config, logger *zap.Logger) (eventSource, error) {
 		TraceAllCUDA:    cfg.Targets.All,
 		RingBufferBytes: cfg.Limits.RingBufferBytes,
 		PinDir:          cfg.KernelState.PinDir,
+		KeepProbes:      cfg.KernelState.KeepProbes,
 		HoldFirstLoad:   holdFirstLoad(cfg, logger),
 		NoNativeStacks:  !cfg.Stacks.Native,
 		SampleEvery:     uint32(cfg.Stacks.SampleEvery),
@@ -65,7 +66,7 @@ func newEBPFSource(cfg *Config, logger *zap.Logger) (eventSource, error) {
 		return nil, fmt.Errorf("gpuebpf: %w", err)
 	}
 	if p.Adopted() {
-		logger.Info("adopted the kernel state a previous collector left: traced processes, NCCL communicators and calls in flight carry on; counts start now",
+		logger.Info("adopted the kernel state a previous collector left: traced processes, NCCL communicators, calls in flight and (keep_probes) the probes carry on; counts go on from what the last collector handed over",
 			zap.String("pin_dir", cfg.KernelState.PinDir))
 	}
 	s := &ebpfSource{cfg: cfg, logger: logger, probes: p, cgroupRoot: procinfo.CgroupV2Mount(cfg.Discovery.CgroupRoot),
@@ -418,12 +419,16 @@ func (s *ebpfSource) discoveryLoop(ctx context.Context) {
 	}
 }
 
-func (s *ebpfSource) stop() error {
+func (s *ebpfSource) quiesce() {
 	if s.cancel != nil {
 		s.cancel()
 	}
 	s.wg.Wait()
 	s.held.releaseAll()
+}
+
+func (s *ebpfSource) stop() error {
+	s.quiesce()
 	return s.probes.Close()
 }
 

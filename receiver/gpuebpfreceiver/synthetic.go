@@ -94,11 +94,15 @@ func (s *syntheticSource) run(ctx context.Context, h probes.Handler) {
 	}
 }
 
-func (s *syntheticSource) stop() error {
+func (s *syntheticSource) quiesce() {
 	if s.cancel != nil {
 		s.cancel()
 	}
 	s.wg.Wait()
+}
+
+func (s *syntheticSource) stop() error {
+	s.quiesce()
 	return nil
 }
 
