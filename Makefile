@@ -14,14 +14,15 @@ export GOFLAGS += -tags=duckdb_arrow
 BIN       := bin/fathom
 BUILD_DIR := build
 
-.PHONY: all deps build generate generate-ocb generate-deploy check-generated test fuzz lint bench soak demo run-node clean
+.PHONY: all deps build image release generate generate-ocb generate-deploy check-generated test fuzz lint bench soak demo run-node clean
 
 all: build
 
 # What a fresh machine lacks for the tests: clang-19 and libbpf headers for the BPF
 # build, Prometheus (the demo's test queries the Grafana dashboard against it), Node.js
 # and the MCP/OpenAPI conformance clients pinned in test/mcpconformance/package-lock.json,
-# a mounted tracefs, and bpffs (where kernel state is pinned). Does nothing when all is
+# podman and runc (the image test loads the image and runs it), a mounted tracefs, and
+# bpffs (where kernel state is pinned). Does nothing when all is
 # present, so `make test` on a fresh clone skips no test for want of a tool.
 deps:
 	@if ! command -v $(CLANG) >/dev/null || ! command -v bpftool >/dev/null || [ ! -e /usr/include/bpf/bpf_helpers.h ]; then \
@@ -36,6 +37,10 @@ deps:
 	@if ! /usr/bin/python3 -c 'import torch' 2>/dev/null; then \
 	  echo "installing python3-torch (the Python stack tests run a real PyTorch loop)"; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends python3-torch >/dev/null; \
+	fi
+	@if ! command -v podman >/dev/null || ! command -v runc >/dev/null; then \
+	  echo "installing podman runc"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends podman runc >/dev/null; \
 	fi
 	@if [ ! -e test/mcpconformance/node_modules/.package-lock.json ] || [ test/mcpconformance/package-lock.json -nt test/mcpconformance/node_modules/.package-lock.json ]; then \
 	  echo "installing the conformance clients (npm ci)"; \
@@ -56,6 +61,29 @@ vendor-libs:
 # link are redone; nothing here downloads modules or reruns ocb.
 build:
 	$(GO) build -o $(BIN) ./cmd/fathom
+
+# The container image, built without a container daemon by internal/imagebuild
+# (docs/distribution.md): an OCI archive for `podman load -i`, tagged with the chart's
+# appVersion, and its SPDX SBOM beside it. The binary in it is bin/fathom's build without
+# the symbol table and DWARF (-s -w: a relink, not a rebuild). Layer times are
+# SOURCE_DATE_EPOCH, else the commit time.
+VERSION     := $(shell sed -n 's/^appVersion: *"\{0,1\}\([^"]*\)"\{0,1\}$$/\1/p' deploy/helm/fathom/Chart.yaml)
+IMAGE_DIR   := $(BUILD_DIR)/image
+IMAGE       := $(IMAGE_DIR)/fathom-$(VERSION).oci.tar
+RELEASE_DIR := $(BUILD_DIR)/release
+
+image:
+	@mkdir -p $(IMAGE_DIR)
+	$(GO) build -ldflags='-s -w' -o $(IMAGE_DIR)/fathom ./cmd/fathom
+	$(GO) run ./internal/imagebuild/buildimage -binary $(IMAGE_DIR)/fathom -version $(VERSION) -out $(IMAGE)
+
+# What a release publishes, and SHA256SUMS over it (`sha256sum -c SHA256SUMS` there).
+release: image
+	rm -rf $(RELEASE_DIR) && mkdir -p $(RELEASE_DIR)
+	cp $(IMAGE) $(IMAGE_DIR)/fathom-$(VERSION).spdx.json $(RELEASE_DIR)/
+	cp $(IMAGE_DIR)/fathom $(RELEASE_DIR)/fathom-$(VERSION)-linux-amd64
+	cp deploy/configs/*.yaml deploy/systemd/*.service $(RELEASE_DIR)/
+	cd $(RELEASE_DIR) && sha256sum $$(ls | grep -v '^SHA256SUMS$$') > SHA256SUMS
 
 # Regenerates every committed generated file. CI runs `make check-generated`, which
 # fails when the committed files differ from what these generators produce.
