@@ -87,7 +87,7 @@ func main() {
 	if err != nil {
 		log.Fatalf("buildimage: %v", err)
 	}
-	fmt.Printf("%s: %s:%s, linux/amd64, %s, %d MB, %d shared libraries, revision %s, created %s, in %.1fs\n",
+	fmt.Printf("%s: %s:%s, linux/amd64, %s, %d MiB, %d library paths, revision %s, created %s, in %.1fs\n",
 		*out, *repository, *version, res.Digest, st.Size()>>20, len(res.Libraries), *revision,
 		created.Format(time.RFC3339), time.Since(start).Seconds())
 	fmt.Printf("%s: SPDX 2.3 (also at %s in the image)\n", *sbomOut, imagebuild.SBOMPath)
