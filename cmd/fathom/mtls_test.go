@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"regexp"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -336,6 +337,38 @@ func TestThePlaintextOverlaysTurnTLSOff(t *testing.T) {
 	out, err := exec.Command(collectortest.Binary(t), "validate", "--config", configPath(t, "node.yaml"), "--config", configPath(t, "node-plaintext.yaml")).CombinedOutput()
 	if err != nil {
 		t.Fatalf("node.yaml with node-plaintext.yaml: %v\n%s", err, out)
+	}
+	if code := gateway.Terminate(t, 20*time.Second); code != 0 {
+		t.Fatalf("gateway exit code %d", code)
+	}
+}
+
+// A node answers only to the gateway its CA vouches for: against a gateway whose
+// certificate another CA signed (whoever answers on the gateway's address), the node's
+// handshake fails, it sends nothing there, and it says why.
+func TestANodeRefusesAGatewayItCannotVerify(t *testing.T) {
+	certs := collectortest.NewOTLPTLS(t)
+	impostor := collectortest.NewOTLPTLS(t)
+	grpcAddr := collectortest.Addr(t)
+	gw := gatewayEnv(t, impostor, "FATHOM_GATEWAY_OTLP_GRPC="+grpcAddr, "FATHOM_GATEWAY_OTLP_HTTP="+collectortest.Addr(t),
+		"FATHOM_NODE_SHARED_CERT_NAME=node-1") // it would take the node's data, were it sent
+	gateway := collectortest.Start(t, configPath(t, "gateway.yaml"), gw.env...)
+	gateway.WaitHTTP(t, "http://"+gw.health+"/", 30*time.Second)
+
+	privtest.Require(t) // the node loads BPF programs
+	nodeOTLP := collectortest.Addr(t)
+	nd := nodeEnv(t, certs, "node-1", "FATHOM_NODE_OTLP="+nodeOTLP, "FATHOM_GATEWAY="+grpcAddr, "FATHOM_COLLECTION_INTERVAL=1h", "FATHOM_RANK_SIGNALS_INTERVAL=0s")
+	node := collectortest.Start(t, configPath(t, "node.yaml"), nd.env...)
+	node.WaitHTTP(t, "http://"+nd.health+"/", 30*time.Second)
+	exportGauge(t, nodeOTLP, 5)
+	collectortest.WaitFor(t, "the node to say it cannot verify the gateway", 20*time.Second, func() bool {
+		return strings.Contains(node.Output(), "certificate signed by unknown authority")
+	})
+	if n := counter(t, gw.metricsURL(), "otelcol_receiver_accepted_metric_points", ""); n != 0 {
+		t.Fatalf("the impostor gateway accepted %d points", n)
+	}
+	if code := node.Terminate(t, 20*time.Second); code != 0 {
+		t.Fatalf("node exit code %d", code)
 	}
 	if code := gateway.Terminate(t, 20*time.Second); code != 0 {
 		t.Fatalf("gateway exit code %d", code)
