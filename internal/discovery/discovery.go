@@ -1,7 +1,8 @@
 // Package discovery finds the GPU libraries processes have loaded, by reading
-// /proc/PID/maps. Paths are returned as seen from the host: through /proc/PID/root, so
-// a library inside a container image (or a Python wheel in a virtualenv) is probed in
-// the same file the process runs.
+// /proc/PID/maps, and the executables that carry the CUDA runtime linked in. Paths are
+// returned as seen from the host: through /proc/PID/root, so a library inside a
+// container image (or a Python wheel in a virtualenv) is probed in the same file the
+// process runs.
 package discovery
 
 import (
@@ -48,7 +49,8 @@ type Mapping struct {
 	Library        probes.Library
 }
 
-// ScanPID lists the probed libraries process pid has mapped.
+// ScanPID lists the probed libraries process pid has mapped, and its executable when the
+// CUDA runtime is linked into it.
 func ScanPID(procRoot string, pid uint32) ([]Mapping, error) {
 	dir := filepath.Join(procRoot, strconv.FormatUint(uint64(pid), 10))
 	f, err := os.Open(filepath.Join(dir, "maps"))
@@ -77,7 +79,13 @@ func ScanPID(procRoot string, pid uint32) ([]Mapping, error) {
 		seen[path] = true
 		out = append(out, Mapping{PID: pid, Path: path, HostPath: filepath.Join(dir, "root", path), Library: lib})
 	}
-	return out, sc.Err()
+	if err := sc.Err(); err != nil {
+		return out, err
+	}
+	if exe, ok := executableWithRuntime(dir); ok && !seen[exe] {
+		out = append(out, Mapping{PID: pid, Path: exe, HostPath: filepath.Join(dir, "root", exe), Library: probes.LibCUDART})
+	}
+	return out, nil
 }
 
 // Scan lists the probed libraries of every process under procRoot. Processes that
