@@ -36,6 +36,10 @@ type Paths struct {
 	// LockWait is fakegpu-lockwait: a dispatcher that waits on a lock its own tokenizer
 	// threads hold, then sleeps (c/lockwait.c).
 	LockWait string
+	// WorkloadStatic is fakegpu-workload with the fake CUDA runtime linked into the
+	// executable and its functions exported, as a program nvcc links with
+	// libcudart_static.a and -rdynamic; it loads only libcuda.so.1.
+	WorkloadStatic string
 }
 
 var (
@@ -134,6 +138,8 @@ func PathsIn(out string) Paths {
 		DDP:      filepath.Join(out, "bin", "fakegpu-ddp"),
 		Hog:      filepath.Join(out, "bin", "fakegpu-hog"),
 		LockWait: filepath.Join(out, "bin", "fakegpu-lockwait"),
+
+		WorkloadStatic: filepath.Join(out, "bin", "fakegpu-workload-static"),
 	}
 }
 
