@@ -136,10 +136,10 @@ type loop struct {
 	dir, db, api, gatewayGRPC, gatewayHTTP string
 	gatewayEnv                             []string
 	// certs sign the gateway's OTLP certificate and each node's (node-N).
-	certs *collectortest.OTLPTLS
-	gateway                                *collectortest.Process
-	nodes                                  []*collectortest.Process
-	nodeAddrs                              []string
+	certs     *collectortest.OTLPTLS
+	gateway   *collectortest.Process
+	nodes     []*collectortest.Process
+	nodeAddrs []string
 	// settings are lines of the straggler processor's config ("signals: [...]") put
 	// into the gateway's and the nodes' configs.
 	settings []string

@@ -14,11 +14,76 @@ import (
 	"testing"
 	"time"
 
+	"go.opentelemetry.io/collector/pdata/pcommon"
+
 	"github.com/fathom-gpu/fathom/internal/collectortest"
 	"github.com/fathom-gpu/fathom/internal/fakegpu"
 	"github.com/fathom-gpu/fathom/internal/privtest"
 	"github.com/fathom-gpu/fathom/internal/semconv"
 )
+
+// stackWant is where the records of one marked line must come from: the thread, and
+// how their Python frames begin.
+type stackWant struct {
+	tid   int64
+	stack string
+}
+
+// stackTally is what a test's records say of its marked lines: how many records each
+// line has, the stack ids each line's records carry, each stack's frames (they come
+// whole on the first record of a stack, then once a minute; the others carry its id),
+// and what did not fit.
+type stackTally struct {
+	counted    map[string]int
+	idsOf      map[string]map[string]bool
+	framesOf   map[string]string
+	unexpected []string
+}
+
+// tallyStacks matches records with code.lineno against the marked lines of script in
+// want; a record of a line in also is allowed and not counted, and a record without a
+// line is unexpected once there are more than unstacked of them.
+func tallyStacks(recs []pcommon.Map, script string, line map[string]int, want map[string]stackWant, also []string, unstacked int) stackTally {
+	tl := stackTally{counted: map[string]int{}, idsOf: map[string]map[string]bool{}, framesOf: map[string]string{}}
+	for _, rec := range recs {
+		lineno, ok := rec.Get(semconv.CodeLineno)
+		if !ok {
+			if unstacked--; unstacked < 0 {
+				tl.unexpected = append(tl.unexpected, "a record without code.lineno: "+fmt.Sprint(rec.AsRaw()))
+			}
+			continue
+		}
+		id, _ := rec.Get(semconv.StackID)
+		if frames, ok := rec.Get(semconv.PythonStack); ok {
+			tl.framesOf[id.Str()] = frames.Str()
+		}
+		tid, _ := rec.Get(semconv.ThreadID)
+		file, _ := rec.Get(semconv.CodeFilepath)
+		matched := false
+		for name, w := range want {
+			if lineno.Int() != int64(line[name]) {
+				continue
+			}
+			matched = true
+			if file.Str() != script || tid.Int() != w.tid || id.Str() == "" {
+				tl.unexpected = append(tl.unexpected, fmt.Sprintf("%s on thread %d in %s, stack id %q", name, tid.Int(), file.Str(), id.Str()))
+				continue
+			}
+			if tl.idsOf[name] == nil {
+				tl.idsOf[name] = map[string]bool{}
+			}
+			tl.idsOf[name][id.Str()] = true
+			tl.counted[name]++
+		}
+		for _, a := range also {
+			matched = matched || lineno.Int() == int64(line[a])
+		}
+		if !matched {
+			tl.unexpected = append(tl.unexpected, fmt.Sprintf("line %d: %v", lineno.Int(), rec.AsRaw()))
+		}
+	}
+	return tl
+}
 
 // A real PyTorch training loop (Debian's CPython 3.11 and python3-torch) calls the CUDA
 // runtime through ctypes inside its model's forward(), after each optimizer step, and
@@ -63,75 +128,31 @@ func TestPythonStacksOfARealPyTorchLoop(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	type where struct {
-		tid   int64
-		stack string
-	}
-	want := map[string]where{
+	want := map[string]stackWant{
 		"forward": {int64(report.MainTID), fmt.Sprintf("Net.forward (%[1]s:%[2]d) < Module._call_impl (%[3]s:", script, line["forward"], "/usr/lib/python3/dist-packages/torch/nn/modules/module.py")},
 		"step":    {int64(report.MainTID), fmt.Sprintf("main (%[1]s:%[2]d) < <module> (%[1]s:%[3]d)", script, line["step"], line["entry"])},
 		"thread":  {int64(report.ThreadTID), fmt.Sprintf("prefetch (%[1]s:%[2]d) < Thread.run (", script, line["thread"])},
 	}
 	// After the forward frame and torch's, the loop's line and the module's.
 	forwardTail := fmt.Sprintf(") < main (%[1]s:%[2]d) < <module> (%[1]s:%[3]d)", script, line["loop"], line["entry"])
-	// Each record names its line, file and thread; its stack's frames come whole on the
-	// first record of each stack (then once a minute), the others carry its id.
-	counted := map[string]int{}
-	framesOf := map[string]string{} // stack id -> frames
-	idsOf := map[string]map[string]bool{}
+	var tl stackTally
 	deadline := time.Now().Add(20 * time.Second)
 	for done := false; ; {
-		clear(counted)
-		clear(idsOf)
-		var unexpected []string
-		unstacked := 0
-		for _, rec := range ncclRecords(sink, report.PID, semconv.EventCUDACall) {
-			lineno, ok := rec.Get(semconv.CodeLineno)
-			if !ok {
-				// The warm-up call may come before the collector has found the
-				// interpreter; no other.
-				if unstacked++; unstacked > 1 {
-					unexpected = append(unexpected, "a second record without code.lineno: "+fmt.Sprint(rec.AsRaw()))
-				}
-				continue
-			}
-			id, _ := rec.Get(semconv.StackID)
-			if frames, ok := rec.Get(semconv.PythonStack); ok {
-				framesOf[id.Str()] = frames.Str()
-			}
-			tid, _ := rec.Get(semconv.ThreadID)
-			file, _ := rec.Get(semconv.CodeFilepath)
-			matched := false
-			for name, w := range want {
-				if lineno.Int() != int64(line[name]) {
-					continue
-				}
-				matched = true
-				if file.Str() != script || tid.Int() != w.tid || id.Str() == "" {
-					unexpected = append(unexpected, fmt.Sprintf("%s on thread %d in %s, stack id %q", name, tid.Int(), file.Str(), id.Str()))
-					continue
-				}
-				if idsOf[name] == nil {
-					idsOf[name] = map[string]bool{}
-				}
-				idsOf[name][id.Str()] = true
-				counted[name]++
-			}
-			if !matched && lineno.Int() != int64(line["warmup"]) {
-				unexpected = append(unexpected, fmt.Sprintf("line %d: %v", lineno.Int(), rec.AsRaw()))
-			}
-		}
-		if done || len(unexpected) > 0 || time.Now().After(deadline) {
-			for _, u := range unexpected {
+		// The warm-up call may come before the collector has found the interpreter:
+		// one record without a line, and no other.
+		tl = tallyStacks(ncclRecords(sink, report.PID, semconv.EventCUDACall), script, line, want, []string{"warmup"}, 1)
+		if done || len(tl.unexpected) > 0 || time.Now().After(deadline) {
+			for _, u := range tl.unexpected {
 				t.Errorf("unexpected record: %s", u)
 			}
 			break
 		}
-		done = counted["forward"] == steps && counted["step"] == steps && counted["thread"] == steps
+		done = tl.counted["forward"] == steps && tl.counted["step"] == steps && tl.counted["thread"] == steps
 		if !done {
 			time.Sleep(200 * time.Millisecond)
 		}
 	}
+	counted, idsOf, framesOf := tl.counted, tl.idsOf, tl.framesOf
 	for name, ids := range idsOf {
 		w := want[name]
 		if len(ids) != 1 {
@@ -190,71 +211,31 @@ func TestNCCLRecordsNameThePythonLineThatIssuedThem(t *testing.T) {
 	if err := json.Unmarshal(out, &report); err != nil {
 		t.Fatalf("the script's report %q: %v", out, err)
 	}
-	type where struct {
-		event string
-		tid   int64
-		stack string // the Python frames begin so
-		want  int
+	want := map[string]stackWant{
+		"init": {int64(report.MainTID), fmt.Sprintf("main (%[1]s:%[2]d) < <module> (%[1]s:%[3]d)", script, line["init"], line["entry"])},
+		"hook": {int64(report.ThreadTID), fmt.Sprintf("reduce_gradients (%[1]s:%[2]d) < autograd (%[1]s:", script, line["hook"])},
+		"step": {int64(report.MainTID), fmt.Sprintf("main (%[1]s:%[2]d) < <module> (%[1]s:%[3]d)", script, line["step"], line["entry"])},
 	}
-	want := map[string]where{
-		"init": {semconv.EventNCCLCall, int64(report.MainTID), fmt.Sprintf("main (%[1]s:%[2]d) < <module> (%[1]s:%[3]d)", script, line["init"], line["entry"]), 1},
-		"hook": {semconv.EventNCCLCollective, int64(report.ThreadTID), fmt.Sprintf("reduce_gradients (%[1]s:%[2]d) < autograd (%[1]s:", script, line["hook"]), steps},
-		"step": {semconv.EventNCCLCollective, int64(report.MainTID), fmt.Sprintf("main (%[1]s:%[2]d) < <module> (%[1]s:%[3]d)", script, line["step"], line["entry"]), steps},
-	}
-	counted := map[string]int{}
-	framesOf := map[string]string{}
-	idsOf := map[string]map[string]bool{}
+	records := map[string]int{"init": 1, "hook": steps, "step": steps}
+	var tl stackTally
 	nativeSeen := false
-	var unexpected []string
 	collectortest.WaitFor(t, "every NCCL record with its line", 20*time.Second, func() bool {
-		clear(counted)
-		clear(idsOf)
-		unexpected = unexpected[:0]
-		for _, event := range []string{semconv.EventNCCLCall, semconv.EventNCCLCollective} {
-			for _, rec := range ncclRecords(sink, report.PID, event) {
-				if frames, ok := rec.Get(semconv.NativeStack); ok && frames.Str() != "" {
-					nativeSeen = true
-				}
-				lineno, ok := rec.Get(semconv.CodeLineno)
-				if !ok {
-					unexpected = append(unexpected, "a record without code.lineno: "+fmt.Sprint(rec.AsRaw()))
-					continue
-				}
-				id, _ := rec.Get(semconv.StackID)
-				if frames, ok := rec.Get(semconv.PythonStack); ok {
-					framesOf[id.Str()] = frames.Str()
-				}
-				tid, _ := rec.Get(semconv.ThreadID)
-				file, _ := rec.Get(semconv.CodeFilepath)
-				matched := false
-				for name, w := range want {
-					if lineno.Int() != int64(line[name]) {
-						continue
-					}
-					matched = true
-					if file.Str() != script || tid.Int() != w.tid || id.Str() == "" {
-						unexpected = append(unexpected, fmt.Sprintf("%s on thread %d in %s, stack id %q", name, tid.Int(), file.Str(), id.Str()))
-						continue
-					}
-					if idsOf[name] == nil {
-						idsOf[name] = map[string]bool{}
-					}
-					idsOf[name][id.Str()] = true
-					counted[name]++
-				}
-				if !matched {
-					unexpected = append(unexpected, fmt.Sprintf("line %d: %v", lineno.Int(), rec.AsRaw()))
-				}
+		recs := append(ncclRecords(sink, report.PID, semconv.EventNCCLCall), ncclRecords(sink, report.PID, semconv.EventNCCLCollective)...)
+		for _, rec := range recs {
+			if frames, ok := rec.Get(semconv.NativeStack); ok && frames.Str() != "" {
+				nativeSeen = true
 			}
 		}
-		return len(unexpected) > 0 || (counted["init"] == 1 && counted["hook"] == steps && counted["step"] == steps)
+		tl = tallyStacks(recs, script, line, want, nil, 0)
+		return len(tl.unexpected) > 0 || (tl.counted["init"] == 1 && tl.counted["hook"] == steps && tl.counted["step"] == steps)
 	})
+	counted, idsOf, framesOf, unexpected := tl.counted, tl.idsOf, tl.framesOf, tl.unexpected
 	for _, u := range unexpected {
 		t.Errorf("unexpected record: %s", u)
 	}
 	for name, w := range want {
-		if counted[name] != w.want {
-			t.Errorf("%d records from the %s line (%d), want %d", counted[name], name, line[name], w.want)
+		if counted[name] != records[name] {
+			t.Errorf("%d records from the %s line (%d), want %d", counted[name], name, line[name], records[name])
 		}
 		if len(idsOf[name]) != 1 {
 			t.Errorf("%s: %d stacks, want the one: %v", name, len(idsOf[name]), idsOf[name])
