@@ -19,7 +19,7 @@ import (
 func buildProgram(t *testing.T, dir, name, source string, flags ...string) string {
 	t.Helper()
 	if _, err := exec.LookPath("gcc"); err != nil {
-		t.Skip("needs gcc to build the test's executables")
+		t.Fatalf("needs gcc to build the test's executables (the collector's own cgo build needs it too): %v", err)
 	}
 	src := filepath.Join(dir, name+".c")
 	if err := os.WriteFile(src, []byte(source), 0o644); err != nil {

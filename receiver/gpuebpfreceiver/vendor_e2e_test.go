@@ -5,9 +5,7 @@ package gpuebpfreceiver_test
 import (
 	"encoding/json"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -70,61 +68,11 @@ type vendorReport struct {
 	} `json:"apis"`
 }
 
-// runVendorWorkload starts fakegpu-vendor on NVIDIA's libraries with plan, waits until it
-// sits at its gate with the libraries mapped, calls atGate, then lets it run and returns
-// its report.
-func runVendorWorkload(t *testing.T, bin string, libs vendorLibs, plan map[string]int64, atGate func(pid int)) vendorReport {
+// runVendorWorkload starts fakegpu-vendor on NVIDIA's libraries with plan (as
+// runVendorProcess does), calls atGate with its pid at its gate, and returns its report.
+func runVendorWorkload(t *testing.T, libs vendorLibs, plan map[string]int64, atGate func(pid int)) vendorReport {
 	t.Helper()
-	var items []string
-	for api, n := range plan {
-		items = append(items, api+"="+strconv.FormatInt(n, 10))
-	}
-	gate := t.TempDir()
-	ready, goFile := filepath.Join(gate, "ready"), filepath.Join(gate, "go")
-	cmd := exec.Command(bin, "--plan", strings.Join(items, ","), "--ready-file", ready, "--wait-file", goFile)
-	cmd.Env = append(os.Environ(), "LD_LIBRARY_PATH="+libs.dir)
-	var stdout, stderr strings.Builder
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		<-done
-	})
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(5 * time.Millisecond) {
-		if _, err := os.Stat(ready); err == nil {
-			break
-		}
-		select {
-		case err := <-done:
-			t.Fatalf("fakegpu-vendor exited before its gate: %v\n%s", err, stderr.String())
-		default:
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("fakegpu-vendor never reached its gate\n%s", stderr.String())
-		}
-	}
-	atGate(cmd.Process.Pid)
-	if err := os.WriteFile(goFile, nil, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case err := <-done:
-		done <- err // for the cleanup
-		if err != nil {
-			t.Fatalf("fakegpu-vendor: %v\n%s", err, stderr.String())
-		}
-	case <-time.After(2 * time.Minute):
-		t.Fatalf("fakegpu-vendor still running after 2 minutes\n%s", stderr.String())
-	}
-	var r vendorReport
-	if err := json.Unmarshal([]byte(stdout.String()), &r); err != nil {
-		t.Fatalf("fakegpu-vendor's report %q: %v", stdout.String(), err)
-	}
-	return r
+	return runVendorProcess(t, vendorProcess{env: []string{"LD_LIBRARY_PATH=" + libs.dir}}, plan, atGate)
 }
 
 // copyDirection is the cuda.memcpy.direction each probed copy's calls carry: the
@@ -153,7 +101,6 @@ func TestNVIDIALibrariesAreCountedExactly(t *testing.T) {
 	privtest.Require(t)
 	libs := requireVendorLibs(t)
 	t.Logf("NVIDIA's libraries: %s (%s)", libs.versions, libs.dir)
-	bin := filepath.Join(fakegpu.Build(t).Out, "bin", "fakegpu-vendor")
 
 	// A different count for each function, so that calls counted under another
 	// function's name cannot add up right; the busiest ones as a training step has them.
@@ -171,7 +118,7 @@ func TestNVIDIALibrariesAreCountedExactly(t *testing.T) {
 	}
 
 	sink, col := startNodeCollector(t, nodeConfig("collection_interval: 300ms\nlogs:\n  policy: none\nnvml:\n  library_path: "+libs.nvml, true))
-	report := runVendorWorkload(t, bin, libs, plan, func(int) {
+	report := runVendorWorkload(t, libs, plan, func(int) {
 		for path, lib := range map[string]probes.Library{libs.cudart: probes.LibCUDART, libs.cuda: probes.LibCUDA} {
 			line := waitProbing(t, col, path)
 			var attached struct {
