@@ -50,14 +50,6 @@ type Report struct {
 // BPFLoadCheck names the check that loads the programs.
 const BPFLoadCheck = "bpf_load"
 
-// Linux capability numbers (include/uapi/linux/capability.h).
-const (
-	capSysAdmin    = 21
-	capSysResource = 24
-	capPerfmon     = 38
-	capBPF         = 39
-)
-
 // Options changes how the costliest check is answered.
 type Options struct {
 	// BPFLoad, when set, answers the bpf_load check instead of loading and attaching
@@ -108,11 +100,9 @@ func RunWith(procRoot string, opts Options) Report {
 	add(Check{Name: "btf", OK: err == nil, Detail: "/sys/kernel/btf/vmlinux", Fix: "the kernel must be built with CONFIG_DEBUG_INFO_BTF=y",
 		Impact: "no program loads: the probes are CO-RE and the host tracepoints are tp_btf; run the receiver with mode: synthetic"})
 
-	caps := effectiveCaps(procRoot)
-	privileged := os.Geteuid() == 0 || (caps&(1<<capBPF) != 0 && caps&(1<<capPerfmon) != 0)
-	add(Check{Name: "privileges", OK: privileged, Detail: fmt.Sprintf("uid %d, effective capabilities %#x", os.Geteuid(), caps),
-		Fix:    "run as root, or grant CAP_BPF, CAP_PERFMON, CAP_SYS_RESOURCE (and CAP_SYS_PTRACE to read other users' /proc/PID/environ, CAP_DAC_READ_SEARCH to find a gone process's cgroup by id)",
-		Impact: "no program loads, so nothing is traced; the receiver refuses to start in ebpf mode (mode: synthetic needs no privileges)"})
+	self := inspectProcess(r.Kernel)
+	add(privilegesCheck(self))
+	add(syscallsCheck(self))
 
 	// The uprobe PMU lets uprobes attach through perf_event_open; without it they go
 	// through tracefs's uprobe_events, which then must be mounted.
@@ -129,11 +119,17 @@ func RunWith(procRoot string, opts Options) Report {
 	if opts.BPFLoad != nil {
 		c := opts.BPFLoad()
 		c.Name = BPFLoadCheck
+		if !c.OK && !c.Advisory {
+			c.Detail, c.Fix = explainLoadFailure(self, c.Detail)
+		}
 		add(c)
 	} else {
-		loadOK, loadDetail := tryLoad()
-		add(Check{Name: BPFLoadCheck, OK: loadOK, Detail: loadDetail, Fix: "see the privileges and btf checks; the detail is the kernel's answer",
-			Impact: "the receiver cannot run in ebpf mode on this node"})
+		c := Check{Name: BPFLoadCheck, Impact: "the receiver cannot run in ebpf mode on this node"}
+		c.OK, c.Detail = tryLoad()
+		if !c.OK {
+			c.Detail, c.Fix = explainLoadFailure(self, c.Detail)
+		}
+		add(c)
 	}
 
 	if opts.NVML != nil {
@@ -238,20 +234,6 @@ func kernelVersion(release string) (major, minor int) {
 		minor, _ = strconv.Atoi(strings.TrimLeftFunc(parts[1], func(r rune) bool { return r < '0' || r > '9' }))
 	}
 	return major, minor
-}
-
-func effectiveCaps(procRoot string) uint64 {
-	status, err := os.ReadFile(procRoot + "/self/status")
-	if err != nil {
-		return 0
-	}
-	for _, line := range strings.Split(string(status), "\n") {
-		if v, ok := strings.CutPrefix(line, "CapEff:"); ok {
-			caps, _ := strconv.ParseUint(strings.TrimSpace(v), 16, 64)
-			return caps
-		}
-	}
-	return 0
 }
 
 // Text renders the report for people.
