@@ -204,7 +204,7 @@ func TestTheChartRendersValidObjects(t *testing.T) {
 		"--set", "exporters.otlp.enabled=true,exporters.otlp.endpoint=otlp.example:4317",
 		"--set", "exporters.prometheusRemoteWrite.enabled=true,exporters.prometheusRemoteWrite.endpoint=http://prom:9090/api/v1/write",
 		"--set", "networkPolicy.echoNamespaces={monitoring,ai-agents}"))
-	if len(o.daemonSets) != 1 || len(o.statefulSets) != 1 || len(o.services) != 2 || len(o.configMaps) != 3 || len(o.secrets) != 5 || len(o.accounts) != 2 || len(o.policies) != 1 {
+	if len(o.daemonSets) != 1 || len(o.statefulSets) != 1 || len(o.services) != 2 || len(o.configMaps) != 4 || len(o.secrets) != 5 || len(o.accounts) != 2 || len(o.policies) != 1 {
 		t.Fatalf("rendered %d daemon sets, %d stateful sets, %d services, %d config maps, %d secrets, %d service accounts, %d network policies",
 			len(o.daemonSets), len(o.statefulSets), len(o.services), len(o.configMaps), len(o.secrets), len(o.accounts), len(o.policies))
 	}
@@ -222,8 +222,26 @@ func TestTheChartRendersValidObjects(t *testing.T) {
 	for _, c := range sc.Capabilities.Add {
 		caps = append(caps, string(c))
 	}
-	if want := []string{"BPF", "PERFMON", "SYS_RESOURCE", "SYS_PTRACE", "DAC_READ_SEARCH", "KILL"}; !slices.Equal(caps, want) || len(sc.Capabilities.Drop) != 1 || sc.Capabilities.Drop[0] != "ALL" {
+	if want := []string{"BPF", "PERFMON", "SYS_PTRACE", "DAC_READ_SEARCH", "KILL"}; !slices.Equal(caps, want) || len(sc.Capabilities.Drop) != 1 || sc.Capabilities.Drop[0] != "ALL" {
 		t.Errorf("node capabilities add %v drop %v, want %v and ALL", caps, sc.Capabilities.Drop, want)
+	}
+	// The chart's own seccomp profile, which the kubelet finds in its seccomp
+	// directory; the chart renders the same file into a ConfigMap to copy from.
+	if p := sc.SeccompProfile; p == nil || p.Type != corev1.SeccompProfileTypeLocalhost || p.LocalhostProfile == nil || *p.LocalhostProfile != "fathom-node.json" {
+		t.Errorf("node seccomp profile %+v, want Localhost fathom-node.json", p)
+	}
+	profile, err := os.ReadFile(filepath.Join(collectortest.RepoRoot(t), "deploy", "helm", "fathom", "files", "seccomp", "fathom-node.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var shipped bool
+	for _, cm := range o.configMaps {
+		if cm.Name == "obs-fathom-node-seccomp" {
+			shipped = strings.TrimSpace(cm.Data["fathom-node.json"]) == strings.TrimSpace(string(profile))
+		}
+	}
+	if !shipped {
+		t.Errorf("the ConfigMap obs-fathom-node-seccomp does not hold files/seccomp/fathom-node.json")
 	}
 	hostPaths := map[string]string{}
 	for _, v := range ds.Volumes {
@@ -683,6 +701,75 @@ func ports(ps []networkingv1.NetworkPolicyPort) []int32 {
 		}
 	}
 	return out
+}
+
+// seccompProfile is the OCI runtime's seccomp format, which containerd, CRI-O and
+// podman all read, decoded strictly: a field none of them knows fails here.
+type seccompProfile struct {
+	DefaultAction   string   `json:"defaultAction"`
+	DefaultErrnoRet *uint    `json:"defaultErrnoRet"`
+	Architectures   []string `json:"architectures"`
+	Syscalls        []struct {
+		Names    []string `json:"names"`
+		Action   string   `json:"action"`
+		ErrnoRet *uint    `json:"errnoRet"`
+		Args     []struct {
+			Index    uint   `json:"index"`
+			Value    uint64 `json:"value"`
+			ValueTwo uint64 `json:"valueTwo"`
+			Op       string `json:"op"`
+		} `json:"args"`
+	} `json:"syscalls"`
+}
+
+// The node's seccomp profile refuses by default, lets the collector's bpf() and
+// perf_event_open() through unconditionally, and still refuses what the runtime
+// default refuses a container without CAP_SYS_ADMIN and friends (loading modules,
+// kexec, setting the clock, ...). Unconfined is a value away, and then no
+// profile is named.
+func TestTheNodeSeccompProfile(t *testing.T) {
+	raw, err := os.ReadFile(filepath.Join(collectortest.RepoRoot(t), "deploy", "helm", "fathom", "files", "seccomp", "fathom-node.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var p seccompProfile
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&p); err != nil {
+		t.Fatalf("fathom-node.json: %v", err)
+	}
+	if p.DefaultAction != "SCMP_ACT_ERRNO" || !slices.Contains(p.Architectures, "SCMP_ARCH_X86_64") || !slices.Contains(p.Architectures, "SCMP_ARCH_AARCH64") {
+		t.Errorf("default %s, architectures %v", p.DefaultAction, p.Architectures)
+	}
+	allowed := map[string]bool{}
+	for _, rule := range p.Syscalls {
+		if rule.Action == "SCMP_ACT_ALLOW" && len(rule.Args) == 0 {
+			for _, n := range rule.Names {
+				allowed[n] = true
+			}
+		}
+	}
+	for _, n := range []string{"bpf", "perf_event_open", "open_by_handle_at", "read", "mmap", "clone3", "epoll_pwait", "process_vm_readv", "kill"} {
+		if !allowed[n] {
+			t.Errorf("the profile does not allow %s", n)
+		}
+	}
+	for _, n := range []string{"init_module", "finit_module", "delete_module", "kexec_load", "kexec_file_load", "settimeofday", "clock_settime", "iopl", "swapon", "acct", "userfaultfd", "chroot"} {
+		if allowed[n] {
+			t.Errorf("the profile allows %s, which the runtime default refuses the node's capabilities", n)
+		}
+	}
+
+	o := decode(t, manifests(chartRender(t, "", "node.seccompProfile.type=Unconfined")))
+	sc := o.daemonSets[0].Spec.Template.Spec.Containers[0].SecurityContext
+	if sc.SeccompProfile == nil || sc.SeccompProfile.Type != corev1.SeccompProfileTypeUnconfined || sc.SeccompProfile.LocalhostProfile != nil {
+		t.Errorf("with node.seccompProfile.type=Unconfined: %+v", sc.SeccompProfile)
+	}
+	for _, cm := range o.configMaps {
+		if strings.HasSuffix(cm.Name, "-node-seccomp") {
+			t.Errorf("an Unconfined node still renders the profile's ConfigMap %s", cm.Name)
+		}
+	}
 }
 
 // The plain manifests (deploy/manifests/fathom.yaml) are the chart rendered with
