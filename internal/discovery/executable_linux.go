@@ -3,6 +3,7 @@
 package discovery
 
 import (
+	"bytes"
 	"debug/elf"
 	"os"
 	"path/filepath"
@@ -44,10 +45,10 @@ const maxExecutables = 4096
 
 // executableWithRuntime returns the path, inside its mount namespace, of the executable
 // of the process at dir when the CUDA runtime is linked into it: nvcc links
-// libcudart_static.a by default, and no libcudart file is then mapped. Only the
-// executable's dynamic symbols count (a program linked with -rdynamic), because they
-// are what the probes attach to (internal/probes reads .dynsym); a runtime whose
-// symbols are only in .symtab is not matched.
+// libcudart_static.a by default, and no libcudart file is then mapped. Its functions
+// are found among the executable's dynamic symbols (a program linked with -rdynamic)
+// or, as nvcc leaves them by default, in its .symtab; a stripped executable keeps
+// neither, and is not matched.
 func executableWithRuntime(dir string) (string, bool) {
 	exe, err := os.Readlink(filepath.Join(dir, "exe"))
 	if err != nil || !strings.HasPrefix(exe, "/") || strings.HasSuffix(exe, " (deleted)") {
@@ -75,19 +76,47 @@ func executableWithRuntime(dir string) (string, bool) {
 }
 
 // definesRuntime says whether the ELF file at path defines (not merely calls) a probed
-// CUDA runtime function among its dynamic symbols.
+// CUDA runtime function, among its dynamic symbols or in its .symtab. The .symtab of a
+// large program holds hundreds of thousands of symbols, so it is parsed only when its
+// string table names a runtime function at all.
 func definesRuntime(path string) bool {
 	f, err := elf.Open(path)
 	if err != nil {
 		return false
 	}
 	defer f.Close()
-	syms, err := f.DynamicSymbols()
+	if syms, err := f.DynamicSymbols(); err == nil && definesOne(syms) {
+		return true
+	}
+	if !strtabNamesRuntime(f) {
+		return false
+	}
+	syms, err := f.Symbols()
+	return err == nil && definesOne(syms)
+}
+
+func definesOne(syms []elf.Symbol) bool {
+	for _, s := range syms {
+		if runtimeSymbols[s.Name] && elf.ST_TYPE(s.Info) == elf.STT_FUNC && s.Section != elf.SHN_UNDEF && s.Value != 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// strtabNamesRuntime says whether the .symtab's string table holds the name of a probed
+// runtime function (a whole, NUL-terminated name).
+func strtabNamesRuntime(f *elf.File) bool {
+	sec := f.Section(".strtab")
+	if sec == nil {
+		return false
+	}
+	data, err := sec.Data()
 	if err != nil {
 		return false
 	}
-	for _, s := range syms {
-		if runtimeSymbols[s.Name] && elf.ST_TYPE(s.Info) == elf.STT_FUNC && s.Section != elf.SHN_UNDEF && s.Value != 0 {
+	for name := range runtimeSymbols {
+		if bytes.Contains(data, append(append([]byte{0}, name...), 0)) {
 			return true
 		}
 	}

@@ -76,22 +76,23 @@ func fakeProc(t *testing.T, procRoot string, pid int, bin, inside string) {
 	}
 }
 
-// An executable that defines a probed runtime function in its dynamic symbols (the
-// runtime linked in, exported with -rdynamic) is a libcudart to probe, reached through
-// /proc/PID/root; one that only calls the function, or keeps the runtime's symbols in
-// .symtab alone (which the probes do not read), is not.
+// An executable that defines a probed runtime function, in its dynamic symbols (the
+// runtime linked in and exported with -rdynamic) or only in its .symtab (nvcc's
+// default), is a libcudart to probe, reached through /proc/PID/root; one that only
+// calls the function is not, nor is a stripped one.
 func TestScanFindsAnExecutableThatCarriesTheRuntime(t *testing.T) {
 	build := t.TempDir()
 	exported := buildProgram(t, build, "exported", runtimeLinkedIn, "-rdynamic")
 	symtabOnly := buildProgram(t, build, "symtab-only", runtimeLinkedIn)
 	caller := buildProgram(t, build, "caller", runtimeCalledOnly, "-rdynamic")
+	stripped := buildProgram(t, build, "stripped", runtimeLinkedIn, "-s")
 
 	procRoot := t.TempDir()
 	cases := []struct {
 		pid   int
 		bin   string
 		found bool
-	}{{101, exported, true}, {102, symtabOnly, false}, {103, caller, false}}
+	}{{101, exported, true}, {102, symtabOnly, true}, {103, caller, false}, {104, stripped, false}}
 	for _, c := range cases {
 		fakeProc(t, procRoot, c.pid, c.bin, "/opt/app/bin/"+filepath.Base(c.bin))
 	}

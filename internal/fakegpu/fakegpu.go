@@ -37,8 +37,8 @@ type Paths struct {
 	// threads hold, then sleeps (c/lockwait.c).
 	LockWait string
 	// WorkloadStatic is fakegpu-workload with the fake CUDA runtime linked into the
-	// executable and its functions exported, as a program nvcc links with
-	// libcudart_static.a and -rdynamic; it loads only libcuda.so.1.
+	// executable, its functions in .symtab only, as nvcc links libcudart_static.a by
+	// default; it loads only libcuda.so.1.
 	WorkloadStatic string
 }
 

@@ -3,6 +3,7 @@ package probes
 import (
 	"bytes"
 	"debug/elf"
+	"errors"
 	"fmt"
 )
 
@@ -16,7 +17,9 @@ var endbr64 = []byte{0xf3, 0x0f, 0x1e, 0xfa}
 type symbolTable map[string]uint64
 
 // readSymbols returns, for each wanted symbol the library defines as a function, the
-// offset from the symbol at which to attach.
+// offset from the symbol at which to attach. Libraries export their functions in
+// .dynsym; an executable with the CUDA runtime linked in (nvcc's default) may keep them
+// only in .symtab, which is read when .dynsym lacks some.
 func readSymbols(path string, wanted []string) (symbolTable, error) {
 	f, err := elf.Open(path)
 	if err != nil {
@@ -24,7 +27,7 @@ func readSymbols(path string, wanted []string) (symbolTable, error) {
 	}
 	defer f.Close()
 	syms, err := f.DynamicSymbols()
-	if err != nil {
+	if err != nil && !errors.Is(err, elf.ErrNoSymbols) {
 		return nil, fmt.Errorf("%s: dynamic symbols: %w", path, err)
 	}
 	want := make(map[string]bool, len(wanted))
@@ -32,13 +35,21 @@ func readSymbols(path string, wanted []string) (symbolTable, error) {
 		want[w] = true
 	}
 	table := symbolTable{}
-	for _, s := range syms {
-		if !want[s.Name] || elf.ST_TYPE(s.Info) != elf.STT_FUNC || s.Value == 0 {
-			continue
+	add := func(syms []elf.Symbol) {
+		for _, s := range syms {
+			if _, have := table[s.Name]; have || !want[s.Name] || elf.ST_TYPE(s.Info) != elf.STT_FUNC || s.Value == 0 {
+				continue
+			}
+			table[s.Name] = 0
+			if first, err := readAt(f, s.Value, len(endbr64)); err == nil && bytes.Equal(first, endbr64) {
+				table[s.Name] = uint64(len(endbr64))
+			}
 		}
-		table[s.Name] = 0
-		if first, err := readAt(f, s.Value, len(endbr64)); err == nil && bytes.Equal(first, endbr64) {
-			table[s.Name] = uint64(len(endbr64))
+	}
+	add(syms)
+	if len(table) < len(want) {
+		if local, err := f.Symbols(); err == nil {
+			add(local)
 		}
 	}
 	return table, nil

@@ -363,9 +363,9 @@ exec "$@"`
 	})
 }
 
-// The CUDA runtime linked into the executable (nvcc links libcudart_static.a by
-// default), its functions exported from the executable (-rdynamic): no libcudart file
-// is mapped, and discovery finds the runtime in the process's executable itself. The
+// The CUDA runtime linked into the executable as nvcc links libcudart_static.a by
+// default, its functions in the executable's .symtab only (not exported): no libcudart
+// file is mapped, and discovery finds the runtime in the process's executable itself. The
 // fake runtime stands in for NVIDIA's static one, which Debian ships only in the 774 MB
 // nvidia-cuda-dev. The process starts after the collector, so the exec's scans find
 // it; every runtime call it makes is counted exactly.
