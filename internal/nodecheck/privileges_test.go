@@ -17,7 +17,7 @@ import (
 const chartCaps = 1<<capBPF | 1<<capPerfmon | 1<<capSysPtrace | 1<<capDACReadSearch | 1<<capKill
 
 // The loader's message when cilium/ebpf's memlock probe meets an EPERM from bpf().
-const memlockMessage = "raise RLIMIT_MEMLOCK: loading BPF programs needs root, or CAP_BPF + CAP_PERFMON + CAP_SYS_RESOURCE"
+const memlockMessage = "raise RLIMIT_MEMLOCK: loading BPF programs needs root, or CAP_BPF + CAP_PERFMON (and, before Linux 5.11, CAP_SYS_RESOURCE or a memlock limit that fits the maps); under a container runtime a seccomp profile that allows bpf(): `fathom check` tells which"
 
 func TestParseStatusReadsCapabilitiesAndSeccomp(t *testing.T) {
 	status := "Name:\tfathom\nUid:\t0\t0\t0\t0\nCapInh:\t0000000000000000\nCapPrm:\t000000c000080024\n" +

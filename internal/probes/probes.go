@@ -103,7 +103,7 @@ type LibraryAttachment struct {
 type fileID struct{ dev, ino uint64 }
 
 // ErrPrivileges is returned when the kernel refuses to load BPF for lack of rights.
-var ErrPrivileges = errors.New("loading BPF programs needs root, or CAP_BPF + CAP_PERFMON + CAP_SYS_RESOURCE")
+var ErrPrivileges = errors.New("loading BPF programs needs root, or CAP_BPF + CAP_PERFMON (and, before Linux 5.11, CAP_SYS_RESOURCE or a memlock limit that fits the maps); under a container runtime a seccomp profile that allows bpf(): `fathom check` tells which")
 
 // Load loads both program families with shared maps. Nothing is attached yet.
 func Load(opts Options) (*Probes, error) {

@@ -60,7 +60,7 @@ func newEBPFSource(cfg *Config, logger *zap.Logger) (eventSource, error) {
 		SampleEvery:     uint32(cfg.Stacks.SampleEvery),
 	})
 	if errors.Is(err, probes.ErrPrivileges) {
-		return nil, fmt.Errorf("gpuebpf: cannot load BPF programs without privileges: run the collector as root, or grant it with `setcap cap_bpf,cap_perfmon,cap_sys_resource,cap_sys_ptrace,cap_dac_read_search,cap_kill+ep %s` (or securityContext.capabilities in Kubernetes); or use mode: synthetic", executable())
+		return nil, fmt.Errorf("gpuebpf: cannot load BPF programs without privileges: run the collector as root, or grant it with `setcap cap_bpf,cap_perfmon,cap_sys_ptrace,cap_dac_read_search,cap_kill+ep %s` (or securityContext.capabilities in Kubernetes); or use mode: synthetic", executable())
 	}
 	if err != nil {
 		return nil, fmt.Errorf("gpuebpf: %w", err)
