@@ -64,7 +64,7 @@ func TestWithoutPrivilegesTheAnswerIsOneClearLine(t *testing.T) {
 	if err == nil {
 		t.Fatalf("check passed as nobody:\n%s", out)
 	}
-	for _, want := range []string{"[FAIL] privileges", "fix: run as root, or grant CAP_BPF, CAP_PERFMON", "won't work: no program loads, so nothing is traced", "not ready"} {
+	for _, want := range []string{"[FAIL] privileges", "fix: grant CAP_BPF and CAP_PERFMON (the chart grants them; or run as root on the host)", "won't work: no program loads, so nothing is traced", "not ready"} {
 		if !strings.Contains(string(out), want) {
 			t.Errorf("check output lacks %q:\n%s", want, out)
 		}
