@@ -9,7 +9,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"unsafe"
 
 	"github.com/cilium/ebpf"
@@ -18,42 +17,11 @@ import (
 
 // A restart that loses no call (Options.KeepProbes): the library probes' links are
 // pinned, so they stay attached while no collector runs and keep counting into the
-// pinned call statistics; the stopping collector writes what it last read of each
-// slot into handoff_stats; the next one adopts the links and counts each process from
+// pinned call statistics; the stopping collector hands over (HandOff) the statistics
+// its last export carried; the next one adopts the links and counts each process from
 // what was handed over, so the calls made meanwhile are in its first export. Without a
 // handoff (the previous collector was killed) a slot counts from what the kernel held
 // at adoption, as before: what happened since the dead collector's last export is lost.
-
-// lastRead is each slot's statistics as ReadCallStats last returned them, raw.
-type lastRead struct {
-	mu     sync.Mutex
-	bySlot map[uint32]*slotRead
-}
-
-type slotRead struct {
-	pid   uint32
-	stats [APICount]CallStats
-}
-
-func (l *lastRead) note(slot, pid uint32, stats *[APICount]CallStats) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.bySlot == nil {
-		l.bySlot = map[uint32]*slotRead{}
-	}
-	r := l.bySlot[slot]
-	if r == nil {
-		r = &slotRead{}
-		l.bySlot[slot] = r
-	}
-	r.pid, r.stats = pid, *stats
-}
-
-func (l *lastRead) forget(slot uint32) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	delete(l.bySlot, slot)
-}
 
 // callStatsHandoff is struct call_stats_handoff.
 type callStatsHandoff struct {
@@ -61,15 +29,29 @@ type callStatsHandoff struct {
 	API   [APICount]CallStats
 }
 
-// handOff writes what this collector last read of every slot for the next collector.
-func (p *Probes) handOff() error {
-	p.lastRead.mu.Lock()
-	defer p.lastRead.mu.Unlock()
+// HandOff writes last, the statistics the collector's last ReadCallStats returned and
+// its last export carried, for the next collector on this kernel state (KeepProbes; a
+// no-op otherwise). They are handed over as the kernel counted them: with the base this
+// collector adopted added back.
+func (p *Probes) HandOff(last []ProcessCallStats) error {
+	if !p.keepProbes {
+		return nil
+	}
 	var errs []error
-	for slot, r := range p.lastRead.bySlot {
-		v := callStatsHandoff{Owner: uint64(r.pid), API: r.stats}
-		if err := p.cuda.HandoffStats.Put(slot, asBytes(unsafe.Slice(&v, 1))); err != nil {
-			errs = append(errs, fmt.Errorf("hand over slot %d: %w", slot, err))
+	for i := range last {
+		s := &last[i]
+		v := callStatsHandoff{Owner: uint64(s.PID), API: s.ByAPI}
+		if base := p.adoptedBase; base != nil {
+			base.mu.Lock()
+			if adopted := base.calls[s.slot]; adopted != nil {
+				for api := range v.API {
+					v.API[api].add(&adopted[api])
+				}
+			}
+			base.mu.Unlock()
+		}
+		if err := p.cuda.HandoffStats.Put(s.slot, asBytes(unsafe.Slice(&v, 1))); err != nil {
+			errs = append(errs, fmt.Errorf("hand over slot %d: %w", s.slot, err))
 		}
 	}
 	return errors.Join(errs...)

@@ -155,6 +155,19 @@ func (p *Probes) snapshotAdopted() error {
 	return nil
 }
 
+// add is subtract's inverse: the kernel's count, from what a reader was given.
+func (s *CallStats) add(b *CallStats) {
+	for k := range s.Calls {
+		s.Calls[k] += b.Calls[k]
+		s.Bytes[k] += b.Bytes[k]
+	}
+	s.Errors += b.Errors
+	s.DurationNs += b.DurationNs
+	for i := range s.Buckets {
+		s.Buckets[i] += b.Buckets[i]
+	}
+}
+
 func (s *CallStats) subtract(b *CallStats) {
 	for k := range s.Calls {
 		s.Calls[k] -= b.Calls[k]

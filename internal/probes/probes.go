@@ -87,9 +87,6 @@ type Probes struct {
 	keepProbes  bool
 	// adoptedBase holds the adopted kernel totals, which the readers subtract.
 	adoptedBase *adoptedTotals
-	// lastRead is each slot's statistics as ReadCallStats last returned them, before
-	// the adopted base is subtracted: what Close hands the next collector.
-	lastRead lastRead
 }
 
 // LibraryAttachment says what was attached to one library file.
@@ -536,14 +533,12 @@ func (p *Probes) SchedStateOf(pidfd int) (offCPU, runnable bool, err error) {
 }
 
 // Close detaches everything and frees the programs and maps; with KeepProbes the
-// library probes stay attached, pinned, for the next collector, with the counts this
-// one last read (handOff).
+// library probes stay attached, pinned, for the next collector (and HandOff, called
+// before, tells it where this one stopped counting).
 func (p *Probes) Close() error {
 	holdErr := p.StopHolding()
 	var keepErr error
-	if p.keepProbes {
-		keepErr = p.handOff()
-	} else if p.state != nil {
+	if !p.keepProbes && p.state != nil {
 		keepErr = p.state.unpinLinks()
 	}
 	p.mu.Lock()

@@ -174,9 +174,6 @@ func (p *Probes) ReadCallStats(dst []ProcessCallStats) ([]ProcessCallStats, erro
 		if _, err := p.callStats.ReadAt(asBytes(s.ByAPI[:]), slotOffset(s.slot)); err != nil {
 			return dst, fmt.Errorf("read call statistics: %w", err)
 		}
-		if p.keepProbes {
-			p.lastRead.note(s.slot, s.PID, &s.ByAPI)
-		}
 		if base := p.adoptedBase; base != nil {
 			base.mu.Lock()
 			if adopted := base.calls[s.slot]; adopted != nil {
@@ -193,7 +190,6 @@ func (p *Probes) ReadCallStats(dst []ProcessCallStats) ([]ProcessCallStats, erro
 // ReleaseCallStats gives an exited process's slot back, once its last counts have been
 // read: its statistics are zeroed first, so the next owner starts from nothing.
 func (p *Probes) ReleaseCallStats(s *ProcessCallStats) error {
-	p.lastRead.forget(s.slot)
 	if base := p.adoptedBase; base != nil {
 		base.mu.Lock()
 		delete(base.calls, s.slot)

@@ -35,6 +35,9 @@ type eventSource interface {
 	// a kernel); releaseCallStats gives a gone process's slot back.
 	callStats(dst []probes.ProcessCallStats) ([]probes.ProcessCallStats, error)
 	releaseCallStats(*probes.ProcessCallStats) error
+	// handOff leaves the next collector the statistics the last export carried
+	// (kernel_state.keep_probes), so that it counts from there.
+	handOff(last []probes.ProcessCallStats) error
 	// forgetPages drops the kernel's page-allocation total of a process whose series
 	// ended, so that a process reusing its pid starts from zero.
 	forgetPages(pid uint32) error
@@ -389,9 +392,12 @@ func (c *controller) shutdown() error {
 	c.source.quiesce()
 	// A last flush, so what was seen before shutdown is not lost: flushMetrics reads the
 	// kernel's last counts while the probes are still there, and what it exports is
-	// what stop hands the next collector (kernel_state.keep_probes), no more, no less.
+	// what handOff leaves the next collector (kernel_state.keep_probes), no more, no less.
 	c.flushLogs(context.Background())
 	c.flushMetrics(context.Background())
+	if herr := c.source.handOff(c.callStats); herr != nil {
+		c.settings.Logger.Warn("cannot hand the last counts to the next collector: it will count from its own start", zap.Error(herr))
+	}
 	err := c.source.stop()
 	if c.nvml != nil {
 		if cerr := c.nvml.Close(); cerr != nil {

@@ -105,15 +105,17 @@ func TestRestartMidJobKeepsTheCommunicatorAndTheCounts(t *testing.T) {
 
 // A node collector restarted while two processes keep launching loses no call: the
 // probes stay attached, pinned, while no collector runs (kernel_state.keep_probes), the
-// stopping collector hands over what it last read, and the next one counts each
-// process from there. The two collectors' counts add up to exactly the launches the
-// processes made, though about a second of them fell between the two collectors.
+// stopping collector hands over what it last exported, and the next one counts each
+// process from there. Restarted twice (the second handoff is made by a collector that
+// itself adopted a base), the three collectors' counts add up to exactly the launches
+// the processes made, though about a second of them fell between each two collectors.
 func TestACollectorRestartLosesNoCall(t *testing.T) {
 	privtest.RequireBPFFS(t)
 	paths := fakegpu.Build(t)
-	const steps, perStep = 300, 20
+	const steps, perStep = 500, 20
 	config := nodeConfig(fmt.Sprintf("collection_interval: 300ms\nlogs:\n  policy: none\nkernel_state:\n  pin_dir: %s", collectortest.PinDir(t)), false)
-	firstSink, first := startNodeCollector(t, config)
+	sink, col := startNodeCollector(t, config)
+	sinks := []*collectortest.Sink{sink}
 
 	var workloads []*fakegpu.Workload
 	for range 2 {
@@ -125,16 +127,19 @@ func TestACollectorRestartLosesNoCall(t *testing.T) {
 		}
 	}
 	launches := seriesKey(semconv.MetricCUDAAPICalls, attrs("cuda.api.name", "cudaLaunchKernel", "cuda.library", "libcudart"))
-	for _, w := range workloads {
-		waitFor(t, firstSink, w.Pid, "launches seen by the first collector", func(v processView) bool { return v.series[launches].value > 0 })
-	}
-	if code := first.Terminate(t, 30*time.Second); code != 0 {
-		t.Fatalf("first collector exit code %d", code)
-	}
-	time.Sleep(time.Second) // the processes launch on, with no collector
-	secondSink, second := startNodeCollector(t, config)
-	if !strings.Contains(second.Output(), "adopted the kernel state") {
-		t.Errorf("the second collector did not say it adopted the kernel state:\n%s", second.Output())
+	for restart := range 2 {
+		for _, w := range workloads {
+			waitFor(t, sink, w.Pid, "launches seen by this collector", func(v processView) bool { return v.series[launches].value > 0 })
+		}
+		if code := col.Terminate(t, 30*time.Second); code != 0 {
+			t.Fatalf("collector %d exit code %d", restart+1, code)
+		}
+		time.Sleep(time.Second) // the processes launch on, with no collector
+		sink, col = startNodeCollector(t, config)
+		sinks = append(sinks, sink)
+		if !strings.Contains(col.Output(), "adopted the kernel state") {
+			t.Errorf("collector %d did not say it adopted the kernel state:\n%s", restart+2, col.Output())
+		}
 	}
 	for _, w := range workloads {
 		report, err := w.Wait(time.Minute)
@@ -145,17 +150,24 @@ func TestACollectorRestartLosesNoCall(t *testing.T) {
 		if made != steps*perStep {
 			t.Fatalf("pid %d made %d launches, want %d", report.Pid, made, steps*perStep)
 		}
-		before := waitFor(t, firstSink, report.Pid, "the first collector's last export", func(processView) bool { return true }).series[launches]
-		after := waitFor(t, secondSink, report.Pid, "every launch, across the two collectors", func(v processView) bool {
-			return before.value+v.series[launches].value == made
+		var counted []point
+		var before int64
+		for _, s := range sinks[:len(sinks)-1] {
+			p := waitFor(t, s, report.Pid, "a stopped collector's last export", func(processView) bool { return true }).series[launches]
+			counted, before = append(counted, p), before+p.value
+		}
+		last := waitFor(t, sink, report.Pid, "every launch, across the three collectors", func(v processView) bool {
+			return before+v.series[launches].value == made
 		}).series[launches]
-		t.Logf("pid %d: %d launches, %d counted by the first collector, %d by the second", report.Pid, made, before.value, after.value)
-		if before.value == 0 || after.value == 0 || after.start <= before.start {
-			t.Errorf("pid %d: the first collector counted %d (start %v), the second %d (start %v): want both, the second a series of its own",
-				report.Pid, before.value, before.start, after.value, after.start)
+		counted = append(counted, last)
+		t.Logf("pid %d: %d launches, counted %d + %d + %d", report.Pid, made, counted[0].value, counted[1].value, counted[2].value)
+		for i := range counted {
+			if counted[i].value == 0 || (i > 0 && counted[i].start <= counted[i-1].start) {
+				t.Errorf("pid %d: collector %d counted %d (start %v): want each a share, each a series of its own", report.Pid, i+1, counted[i].value, counted[i].start)
+			}
 		}
 	}
-	if code := second.Terminate(t, 30*time.Second); code != 0 {
-		t.Fatalf("second collector exit code %d", code)
+	if code := col.Terminate(t, 30*time.Second); code != 0 {
+		t.Fatalf("last collector exit code %d", code)
 	}
 }

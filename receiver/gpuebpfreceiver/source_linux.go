@@ -446,6 +446,8 @@ func (s *ebpfSource) hostTotals() (probes.HostAggregates, map[string]uint64, boo
 
 func (s *ebpfSource) probeCount() int { return s.probes.ProbeCount() }
 
+func (s *ebpfSource) handOff(last []probes.ProcessCallStats) error { return s.probes.HandOff(last) }
+
 func (s *ebpfSource) callStats(dst []probes.ProcessCallStats) ([]probes.ProcessCallStats, error) {
 	return s.probes.ReadCallStats(dst)
 }

@@ -113,6 +113,8 @@ func (s *syntheticSource) hostTotals() (probes.HostAggregates, map[string]uint64
 func (s *syntheticSource) probeCount() int { return 0 }
 
 // The simulation has no kernel: its calls come as records marked uncounted.
+func (s *syntheticSource) handOff([]probes.ProcessCallStats) error { return nil }
+
 func (s *syntheticSource) callStats(dst []probes.ProcessCallStats) ([]probes.ProcessCallStats, error) {
 	return dst[:0], nil
 }
