@@ -87,7 +87,26 @@ enum cuda_api {
 	API_CU_GRAPH_LAUNCH = 32,
 	/* runtime again: the device the calling thread selects */
 	API_CUDA_SET_DEVICE = 33,
-	API_COUNT = 34,
+	/* AMD's HIP runtime, libamdhip64: the CUDA runtime's API under other names, with the
+	 * same argument layouts (hip_runtime_api.h), so the same entry programs decode them */
+	API_HIP_LAUNCH_KERNEL = 34,
+	API_HIP_MODULE_LAUNCH_KERNEL = 35,
+	API_HIP_EXT_LAUNCH_KERNEL = 36,
+	API_HIP_GRAPH_LAUNCH = 37,
+	API_HIP_MEMCPY = 38,
+	API_HIP_MEMCPY_ASYNC = 39,
+	API_HIP_MEMCPY_HTOD = 40,
+	API_HIP_MEMCPY_DTOH = 41,
+	API_HIP_MALLOC = 42,
+	API_HIP_FREE = 43,
+	API_HIP_MALLOC_ASYNC = 44,
+	API_HIP_FREE_ASYNC = 45,
+	API_HIP_STREAM_SYNCHRONIZE = 46,
+	API_HIP_DEVICE_SYNCHRONIZE = 47,
+	API_HIP_EVENT_SYNCHRONIZE = 48,
+	API_HIP_STREAM_WAIT_EVENT = 49,
+	API_HIP_SET_DEVICE = 50,
+	API_COUNT = 51, /* < 64: device_wait_apis is a bit per API */
 };
 
 /* cudaMemcpyKind values; the driver's directional copies are mapped onto them. */

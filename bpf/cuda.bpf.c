@@ -184,11 +184,13 @@ static __always_inline struct call_entry *begin(struct pt_regs *ctx)
 
 /* cudaLaunchKernel(func, dim3 grid, dim3 block, args, sharedMem, stream): a 12-byte
  * dim3 by value takes two registers (x|y<<32, then z); sharedMem and stream go on the
- * stack, read at return and only for a call that becomes a record (read_launch_args). */
+ * stack, read at return and only for a call that becomes a record (read_launch_args).
+ * hipLaunchKernel has the same layout, and hipExtLaunchKernel the same first six
+ * arguments (its start and stop events and flags follow on the stack). */
 SEC("uprobe")
 int BPF_KPROBE(enter_cuda_launch_kernel)
 {
-	struct call_entry *e = begin_api(ctx, API_CUDA_LAUNCH_KERNEL);
+	struct call_entry *e = begin(ctx);
 	if (!e)
 		return 0;
 	__u64 gxy = PT_REGS_PARM2(ctx), bxy = PT_REGS_PARM4(ctx);
@@ -220,8 +222,8 @@ int BPF_KPROBE(enter_cuda_launch_kernel_exc)
 	return 0;
 }
 
-/* cuLaunchKernel(f, gx, gy, gz, bx, by, bz, sharedMem, hStream, params, extra) and
- * cuLaunchKernel_ptsz: six in registers, blockDimZ at 8(%rsp), hStream at 24(%rsp), both
+/* cuLaunchKernel(f, gx, gy, gz, bx, by, bz, sharedMem, hStream, params, extra),
+ * hipModuleLaunchKernel (the same) and cuLaunchKernel_ptsz: six in registers, blockDimZ at 8(%rsp), hStream at 24(%rsp), both
  * read at return for records only (read_launch_args). */
 SEC("uprobe")
 int BPF_KPROBE(enter_cu_launch_kernel)
@@ -271,14 +273,15 @@ int BPF_KPROBE(enter_cuda_memcpy)
 		return 0;
 	e->bytes = PT_REGS_PARM3(ctx);
 	e->kind = (__u8)PT_REGS_PARM4(ctx);
-	if (bpf_get_attach_cookie(ctx) == API_CUDA_MEMCPY_ASYNC)
+	__u64 api = bpf_get_attach_cookie(ctx);
+	if (api == API_CUDA_MEMCPY_ASYNC || api == API_HIP_MEMCPY_ASYNC)
 		e->stream = PT_REGS_PARM5(ctx);
 	return 0;
 }
 
 /* The driver's copies carry their direction in the symbol name: cuMemcpyHtoD_v2(dst,
  * src, bytes) and the *Async_v2 forms with the stream fourth; cuMemcpy/cuMemcpyAsync
- * (unified addressing) have no direction. */
+ * (unified addressing) have no direction. hipMemcpyHtoD and hipMemcpyDtoH are HIP's. */
 SEC("uprobe")
 int BPF_KPROBE(enter_cu_memcpy)
 {
@@ -290,10 +293,12 @@ int BPF_KPROBE(enter_cu_memcpy)
 	switch (api) {
 	case API_CU_MEMCPY_HTOD:
 	case API_CU_MEMCPY_HTOD_ASYNC:
+	case API_HIP_MEMCPY_HTOD:
 		e->kind = MEMCPY_HOST_TO_DEVICE;
 		break;
 	case API_CU_MEMCPY_DTOH:
 	case API_CU_MEMCPY_DTOH_ASYNC:
+	case API_HIP_MEMCPY_DTOH:
 		e->kind = MEMCPY_DEVICE_TO_HOST;
 		break;
 	case API_CU_MEMCPY_DTOD:
@@ -319,7 +324,8 @@ int BPF_KPROBE(enter_alloc)
 		return 0;
 	e->handle = PT_REGS_PARM1(ctx);
 	e->bytes = PT_REGS_PARM2(ctx);
-	if (bpf_get_attach_cookie(ctx) == API_CUDA_MALLOC_ASYNC)
+	__u64 api = bpf_get_attach_cookie(ctx);
+	if (api == API_CUDA_MALLOC_ASYNC || api == API_HIP_MALLOC_ASYNC)
 		e->stream = PT_REGS_PARM3(ctx);
 	return 0;
 }
@@ -336,7 +342,8 @@ int BPF_KPROBE(enter_handle_stream)
 		return 0;
 	__u64 api = bpf_get_attach_cookie(ctx);
 	e->handle = PT_REGS_PARM1(ctx);
-	if (api == API_CUDA_FREE_ASYNC || api == API_CUDA_GRAPH_LAUNCH || api == API_CU_GRAPH_LAUNCH)
+	if (api == API_CUDA_FREE_ASYNC || api == API_CUDA_GRAPH_LAUNCH || api == API_CU_GRAPH_LAUNCH ||
+	    api == API_HIP_FREE_ASYNC || api == API_HIP_GRAPH_LAUNCH)
 		e->stream = PT_REGS_PARM2(ctx);
 	return 0;
 }
@@ -352,7 +359,7 @@ int BPF_KPROBE(enter_stream_handle)
 		return 0;
 	__u64 api = bpf_get_attach_cookie(ctx);
 	e->stream = PT_REGS_PARM1(ctx);
-	if (api == API_CUDA_STREAM_WAIT_EVENT || api == API_CUDA_STREAM_END_CAPTURE)
+	if (api == API_CUDA_STREAM_WAIT_EVENT || api == API_CUDA_STREAM_END_CAPTURE || api == API_HIP_STREAM_WAIT_EVENT)
 		e->handle = PT_REGS_PARM2(ctx);
 	return 0;
 }
@@ -370,7 +377,8 @@ int BPF_KPROBE(enter_no_args)
 static __always_inline bool returns_handle_through_pointer(__u32 api)
 {
 	return api == API_CUDA_MALLOC || api == API_CUDA_MALLOC_ASYNC || api == API_CU_MEM_ALLOC ||
-	       api == API_CUDA_STREAM_END_CAPTURE || api == API_CUDA_GRAPH_INSTANTIATE;
+	       api == API_CUDA_STREAM_END_CAPTURE || api == API_CUDA_GRAPH_INSTANTIATE ||
+	       api == API_HIP_MALLOC || api == API_HIP_MALLOC_ASYNC;
 }
 
 /* duration_bucket finds the first bucket whose upper bound holds ns: a binary search
@@ -428,9 +436,9 @@ static __always_inline void read_launch_args(__u32 api, struct call_entry *e, st
 		__builtin_memcpy(ev->grid, cfg.grid, sizeof(ev->grid));
 		__builtin_memcpy(ev->block, cfg.block, sizeof(ev->block));
 		ev->stream = cfg.stream;
-	} else if (api == API_CUDA_LAUNCH_KERNEL) {
+	} else if (api == API_CUDA_LAUNCH_KERNEL || api == API_HIP_LAUNCH_KERNEL || api == API_HIP_EXT_LAUNCH_KERNEL) {
 		bpf_probe_read_user(&ev->stream, sizeof(ev->stream), (void *)(e->sp + 16));
-	} else if (api == API_CU_LAUNCH_KERNEL || api == API_CU_LAUNCH_KERNEL_PTSZ) {
+	} else if (api == API_CU_LAUNCH_KERNEL || api == API_CU_LAUNCH_KERNEL_PTSZ || api == API_HIP_MODULE_LAUNCH_KERNEL) {
 		/* blockDimZ, sharedMemBytes, hStream */
 		__u64 stack[3] = {};
 		bpf_probe_read_user(stack, sizeof(stack), (void *)(e->sp + 8));
@@ -461,7 +469,7 @@ int BPF_KRETPROBE(leave_call)
 		tc->last_wait_return = now;
 		bpf_map_update_elem(&process_waits, &tgid, &now, BPF_ANY);
 	}
-	if (api == API_CUDA_SET_DEVICE && ret == 0) {
+	if ((api == API_CUDA_SET_DEVICE || api == API_HIP_SET_DEVICE) && ret == 0) {
 		__u32 tgid = bpf_get_current_pid_tgid() >> 32;
 		__s32 device = (__s32)e->handle;
 		bpf_map_update_elem(&selected_devices, &tgid, &device, BPF_ANY);

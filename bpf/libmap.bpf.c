@@ -27,6 +27,7 @@ enum mapped_library {
 	MAPPED_CUDA = 2,
 	MAPPED_NCCL = 3,
 	MAPPED_IBVERBS = 4,
+	MAPPED_HIP = 5,
 };
 
 struct library_mapped_event {
@@ -112,8 +113,13 @@ static __always_inline __u8 match_library(const char *name)
 	/* PyTorch's libraries that may carry NCCL linked in (see discovery's patterns). */
 	if (has_prefix(name, "libtorch_cuda.so", 16) || has_prefix(name, "libtorch_global_deps.so", 23))
 		return MAPPED_NCCL;
+	/* RCCL, AMD's NCCL, exports NCCL's API under its own name. */
+	if (has_prefix(name, "librccl.so", 10))
+		return MAPPED_NCCL;
 	if (has_prefix(name, "libibverbs.so", 13))
 		return MAPPED_IBVERBS;
+	if (has_prefix(name, "libamdhip64.so", 14))
+		return MAPPED_HIP;
 	return MAPPED_NONE;
 }
 

@@ -22,10 +22,12 @@ import (
 var libraryPatterns = map[probes.Library]*regexp.Regexp{
 	probes.LibCUDART: regexp.MustCompile(`^libcudart(-[0-9a-f]{8})?\.so(\.[0-9.]+)?$`),
 	probes.LibCUDA:   regexp.MustCompile(`^libcuda\.so(\.[0-9.]+)?$`),
+	probes.LibHIP:    regexp.MustCompile(`^libamdhip64\.so(\.[0-9.]+)?$`),
 	// libnccl.so.2 from the CUDA repos or the nvidia-nccl-cu12 wheel (nvidia/nccl/lib),
 	// and PyTorch's libraries that may carry NCCL linked in: they are probed for the NCCL
-	// symbols they export, and left alone when they export none.
-	probes.LibNCCL:    regexp.MustCompile(`^(libnccl(-[0-9a-f]{8})?\.so(\.[0-9.]+)?|libtorch_cuda\.so|libtorch_global_deps\.so)$`),
+	// symbols they export, and left alone when they export none. RCCL (librccl.so.1),
+	// AMD's NCCL, exports NCCL's API under the same names.
+	probes.LibNCCL:    regexp.MustCompile(`^(libnccl(-[0-9a-f]{8})?\.so(\.[0-9.]+)?|librccl\.so(\.[0-9.]+)?|libtorch_cuda\.so|libtorch_global_deps\.so)$`),
 	probes.LibIBVerbs: regexp.MustCompile(`^libibverbs\.so(\.[0-9.]+)?$`),
 }
 

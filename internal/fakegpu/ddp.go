@@ -72,6 +72,9 @@ type DDPOptions struct {
 	// RankEnv is NAME=VALUE set in each rank's environment by the launcher, %r in VALUE
 	// replaced by the rank (as a wrapper script sets a per-rank NCCL_IB_HCA).
 	RankEnv string
+	// HIP runs fakegpu-ddp-hip: the same job as a HIP program, over the fake
+	// libamdhip64.so.5 and librccl.so.1.
+	HIP bool
 	// Threads is ThreadsSingle (the default when empty) or ThreadsPyTorch.
 	Threads string
 }
@@ -248,7 +251,11 @@ func LaunchDDP(p Paths, o DDPOptions, gateDir string) (*DDPRun, error) {
 		_ = os.Remove(run.gate.waitFile)
 		args = append(args, run.gate.args()...)
 	}
-	run.Cmd = exec.Command(p.DDP, args...)
+	bin := p.DDP
+	if o.HIP {
+		bin = p.DDPHIP
+	}
+	run.Cmd = exec.Command(bin, args...)
 	run.Cmd.Env = append(os.Environ(), o.Env...)
 	if o.NCCLMode != "" {
 		run.Cmd.Env = append(run.Cmd.Env, "FAKENCCL_MODE="+o.NCCLMode)
@@ -257,7 +264,7 @@ func LaunchDDP(p Paths, o DDPOptions, gateDir string) (*DDPRun, error) {
 	run.Cmd.Stderr = &run.stderr
 	run.Cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := run.Cmd.Start(); err != nil {
-		return nil, fmt.Errorf("starting %s: %w", p.DDP, err)
+		return nil, fmt.Errorf("starting %s: %w", bin, err)
 	}
 	go func() {
 		run.waitErr = run.Cmd.Wait()

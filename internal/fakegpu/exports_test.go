@@ -23,6 +23,8 @@ func TestLibrariesExportExactlyTheAPI(t *testing.T) {
 		{p.NCCL, "libnccl.so.2", NCCLAPIs, nil},
 		{p.IBVerbs, "libibverbs.so.1", IBVerbsAPIs, nil},
 		{p.NVML, "libnvidia-ml.so.1", NVMLAPIs, nil},
+		{p.HIP, "libamdhip64.so.5", HIPAPIs, HookSymbols},
+		{p.RCCL, "librccl.so.1", NCCLAPIs, nil},
 	} {
 		t.Run(lib.soname, func(t *testing.T) {
 			f, err := elf.Open(lib.path)

@@ -40,6 +40,10 @@ type Paths struct {
 	// executable, its functions in .symtab only, as nvcc links libcudart_static.a by
 	// default; it loads only libcuda.so.1.
 	WorkloadStatic string
+	// HIP is libamdhip64.so.5, the fake CUDA runtime under HIP's names (c/hip.c); RCCL is
+	// librccl.so.1, the fake NCCL built under RCCL's name over it; DDPHIP is fakegpu-ddp
+	// built as a HIP program over both (DDPOptions.HIP).
+	HIP, RCCL, DDPHIP string
 }
 
 var (
@@ -140,6 +144,9 @@ func PathsIn(out string) Paths {
 		LockWait: filepath.Join(out, "bin", "fakegpu-lockwait"),
 
 		WorkloadStatic: filepath.Join(out, "bin", "fakegpu-workload-static"),
+		HIP:            filepath.Join(lib, "libamdhip64.so.5"),
+		RCCL:           filepath.Join(lib, "librccl.so.1"),
+		DDPHIP:         filepath.Join(out, "bin", "fakegpu-ddp-hip"),
 	}
 }
 
@@ -154,6 +161,27 @@ var RuntimeAPIs = []string{
 	"cudaEventCreate", "cudaEventRecord", "cudaEventSynchronize", "cudaEventQuery", "cudaEventDestroy",
 	"cudaStreamBeginCapture", "cudaStreamEndCapture", "cudaGraphInstantiate", "cudaGraphLaunch",
 	"cudaGraphDestroy", "cudaGraphExecDestroy",
+}
+
+// HIPAPIs are what the fake libamdhip64.so.5 exports: the runtime API under HIP's
+// names (c/fake_hip.h renames each cuda* to hip*), and HIP's module and extended
+// launches and directional copies.
+var HIPAPIs = func() []string {
+	out := []string{"hipModuleLaunchKernel", "hipExtLaunchKernel", "hipMemcpyHtoD", "hipMemcpyDtoH"}
+	for _, name := range RuntimeAPIs {
+		out = append(out, HIPName(name))
+	}
+	return out
+}()
+
+// HIPName is the HIP function a CUDA runtime function is in the HIP build of a fake
+// (cudaLaunchKernel: hipLaunchKernel); other names are unchanged. fakegpu-ddp-hip's
+// JSON says the CUDA names it was written with.
+func HIPName(cudaName string) string {
+	if rest, ok := strings.CutPrefix(cudaName, "cuda"); ok {
+		return "hip" + rest
+	}
+	return cudaName
 }
 
 // HookSymbols are what libcudart.so.12 exports besides the runtime API: the hooks the

@@ -9,6 +9,9 @@ type Library string
 const (
 	LibCUDART Library = "libcudart"
 	LibCUDA   Library = "libcuda"
+	// LibHIP is AMD's HIP runtime (libamdhip64.so.5, .so.6): the CUDA runtime's API
+	// under hip* names with the same argument layouts, decoded by the same programs.
+	LibHIP Library = "libamdhip64"
 )
 
 // API is one probed library function. ID is the attach cookie the BPF return program
@@ -68,6 +71,49 @@ var APIs = []API{
 	{uint32(cudaCudaApiAPI_CU_STREAM_SYNCHRONIZE), "cuStreamSynchronize", LibCUDA, streamHandle},
 	{uint32(cudaCudaApiAPI_CU_GRAPH_LAUNCH), "cuGraphLaunch", LibCUDA, handleStream},
 	{uint32(cudaCudaApiAPI_CUDA_SET_DEVICE), "cudaSetDevice", LibCUDART, handleStream},
+	{uint32(cudaCudaApiAPI_HIP_LAUNCH_KERNEL), "hipLaunchKernel", LibHIP, launchKernel},
+	{uint32(cudaCudaApiAPI_HIP_MODULE_LAUNCH_KERNEL), "hipModuleLaunchKernel", LibHIP, cuLaunchKernel},
+	{uint32(cudaCudaApiAPI_HIP_EXT_LAUNCH_KERNEL), "hipExtLaunchKernel", LibHIP, launchKernel},
+	{uint32(cudaCudaApiAPI_HIP_GRAPH_LAUNCH), "hipGraphLaunch", LibHIP, handleStream},
+	{uint32(cudaCudaApiAPI_HIP_MEMCPY), "hipMemcpy", LibHIP, cudaMemcpy},
+	{uint32(cudaCudaApiAPI_HIP_MEMCPY_ASYNC), "hipMemcpyAsync", LibHIP, cudaMemcpy},
+	{uint32(cudaCudaApiAPI_HIP_MEMCPY_HTOD), "hipMemcpyHtoD", LibHIP, cuMemcpy},
+	{uint32(cudaCudaApiAPI_HIP_MEMCPY_DTOH), "hipMemcpyDtoH", LibHIP, cuMemcpy},
+	{uint32(cudaCudaApiAPI_HIP_MALLOC), "hipMalloc", LibHIP, alloc},
+	{uint32(cudaCudaApiAPI_HIP_FREE), "hipFree", LibHIP, handleStream},
+	{uint32(cudaCudaApiAPI_HIP_MALLOC_ASYNC), "hipMallocAsync", LibHIP, alloc},
+	{uint32(cudaCudaApiAPI_HIP_FREE_ASYNC), "hipFreeAsync", LibHIP, handleStream},
+	{uint32(cudaCudaApiAPI_HIP_STREAM_SYNCHRONIZE), "hipStreamSynchronize", LibHIP, streamHandle},
+	{uint32(cudaCudaApiAPI_HIP_DEVICE_SYNCHRONIZE), "hipDeviceSynchronize", LibHIP, noArgs},
+	{uint32(cudaCudaApiAPI_HIP_EVENT_SYNCHRONIZE), "hipEventSynchronize", LibHIP, handleStream},
+	{uint32(cudaCudaApiAPI_HIP_STREAM_WAIT_EVENT), "hipStreamWaitEvent", LibHIP, streamHandle},
+	{uint32(cudaCudaApiAPI_HIP_SET_DEVICE), "hipSetDevice", LibHIP, handleStream},
+}
+
+// Vendor is the GPU vendor whose runtime a library is: "nvidia" or "amd".
+func (l Library) Vendor() string {
+	switch l {
+	case LibCUDART, LibCUDA:
+		return "nvidia"
+	case LibHIP:
+		return "amd"
+	}
+	return ""
+}
+
+var apiLibraries = func() (libs [APICount]Library) {
+	for _, a := range APIs {
+		libs[a.ID] = a.Library
+	}
+	return libs
+}()
+
+// APILibrary is the library family of an API ID, "" for an unknown ID.
+func APILibrary(id uint32) Library {
+	if int(id) < APICount {
+		return apiLibraries[id]
+	}
+	return ""
 }
 
 // APICount bounds API IDs: every ID is in [1, APICount).
@@ -81,6 +127,8 @@ const APICount = int(cudaCudaApiAPI_COUNT)
 var DeviceWaitAPIs = []string{
 	"cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize", "cudaMemcpy", "cudaFree",
 	"cuStreamSynchronize", "cuCtxSynchronize", "cuMemcpy", "cuMemcpyHtoD_v2", "cuMemcpyDtoH_v2", "cuMemFree_v2",
+	"hipStreamSynchronize", "hipDeviceSynchronize", "hipEventSynchronize", "hipMemcpy", "hipFree",
+	"hipMemcpyHtoD", "hipMemcpyDtoH",
 }
 
 // deviceWaitMask is DeviceWaitAPIs as the bit set the CUDA probes read (bit N: API N).

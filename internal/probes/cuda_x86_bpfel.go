@@ -25,7 +25,7 @@ type cudaCallStats struct {
 type cudaCallStatsHandoff struct {
 	_     structs.HostLayout
 	Owner uint64
-	Api   [34]cudaCallStats
+	Api   [51]cudaCallStats
 }
 
 type cudaCudaApi uint32
@@ -65,7 +65,24 @@ const (
 	cudaCudaApiAPI_CU_STREAM_SYNCHRONIZE     cudaCudaApi = 31
 	cudaCudaApiAPI_CU_GRAPH_LAUNCH           cudaCudaApi = 32
 	cudaCudaApiAPI_CUDA_SET_DEVICE           cudaCudaApi = 33
-	cudaCudaApiAPI_COUNT                     cudaCudaApi = 34
+	cudaCudaApiAPI_HIP_LAUNCH_KERNEL         cudaCudaApi = 34
+	cudaCudaApiAPI_HIP_MODULE_LAUNCH_KERNEL  cudaCudaApi = 35
+	cudaCudaApiAPI_HIP_EXT_LAUNCH_KERNEL     cudaCudaApi = 36
+	cudaCudaApiAPI_HIP_GRAPH_LAUNCH          cudaCudaApi = 37
+	cudaCudaApiAPI_HIP_MEMCPY                cudaCudaApi = 38
+	cudaCudaApiAPI_HIP_MEMCPY_ASYNC          cudaCudaApi = 39
+	cudaCudaApiAPI_HIP_MEMCPY_HTOD           cudaCudaApi = 40
+	cudaCudaApiAPI_HIP_MEMCPY_DTOH           cudaCudaApi = 41
+	cudaCudaApiAPI_HIP_MALLOC                cudaCudaApi = 42
+	cudaCudaApiAPI_HIP_FREE                  cudaCudaApi = 43
+	cudaCudaApiAPI_HIP_MALLOC_ASYNC          cudaCudaApi = 44
+	cudaCudaApiAPI_HIP_FREE_ASYNC            cudaCudaApi = 45
+	cudaCudaApiAPI_HIP_STREAM_SYNCHRONIZE    cudaCudaApi = 46
+	cudaCudaApiAPI_HIP_DEVICE_SYNCHRONIZE    cudaCudaApi = 47
+	cudaCudaApiAPI_HIP_EVENT_SYNCHRONIZE     cudaCudaApi = 48
+	cudaCudaApiAPI_HIP_STREAM_WAIT_EVENT     cudaCudaApi = 49
+	cudaCudaApiAPI_HIP_SET_DEVICE            cudaCudaApi = 50
+	cudaCudaApiAPI_COUNT                     cudaCudaApi = 51
 )
 
 type cudaCudaCallEvent struct {

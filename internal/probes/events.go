@@ -323,6 +323,8 @@ func (ev *LibraryMapped) MappedLibrary() (Library, bool) {
 		return LibNCCL, true
 	case libmapMappedLibraryMAPPED_IBVERBS:
 		return LibIBVerbs, true
+	case libmapMappedLibraryMAPPED_HIP:
+		return LibHIP, true
 	}
 	return "", false
 }

@@ -47,6 +47,7 @@ const (
 	libmapMappedLibraryMAPPED_CUDA    libmapMappedLibrary = 2
 	libmapMappedLibraryMAPPED_NCCL    libmapMappedLibrary = 3
 	libmapMappedLibraryMAPPED_IBVERBS libmapMappedLibrary = 4
+	libmapMappedLibraryMAPPED_HIP     libmapMappedLibrary = 5
 )
 
 type libmapThreadCalls struct {

@@ -603,7 +603,7 @@ func (p *Probes) CUDARunStats() ([]ProgramCost, error) {
 		out[i].APIs = append(out[i].APIs, api)
 		return nil
 	}
-	for _, lib := range []Library{LibCUDART, LibCUDA} {
+	for _, lib := range []Library{LibCUDART, LibCUDA, LibHIP} {
 		for _, pt := range p.attachPoints(lib) {
 			if err := add(pt.entry, pt.symbol); err != nil {
 				return nil, err
@@ -627,7 +627,7 @@ type ProgramRun struct {
 // function of any probed library) and of its return program: what attachPoints
 // attaches, so the empty ones when loaded as Baseline.
 func (p *Probes) RunStats(symbol string) (entry, ret ProgramRun, err error) {
-	for _, lib := range []Library{LibCUDART, LibCUDA, LibNCCL, LibIBVerbs} {
+	for _, lib := range []Library{LibCUDART, LibCUDA, LibHIP, LibNCCL, LibIBVerbs} {
 		for _, pt := range p.attachPoints(lib) {
 			if pt.symbol != symbol {
 				continue

@@ -96,7 +96,7 @@ func loadAndAttachWith(t *testing.T, paths fakegpu.Paths, opts probes.Options) *
 	if err := p.AttachHost(); err != nil {
 		t.Fatal(err)
 	}
-	for lib, name := range map[probes.Library]string{probes.LibCUDART: "libcudart.so.12", probes.LibCUDA: "libcuda.so.1"} {
+	for lib, name := range map[probes.Library]string{probes.LibCUDART: "libcudart.so.12", probes.LibCUDA: "libcuda.so.1", probes.LibHIP: "libamdhip64.so.5"} {
 		att, isNew, err := p.AttachLibrary(filepath.Join(paths.LibDir, name), lib)
 		if err != nil || !isNew {
 			t.Fatalf("attach %s: new=%v err=%v", name, isNew, err)

@@ -24,6 +24,7 @@ const (
 	Synthetic             = "fathom.synthetic"
 	Cohort                = "fathom.cohort"
 	GPUModel              = "fathom.gpu.model"
+	GPUVendor             = "fathom.gpu.vendor"
 	CloudProvider         = "cloud.provider"
 )
 
@@ -284,6 +285,7 @@ var Attributes = []Doc{
 	{Synthetic, "resource", "", "true on everything the receiver's synthetic mode made up"},
 	{Cohort, "resource", "", "group of ranks compared with each other (a job's communicator, or a set the operator names)"},
 	{GPUModel, "resource", "", "GPU model, e.g. H100-SXM; prices straggler time in the Echo store's get_cost"},
+	{GPUVendor, "resource", "", "whose GPU runtime the process calls: `nvidia` (CUDA runtime or driver API) or `amd` (HIP); `cuda.*` names and metrics cover both, with HIP's function names in cuda.api.name"},
 	{CloudProvider, "resource", "", "cloud provider (OTel name); prices straggler time with fathom.gpu.model"},
 	{StragglerState, "log", "", "on fathom.straggler records: straggler (beyond its cohort's line), silent (stopped reporting while its cohort reports), resolved, or no_thresholds (a node lost the gateway's line)"},
 	{StragglerSource, "log", "", "on fathom.straggler records: gateway (the cohort compared at the gateway) or node (a node's own ranks judged against the line the gateway pushed back)"},
@@ -471,3 +473,26 @@ var Events = []Doc{
 	{EventNodeCheck, "log", "", "what fathom check finds on the node (kernel, BTF, privileges, tracefs, BPF load, GPU libraries): at the receiver's start, when a result changes, and at least every readiness.report_interval"},
 	{EventRDMAAsync, "log", "", "a verbs asynchronous event on the node: device, type, port"},
 }
+
+// The probed GPU runtime functions (cuda.api.name values) by what they do, CUDA's and
+// HIP's together: the one list the receiver's signals, the causal-chain rules and the
+// Echo tools read.
+var (
+	// LaunchAPIs put kernels, or graphs of them, on the device.
+	LaunchAPIs = []string{"cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel", "cuLaunchKernel_ptsz",
+		"cuLaunchKernelEx", "cudaGraphLaunch", "cuGraphLaunch",
+		"hipLaunchKernel", "hipModuleLaunchKernel", "hipExtLaunchKernel", "hipGraphLaunch"}
+	// GraphLaunchAPIs launch a captured graph.
+	GraphLaunchAPIs = []string{"cudaGraphLaunch", "cuGraphLaunch", "hipGraphLaunch"}
+	// MemcpyAPIs copy memory, either direction, blocking or not.
+	MemcpyAPIs = []string{"cudaMemcpy", "cudaMemcpyAsync", "cuMemcpy", "cuMemcpyAsync", "cuMemcpyHtoD_v2",
+		"cuMemcpyDtoH_v2", "cuMemcpyDtoD_v2", "cuMemcpyHtoDAsync_v2", "cuMemcpyDtoHAsync_v2", "cuMemcpyDtoDAsync_v2",
+		"hipMemcpy", "hipMemcpyAsync", "hipMemcpyHtoD", "hipMemcpyDtoH"}
+	// BlockingReadAPIs are the copies that block the host until the device has produced
+	// the data: a .item(), .cpu() or .numpy() in the step loop.
+	BlockingReadAPIs = []string{"cudaMemcpy", "cuMemcpy", "cuMemcpyDtoH_v2", "hipMemcpy", "hipMemcpyDtoH"}
+	// MallocAPIs ask a device allocator for memory.
+	MallocAPIs = []string{"cudaMalloc", "cudaMallocAsync", "cuMemAlloc_v2", "hipMalloc", "hipMallocAsync"}
+	// FreeAPIs give it back synchronously (cudaFree waits for the device).
+	FreeAPIs = []string{"cudaFree", "cuMemFree_v2", "hipFree"}
+)

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/fathom-gpu/fathom/internal/expohisto"
+	"github.com/fathom-gpu/fathom/internal/semconv"
 )
 
 // Root-cause classes, the values of fathom.chain.root_cause.
@@ -58,15 +59,14 @@ var rules = []rule{
 }
 
 var (
-	launchAPIs = []string{"cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel", "cuLaunchKernel_ptsz",
-		"cuLaunchKernelEx", "cudaGraphLaunch", "cuGraphLaunch"}
-	memcpyAPIs = []string{"cudaMemcpy", "cudaMemcpyAsync", "cuMemcpy", "cuMemcpyAsync", "cuMemcpyHtoD_v2",
-		"cuMemcpyDtoH_v2", "cuMemcpyDtoD_v2", "cuMemcpyHtoDAsync_v2", "cuMemcpyDtoHAsync_v2", "cuMemcpyDtoDAsync_v2"}
-	// The copies that block the host until the device has produced the data: a
-	// .item(), .cpu() or .numpy() in the step loop.
-	blockingReadAPIs = []string{"cudaMemcpy", "cuMemcpy", "cuMemcpyDtoH_v2"}
-	allocAPIs        = []string{"cudaMalloc", "cudaFree", "cuMemAlloc_v2", "cuMemFree_v2"}
-	captureAPIs      = []string{"cudaStreamBeginCapture", "cudaStreamEndCapture", "cudaGraphInstantiate"}
+	launchAPIs       = semconv.LaunchAPIs
+	memcpyAPIs       = semconv.MemcpyAPIs
+	blockingReadAPIs = semconv.BlockingReadAPIs
+	// allocAPIs are the synchronous allocator's calls, both ways: cudaMalloc and
+	// cudaFree each wait for the device, so churn through them stalls the stream. The
+	// stream-ordered ones (cudaMallocAsync) are what the fix recommends.
+	allocAPIs   = []string{"cudaMalloc", "cudaFree", "cuMemAlloc_v2", "cuMemFree_v2", "hipMalloc", "hipFree"}
+	captureAPIs = []string{"cudaStreamBeginCapture", "cudaStreamEndCapture", "cudaGraphInstantiate"}
 )
 
 const deviceToHost = "device_to_host"
@@ -449,7 +449,7 @@ func judgeGraphRecapture(c *Config, v *view) finding {
 	f.cost = in / v.wall
 	f.fired = r.Enabled && !v.early && captures >= r.MinCaptures && f.cost >= r.MinShare
 	f.symptom = fmt.Sprintf("%.0f graph captures in the window (%.1f/s) against %.0f graph launches", captures, captures/v.wall,
-		v.calls("cudaGraphLaunch", "cuGraphLaunch"))
+		v.calls(semconv.GraphLaunchAPIs...))
 	f.evidence = fmt.Sprintf("capture and instantiation took %s (%s of the window)", seconds(in), percent(f.cost))
 	return f
 }

@@ -133,6 +133,8 @@ type jobOptions struct {
 	rankSignals string
 	// threads is fakegpu-ddp's threading (fakegpu.ThreadsSingle when empty).
 	threads string
+	// hip runs the job as a HIP program over the fake libamdhip64 and librccl.
+	hip bool
 	// spin makes host work spin on the CPU (a busy host, ranks sharing cores) rather
 	// than sleep (as if each rank had cores of its own).
 	spin bool
@@ -168,7 +170,7 @@ func startJob(t testing.TB, o jobOptions) *job {
 	}
 	j.run = fakegpu.StartDDP(t, paths, fakegpu.DDPOptions{
 		Ranks: o.ranks, Steps: 100000, BucketBytes: 16 << 10, HostCompute: o.hostCompute, HostComputeSleeps: !o.spin,
-		NCCLMode: o.ncclMode, NoNCCL: o.noNCCL, Gate: true, Env: rankEnv, RankEnv: o.rankEnv, Threads: o.threads,
+		NCCLMode: o.ncclMode, NoNCCL: o.noNCCL, Gate: true, Env: rankEnv, RankEnv: o.rankEnv, Threads: o.threads, HIP: o.hip,
 		Slow: &fakegpu.Slowness{Rank: o.slowRank, Delay: o.slowBy, Mode: o.slowMode, WhileFile: j.slowFile},
 	})
 	for node := range o.ranks / o.perNode {
@@ -341,21 +343,29 @@ func allOver(transport string) func(int) string { return func(int) string { retu
 // the line the gateway pushed back, the gateway flags it, nobody else is flagged, and
 // find_outlier_nodes names it. Each way of being slow (more host work, or a stall
 // off-CPU before the all-reduce, as a data loader does) with both fakes (asynchronous
-// collectives, whose wait lands in the next sync; blocking ones, whose wait lands in the
-// collective), over gRPC and over HTTP.
+// collective), over gRPC and over HTTP; and a HIP job over RCCL, as on AMD GPUs, whose
+// device waits come from hipStreamSynchronize and its collectives from librccl.so.1.
 func TestTheSlowRankOfARealJobIsNamedByItsOwnNode(t *testing.T) {
-	for _, c := range []struct{ nccl, slow, transport, threads string }{
-		{fakegpu.NCCLAsync, "compute", "grpc", fakegpu.ThreadsSingle},
-		{fakegpu.NCCLAsync, "stall", "http", fakegpu.ThreadsSingle},
-		{fakegpu.NCCLBlocking, "compute", "http", fakegpu.ThreadsSingle},
-		{fakegpu.NCCLBlocking, "stall", "grpc", fakegpu.ThreadsSingle},
+	for _, c := range []struct {
+		nccl, slow, transport, threads string
+		hip                            bool
+	}{
+		{fakegpu.NCCLAsync, "compute", "grpc", fakegpu.ThreadsSingle, false},
+		{fakegpu.NCCLAsync, "stall", "http", fakegpu.ThreadsSingle, false},
+		{fakegpu.NCCLBlocking, "compute", "http", fakegpu.ThreadsSingle, false},
+		{fakegpu.NCCLBlocking, "stall", "grpc", fakegpu.ThreadsSingle, false},
 		// PyTorch DDP's threads: all-reduces from the autograd thread, the sync on
 		// the main thread.
-		{fakegpu.NCCLAsync, "compute", "grpc", fakegpu.ThreadsPyTorch},
-		{fakegpu.NCCLAsync, "stall", "http", fakegpu.ThreadsPyTorch},
+		{fakegpu.NCCLAsync, "compute", "grpc", fakegpu.ThreadsPyTorch, false},
+		{fakegpu.NCCLAsync, "stall", "http", fakegpu.ThreadsPyTorch, false},
+		{fakegpu.NCCLAsync, "compute", "grpc", fakegpu.ThreadsSingle, true},
 	} {
-		t.Run(c.nccl+"/"+c.slow+"/"+c.transport+"/"+c.threads, func(t *testing.T) {
-			j := startJob(t, jobOptions{ncclMode: c.nccl, slowMode: c.slow, transport: allOver(c.transport), threads: c.threads})
+		name := c.nccl + "/" + c.slow + "/" + c.transport + "/" + c.threads
+		if c.hip {
+			name = "hip/" + name
+		}
+		t.Run(name, func(t *testing.T) {
+			j := startJob(t, jobOptions{ncclMode: c.nccl, slowMode: c.slow, transport: allOver(c.transport), threads: c.threads, hip: c.hip})
 			time.Sleep(12 * time.Second) // healthy: the gateway warms up, lines reach every node
 			if recs := j.records(); len(recs) != 0 {
 				t.Fatalf("records from a healthy job: %+v", recs)

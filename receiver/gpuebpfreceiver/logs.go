@@ -403,8 +403,6 @@ var (
 	apiBeginCapture     = apiID("cudaStreamBeginCapture")
 	apiEndCapture       = apiID("cudaStreamEndCapture")
 	apiGraphInstantiate = apiID("cudaGraphInstantiate")
-	apiGraphLaunch      = apiID("cudaGraphLaunch")
-	apiCuGraphLaunch    = apiID("cuGraphLaunch")
 )
 
 func apiID(symbol string) uint32 {

@@ -75,12 +75,26 @@ func fillProcessResource(r pcommon.Resource, p *processSeries, host func(pcommon
 	putIfSet(a, semconv.ContainerID, info.ContainerID)
 	putIfSet(a, semconv.K8sPodUID, info.PodUID)
 	putIfSet(a, semconv.JobName, info.Job)
+	putIfSet(a, semconv.GPUVendor, p.gpuVendor())
 	if p.worldComm != 0 {
 		a.PutStr(semconv.Cohort, commCohort(p.worldComm))
 	}
 	putIntIfKnown(a, semconv.Rank, info.Rank)
 	putIntIfKnown(a, semconv.LocalRank, info.LocalRank)
 	putIntIfKnown(a, semconv.WorldSize, info.WorldSize)
+}
+
+// gpuVendor is the vendor of the first runtime API the process was seen calling; a
+// process calls one vendor's runtime.
+func (p *processSeries) gpuVendor() string {
+	for id, s := range p.apis {
+		if s != nil {
+			if v := probes.APILibrary(uint32(id)).Vendor(); v != "" {
+				return v
+			}
+		}
+	}
+	return ""
 }
 
 func putIfSet(a pcommon.Map, k, v string) {
@@ -270,10 +284,10 @@ func (a *aggregator) emitProcess(set *metricSet, p *processSeries, pageAllocs ma
 		if s.errors > 0 {
 			set.sum(semconv.MetricCUDAAPIErrors, "{call}", "CUDA API calls that returned an error", s.errors).PutStr(semconv.CUDAAPIName, api)
 		}
-		if isAlloc(uint32(id)) {
+		if mallocAPIs[id] {
 			set.sum(semconv.MetricCUDAMallocBytes, "By", "Bytes requested from CUDA device allocators", s.bytes[memcpyKinds]).PutStr(semconv.CUDAAPIName, api)
 		}
-		if uint32(id) == apiGraphLaunch || uint32(id) == apiCuGraphLaunch {
+		if graphLaunchAPIs[id] {
 			graphLaunches += s.calls[memcpyKinds]
 		}
 	}
@@ -395,16 +409,16 @@ func emitDeviceWait(set *metricSet, p *processSeries) {
 	}
 }
 
-// launchAPIs marks the calls that put kernels (or graphs of them) on the device.
-var launchAPIs = func() (w [probes.APICount]bool) {
-	for _, name := range []string{
-		"cudaLaunchKernel", "cudaLaunchKernelExC", "cudaGraphLaunch",
-		"cuLaunchKernel", "cuLaunchKernelEx", "cuLaunchKernel_ptsz", "cuGraphLaunch",
-	} {
+// launchAPIs, mallocAPIs and graphLaunchAPIs mark by API ID the calls that put kernels
+// (or graphs of them) on the device, the allocations and the graph launches.
+var launchAPIs, mallocAPIs, graphLaunchAPIs = apiSet(semconv.LaunchAPIs), apiSet(semconv.MallocAPIs), apiSet(semconv.GraphLaunchAPIs)
+
+func apiSet(names []string) (w [probes.APICount]bool) {
+	for _, name := range names {
 		w[apiID(name)] = true
 	}
 	return w
-}()
+}
 
 // emitLaunches counts the process's kernel and graph launches: for ranks that do not
 // wait for each other (no NCCL, or replicas serving apart), the slow one launches
@@ -514,14 +528,6 @@ func (p *processSeries) resetSeries() {
 	}
 	p.hostLead = 0
 	p.tcpRetransmits = 0
-}
-
-func isAlloc(id uint32) bool {
-	switch probes.APIName(id) {
-	case "cudaMalloc", "cudaMallocAsync", "cuMemAlloc_v2":
-		return true
-	}
-	return false
 }
 
 func emitHost(set *metricSet, host hostTotals, prev *hostTotals, delta bool) {

@@ -485,9 +485,11 @@ static cudaError_t read_stream_done(void *arg, struct fg_when *w)
  * until the copy is done (after all earlier work, which is why a D2H after a kernel
  * "takes" the kernel's time); device-to-device copies return at once, as CUDA documents.
  */
-FAKEGPU_API cudaError_t cudaMemcpy(void *dst, const void *src, size_t count, enum cudaMemcpyKind kind)
+/* copy_blocking is cudaMemcpy's work, apart so that another library built from this
+ * file (libamdhip64's hipMemcpyHtoD, hip.c) can do it without calling, and so probing,
+ * an exported function. */
+static cudaError_t copy_blocking(void *dst, const void *src, size_t count, enum cudaMemcpyKind kind)
 {
-	enter();
 	if (count == 0)
 		return cudaSuccess;
 	if (!dst || !src)
@@ -514,6 +516,12 @@ FAKEGPU_API cudaError_t cudaMemcpy(void *dst, const void *src, size_t count, enu
 		wait_for(read_stream_done, &streams[0]);
 	memcpy(dst, src, count);
 	return cudaSuccess;
+}
+
+FAKEGPU_API cudaError_t cudaMemcpy(void *dst, const void *src, size_t count, enum cudaMemcpyKind kind)
+{
+	enter();
+	return copy_blocking(dst, src, count, kind);
 }
 
 FAKEGPU_API cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t count, enum cudaMemcpyKind kind,
@@ -665,9 +673,9 @@ FAKEGPU_API cudaError_t cudaEventCreate(cudaEvent_t *event)
 }
 
 /* An event completes when all work queued on its stream before the record completes. */
-FAKEGPU_API cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream)
+/* record_event is cudaEventRecord's work, apart for hip.c as copy_blocking is. */
+static cudaError_t record_event(cudaEvent_t event, cudaStream_t stream)
 {
-	enter();
 	cudaError_t err = cudaSuccess;
 	pthread_mutex_lock(&fg_lock);
 	struct CUevent_st *e = lookup_event(event);
@@ -680,6 +688,12 @@ FAKEGPU_API cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream)
 	}
 	pthread_mutex_unlock(&fg_lock);
 	return fail(err);
+}
+
+FAKEGPU_API cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream)
+{
+	enter();
+	return record_event(event, stream);
 }
 
 static cudaError_t read_event(void *arg, struct fg_when *w)

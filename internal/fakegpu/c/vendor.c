@@ -1,7 +1,7 @@
 /*
  * fakegpu-vendor: calls the probed CUDA runtime and driver API functions of NVIDIA's own
  * libraries (not the fake ones) a planned number of times each and reports every call's
- * outcome. It dlopens them by soname, as a framework does (libcudart.so.11.0 and
+ * outcome; with --hip, the probed HIP functions of AMD's own libamdhip64.so.5 instead. It dlopens them by soname, as a framework does (libcudart.so.11.0 and
  * libcuda.so.1, found through LD_LIBRARY_PATH), so it builds without them; libcudart
  * itself dlopens libcuda.so.1 when it first initialises.
  *
@@ -33,7 +33,7 @@
 static const char *prog = "fakegpu-vendor";
 
 static struct {
-	const char *cudart, *cuda;
+	const char *cudart, *cuda, *hip;
 	const char *plan;
 	const char *wait_file, *ready_file;
 	long wait_timeout_ms;
@@ -42,6 +42,7 @@ static struct {
 static const struct flag flags[] = {
 	{"cudart", OPT_STRING, &opt.cudart, "CUDA runtime to dlopen"},
 	{"cuda", OPT_STRING, &opt.cuda, "CUDA driver library to dlopen"},
+	{"hip", OPT_STRING, &opt.hip, "call HIP's functions in this library (libamdhip64.so.5) instead of CUDA's"},
 	{"plan", OPT_STRING, &opt.plan, "API=COUNT,...: how many times to call each probed function (interleaved)"},
 	{"wait-file", OPT_STRING, &opt.wait_file, "start gate: wait until this path exists before the first planned call"},
 	{"wait-timeout-ms", OPT_LONG, &opt.wait_timeout_ms, "give up on the gate after this long (exit status 3)"},
@@ -87,6 +88,30 @@ static struct {
 	__typeof__(&cuStreamSynchronize) cuStreamSynchronize;
 	__typeof__(&cuGraphLaunch) cuGraphLaunch;
 } fn;
+
+/* HIP's functions (hip_runtime_api.h, HIP 5.2): the CUDA runtime's and driver's
+ * layouts under other names, so the fake stack's types describe them. */
+static struct {
+	__typeof__(&cudaGetDeviceCount) hipGetDeviceCount;
+	__typeof__(&cudaSetDevice) hipSetDevice;
+	__typeof__(&cudaLaunchKernel) hipLaunchKernel;
+	__typeof__(&cuLaunchKernel) hipModuleLaunchKernel;
+	cudaError_t (*hipExtLaunchKernel)(const void *, dim3, dim3, void **, size_t, cudaStream_t, cudaEvent_t,
+					  cudaEvent_t, int);
+	__typeof__(&cudaGraphLaunch) hipGraphLaunch;
+	__typeof__(&cudaMemcpy) hipMemcpy;
+	__typeof__(&cudaMemcpyAsync) hipMemcpyAsync;
+	__typeof__(&cuMemcpyHtoD_v2) hipMemcpyHtoD;
+	__typeof__(&cuMemcpyDtoH_v2) hipMemcpyDtoH;
+	__typeof__(&cudaMalloc) hipMalloc;
+	__typeof__(&cudaFree) hipFree;
+	__typeof__(&cudaMallocAsync) hipMallocAsync;
+	__typeof__(&cudaFreeAsync) hipFreeAsync;
+	__typeof__(&cudaStreamSynchronize) hipStreamSynchronize;
+	__typeof__(&cudaDeviceSynchronize) hipDeviceSynchronize;
+	__typeof__(&cudaEventSynchronize) hipEventSynchronize;
+	__typeof__(&cudaStreamWaitEvent) hipStreamWaitEvent;
+} hip;
 
 /* A host function's address stands in for a kernel: with no device the runtime fails
  * the launch before it would look the function up. */
@@ -176,6 +201,41 @@ static int call(const char *name)
 		return fn.cuStreamSynchronize(NULL);
 	if (IS(cuGraphLaunch))
 		return fn.cuGraphLaunch(NULL, NULL);
+
+	if (IS(hipSetDevice))
+		return hip.hipSetDevice(0);
+	if (IS(hipLaunchKernel))
+		return hip.hipLaunchKernel((const void *)kernel_stub, grid, block, args, 0, NULL);
+	if (IS(hipModuleLaunchKernel))
+		return hip.hipModuleLaunchKernel(NULL, 128, 1, 1, 256, 1, 1, 0, NULL, args, NULL);
+	if (IS(hipExtLaunchKernel))
+		return hip.hipExtLaunchKernel((const void *)kernel_stub, grid, block, args, 0, NULL, NULL, NULL, 0);
+	if (IS(hipGraphLaunch))
+		return hip.hipGraphLaunch(NULL, NULL);
+	if (IS(hipMemcpy))
+		return hip.hipMemcpy(host_buf[1], host_buf[0], COPY_BYTES, cudaMemcpyHostToDevice);
+	if (IS(hipMemcpyAsync))
+		return hip.hipMemcpyAsync(host_buf[1], host_buf[0], COPY_BYTES, cudaMemcpyHostToDevice, NULL);
+	if (IS(hipMemcpyHtoD))
+		return hip.hipMemcpyHtoD(0, host_buf[0], COPY_BYTES);
+	if (IS(hipMemcpyDtoH))
+		return hip.hipMemcpyDtoH(host_buf[1], 0, COPY_BYTES);
+	if (IS(hipMalloc))
+		return hip.hipMalloc(&dptr, ALLOC_BYTES);
+	if (IS(hipFree))
+		return hip.hipFree(NULL);
+	if (IS(hipMallocAsync))
+		return hip.hipMallocAsync(&dptr, ALLOC_BYTES, NULL);
+	if (IS(hipFreeAsync))
+		return hip.hipFreeAsync(NULL, NULL);
+	if (IS(hipStreamSynchronize))
+		return hip.hipStreamSynchronize(NULL);
+	if (IS(hipDeviceSynchronize))
+		return hip.hipDeviceSynchronize();
+	if (IS(hipEventSynchronize))
+		return hip.hipEventSynchronize(NULL);
+	if (IS(hipStreamWaitEvent))
+		return hip.hipStreamWaitEvent(NULL, NULL, 0);
 #undef IS
 	cli_die(prog, 2, "no way to call %s", name);
 }
@@ -184,7 +244,7 @@ static void *open_library(const char *name)
 {
 	void *h = dlopen(name, RTLD_NOW | RTLD_LOCAL);
 	if (!h)
-		cli_die(prog, 4, "dlopen %s: %s (put NVIDIA's libraries on LD_LIBRARY_PATH: make vendor-libs)", name, dlerror());
+		cli_die(prog, 4, "dlopen %s: %s (NVIDIA's libraries: put them on LD_LIBRARY_PATH, make vendor-libs; AMD's: apt-get install libamdhip64-5)", name, dlerror());
 	return h;
 }
 
@@ -208,8 +268,20 @@ static const char *const known[] = {
 	"cuStreamSynchronize", "cuGraphLaunch", "cudaSetDevice",
 };
 
+static const char *const known_hip[] = {
+	"hipLaunchKernel", "hipModuleLaunchKernel", "hipExtLaunchKernel", "hipGraphLaunch", "hipMemcpy",
+	"hipMemcpyAsync", "hipMemcpyHtoD", "hipMemcpyDtoH", "hipMalloc", "hipFree", "hipMallocAsync", "hipFreeAsync",
+	"hipStreamSynchronize", "hipDeviceSynchronize", "hipEventSynchronize", "hipStreamWaitEvent", "hipSetDevice",
+};
+
 static int is_known(const char *name)
 {
+	if (opt.hip) {
+		for (size_t i = 0; i < sizeof(known_hip) / sizeof(known_hip[0]); i++)
+			if (strcmp(known_hip[i], name) == 0)
+				return 1;
+		return 0;
+	}
 	for (size_t i = 0; i < sizeof(known) / sizeof(known[0]); i++)
 		if (strcmp(known[i], name) == 0)
 			return 1;
@@ -280,17 +352,10 @@ static void start_gate(void)
 	}
 }
 
-int main(int argc, char **argv)
+/* open_cuda opens NVIDIA's runtime and driver and looks up every function call() may
+ * make; it returns cuInit's answer. */
+static int open_cuda(void)
 {
-	if (argc > 1 && strcmp(argv[1], "--help") == 0) {
-		fprintf(stdout, "usage: %s --plan API=COUNT,... [flags]\n", prog);
-		cli_usage(stdout, flags, sizeof(flags) / sizeof(flags[0]));
-		return 0;
-	}
-	cli_parse(prog, flags, sizeof(flags) / sizeof(flags[0]), argc, argv);
-	struct planned plan[MAX_PLANNED] = {0};
-	int n = parse_plan(plan);
-
 	void *cudart = open_library(opt.cudart);
 	void *cuda = open_library(opt.cuda);
 #define RT(x) fn.x = (__typeof__(fn.x))lookup(cudart, opt.cudart, #x)
@@ -332,7 +397,55 @@ int main(int argc, char **argv)
 #undef RT
 #undef DRV
 	/* What a framework does first; not probed, so not counted. */
-	int init = fn.cuInit(0);
+	return fn.cuInit(0);
+
+}
+
+/* open_hip opens AMD's HIP runtime and looks up its functions; it returns
+ * hipGetDeviceCount's answer (100, hipErrorNoDevice, without an AMD GPU). */
+static int open_hip(void)
+{
+	void *lib = open_library(opt.hip);
+#define HIP(x) hip.x = (__typeof__(hip.x))lookup(lib, opt.hip, #x)
+	HIP(hipGetDeviceCount);
+	HIP(hipSetDevice);
+	HIP(hipLaunchKernel);
+	HIP(hipModuleLaunchKernel);
+	HIP(hipExtLaunchKernel);
+	HIP(hipGraphLaunch);
+	HIP(hipMemcpy);
+	HIP(hipMemcpyAsync);
+	HIP(hipMemcpyHtoD);
+	HIP(hipMemcpyDtoH);
+	HIP(hipMalloc);
+	HIP(hipFree);
+	HIP(hipMallocAsync);
+	HIP(hipFreeAsync);
+	HIP(hipStreamSynchronize);
+	HIP(hipDeviceSynchronize);
+	HIP(hipEventSynchronize);
+	HIP(hipStreamWaitEvent);
+#undef HIP
+	int count = 0;
+	return hip.hipGetDeviceCount(&count);
+}
+
+int main(int argc, char **argv)
+{
+	if (argc > 1 && strcmp(argv[1], "--help") == 0) {
+		fprintf(stdout, "usage: %s --plan API=COUNT,... [flags]\n", prog);
+		cli_usage(stdout, flags, sizeof(flags) / sizeof(flags[0]));
+		return 0;
+	}
+	cli_parse(prog, flags, sizeof(flags) / sizeof(flags[0]), argc, argv);
+	struct planned plan[MAX_PLANNED] = {0};
+	int n = parse_plan(plan);
+
+	int init;
+	if (opt.hip)
+		init = open_hip();
+	else
+		init = open_cuda();
 
 	start_gate();
 	/* Round-robin, so entries and returns of different functions interleave on the

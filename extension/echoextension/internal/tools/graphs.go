@@ -24,7 +24,7 @@ const (
 // cudaStreamBeginCapture, cudaStreamEndCapture, cudaGraphInstantiate, cudaGraphLaunch
 // and cuGraphLaunch; the others are counted when another sender reports them.
 var (
-	graphLaunchAPIs      = []string{"cudaGraphLaunch", "cuGraphLaunch"}
+	graphLaunchAPIs      = semconv.GraphLaunchAPIs
 	graphBeginCaptureAPI = []string{"cudaStreamBeginCapture", "cuStreamBeginCapture", "cuStreamBeginCapture_v2"}
 	graphEndCaptureAPIs  = []string{"cudaStreamEndCapture", "cuStreamEndCapture"}
 	graphInstantiateAPIs = []string{"cudaGraphInstantiate", "cudaGraphInstantiateWithFlags", "cuGraphInstantiate", "cuGraphInstantiateWithFlags", "cuGraphInstantiate_v2"}
