@@ -180,7 +180,7 @@ lint:
 # (docs/causalchain.md), written to build/causalchain-bench.md.
 BENCH_TRIALS ?= 20
 BENCH_SLOWDOWNS ?= 20,10,5
-bench: build
+bench: build vendor-libs
 	$(GO) test -p 1 -run '^$$' -bench . -benchmem ./...
 	FATHOM_CHAIN_REPORT=$(abspath $(BUILD_DIR))/causalchain-bench.md FATHOM_BIN=$(abspath $(BIN)) \
 	  $(GO) test -count=1 -v -run '^TestScenariosYieldTheirRootCauseOverMCP$$' ./processor/causalchainprocessor

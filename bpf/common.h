@@ -307,6 +307,11 @@ struct thread_calls {
 	/* When a call that waits for the device (device_wait_apis) last returned on this
 	 * thread, 0 = never: the NCCL probes measure a collective's host lead from it. */
 	__u64 last_wait_return;
+	/* The thread's last failing call that became a record: when, which API, what it
+	 * returned (ERROR_RECORD_GAP_NS in cuda.bpf.c). */
+	__u64 error_record_ns;
+	__u32 error_api;
+	__s32 error_ret;
 	struct call_entry calls[API_SLOTS];
 };
 

@@ -447,6 +447,25 @@ static __always_inline void read_launch_args(__u32 api, struct call_entry *e, st
 	}
 }
 
+/* Every failing call is counted (call_stats' errors); it becomes a record, with its
+ * stack, when it fails differently from the thread's last failing call that did, or
+ * the same way ERROR_RECORD_GAP_NS later. A thread that calls on after its device is
+ * gone, or retries a failing call in a loop, fails at the rate it calls: a record and a
+ * user-stack walk per call cost it ~2 µs each and would fill the ring with one error. */
+#define ERROR_RECORD_GAP_NS (100ull * 1000 * 1000)
+
+static __always_inline bool error_record(struct thread_calls *tc, __u32 api, __s32 ret, __u64 now)
+{
+	if (!ret)
+		return false;
+	if (api == tc->error_api && ret == tc->error_ret && now - tc->error_record_ns < ERROR_RECORD_GAP_NS)
+		return false;
+	tc->error_api = api;
+	tc->error_ret = ret;
+	tc->error_record_ns = now;
+	return true;
+}
+
 SEC("uretprobe")
 int BPF_KRETPROBE(leave_call)
 {
@@ -467,7 +486,13 @@ int BPF_KRETPROBE(leave_call)
 	if (device_wait_apis & (1ull << (api & 63))) {
 		__u32 tgid = bpf_get_current_pid_tgid() >> 32;
 		tc->last_wait_return = now;
-		bpf_map_update_elem(&process_waits, &tgid, &now, BPF_ANY);
+		/* In place when the process has its entry: an LRU hash update takes the
+		 * map's locks and a free-list node, ~300 ns a sync here. */
+		__u64 *last = bpf_map_lookup_elem(&process_waits, &tgid);
+		if (last)
+			*last = now;
+		else
+			bpf_map_update_elem(&process_waits, &tgid, &now, BPF_ANY);
 	}
 	if ((api == API_CUDA_SET_DEVICE || api == API_HIP_SET_DEVICE) && ret == 0) {
 		__u32 tgid = bpf_get_current_pid_tgid() >> 32;
@@ -481,7 +506,7 @@ int BPF_KRETPROBE(leave_call)
 		tc->since_sample = 0;
 		sampled = true;
 	}
-	if (!counted || ret || (threshold && ns >= *threshold) || sampled) {
+	if (!counted || error_record(tc, api, ret, now) || (threshold && ns >= *threshold) || sampled) {
 		/* A Python process's record carries the thread's Python frames: where in the
 		 * program the call was made. */
 		__u64 id = bpf_get_current_pid_tgid();

@@ -4,8 +4,10 @@ package probes_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"math"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"testing"
@@ -235,4 +237,107 @@ func BenchmarkProgramRunTime(b *testing.B) {
 	fmt.Printf("  all host programs together   %4.0f ns vs %3.0f ns empty per context switch\n", perSwitch(fathom.host), perSwitch(empty.host))
 	b.ReportMetric(perSwitch(fathom.host), "host-ns/context-switch")
 	b.ReportMetric(perSwitch(empty.host), "host-ns/context-switch-empty")
+}
+
+// BenchmarkProbeOverheadOnVendorLibraries is BenchmarkProbeOverhead on the vendors' own
+// libraries, whose entry instructions are theirs, not the fakes': NVIDIA's libcudart
+// 11.8.89 and libcuda 535 (make vendor-libs) and AMD's libamdhip64 5.2 (Debian's
+// libamdhip64-5). Without a GPU each call returns an error at once, so the call is
+// about as short as a call gets and the probes' share of it as large as it gets.
+// fakegpu-vendor times each call itself; the empty programs sit on the same attach
+// points as Fathom's (attachOffset: libcuda's stubs past their compare).
+func BenchmarkProbeOverheadOnVendorLibraries(b *testing.B) {
+	paths := withRunTimeStats(b)
+	nvidia := filepath.Join(fakegpu.RepoRoot(), "build", "vendor", "nvidia", "lib")
+	const calls = 20000
+	for _, c := range []struct {
+		api  string
+		lib  probes.Library
+		file string   // the library file the probes attach to
+		args []string // fakegpu-vendor's flags
+		env  []string
+	}{
+		{"cudaLaunchKernel", probes.LibCUDART, filepath.Join(nvidia, "libcudart.so.11.0"), nil, []string{"LD_LIBRARY_PATH=" + nvidia}},
+		{"cudaMemcpyAsync", probes.LibCUDART, filepath.Join(nvidia, "libcudart.so.11.0"), nil, []string{"LD_LIBRARY_PATH=" + nvidia}},
+		{"cudaStreamSynchronize", probes.LibCUDART, filepath.Join(nvidia, "libcudart.so.11.0"), nil, []string{"LD_LIBRARY_PATH=" + nvidia}},
+		{"cuLaunchKernel", probes.LibCUDA, filepath.Join(nvidia, "libcuda.so.1"), nil, []string{"LD_LIBRARY_PATH=" + nvidia}},
+		{"cuMemcpyHtoD_v2", probes.LibCUDA, filepath.Join(nvidia, "libcuda.so.1"), nil, []string{"LD_LIBRARY_PATH=" + nvidia}},
+		{"cuStreamSynchronize", probes.LibCUDA, filepath.Join(nvidia, "libcuda.so.1"), nil, []string{"LD_LIBRARY_PATH=" + nvidia}},
+		{"hipLaunchKernel", probes.LibHIP, "/usr/lib/x86_64-linux-gnu/libamdhip64.so.5", []string{"--hip", "libamdhip64.so.5"}, nil},
+		{"hipModuleLaunchKernel", probes.LibHIP, "/usr/lib/x86_64-linux-gnu/libamdhip64.so.5", []string{"--hip", "libamdhip64.so.5"}, nil},
+		{"hipStreamSynchronize", probes.LibHIP, "/usr/lib/x86_64-linux-gnu/libamdhip64.so.5", []string{"--hip", "libamdhip64.so.5"}, nil},
+	} {
+		b.Run(c.api, func(b *testing.B) {
+			file, err := filepath.EvalSymlinks(c.file)
+			if err != nil {
+				b.Fatalf("%s: %v (make vendor-libs)", c.api, err)
+			}
+			progNS := map[string]float64{}
+			measure := func(mode string) float64 {
+				if mode != "none" {
+					p, err := probes.Load(probes.Options{TraceAllCUDA: true, Baseline: mode == "empty"})
+					if err != nil {
+						b.Fatal(err)
+					}
+					defer p.Close()
+					for _, a := range probes.APIs {
+						if err := p.SetNotableThreshold(a.ID, probes.NeverNotable); err != nil {
+							b.Fatal(err)
+						}
+					}
+					if _, _, err := p.AttachLibrary(file, c.lib); err != nil {
+						b.Fatal(err)
+					}
+					go p.Run(context.Background(), discard{}, nil)
+					defer func() {
+						entry, ret, err := p.RunStats(c.api)
+						if err != nil {
+							b.Fatal(err)
+						}
+						progNS[mode] = float64(entry.Runtime)/float64(max(entry.Runs, 1)) + float64(ret.Runtime)/float64(max(ret.Runs, 1))
+					}()
+				}
+				best := math.Inf(1)
+				for rep := 0; rep < 5; rep++ {
+					best = math.Min(best, vendorCallNS(b, paths, c.api, calls, c.args, c.env))
+				}
+				return best
+			}
+			none, empty, fathom := measure("none"), measure("empty"), measure("fathom")
+			emptyCost := empty - none
+			ratio := (emptyCost + progNS["fathom"] - progNS["empty"]) / emptyCost
+			b.ReportMetric(none, "ns/call-unprobed")
+			b.ReportMetric(emptyCost, "ns/call-empty")
+			b.ReportMetric(fathom-none, "ns/call-fathom-wall")
+			b.ReportMetric(ratio, "x-empty")
+			fmt.Printf("vendor probe overhead %-22s %-26s unprobed %6.0f ns; empty programs +%5.0f ns (wall); fathom +%5.0f ns (wall), its programs %4.0f ns vs %3.0f ns empty: %.2fx empty\n",
+				c.api, filepath.Base(file), none, emptyCost, fathom-none, progNS["fathom"], progNS["empty"], ratio)
+		})
+	}
+}
+
+// vendorCallNS runs fakegpu-vendor making calls calls to api and returns the mean time
+// one took, as the process timed it.
+func vendorCallNS(b *testing.B, paths fakegpu.Paths, api string, calls int, args, env []string) float64 {
+	b.Helper()
+	cmd := exec.Command(filepath.Join(paths.Out, "bin", "fakegpu-vendor"), append(append([]string{}, args...), "--plan", fmt.Sprintf("%s=%d", api, calls))...)
+	cmd.Env = append(os.Environ(), env...)
+	out, err := cmd.Output()
+	if err != nil {
+		b.Fatalf("fakegpu-vendor %s: %v\n%s", api, err, out)
+	}
+	var report struct {
+		APIs map[string]struct {
+			Calls int64
+			NS    int64
+		} `json:"apis"`
+	}
+	if err := json.Unmarshal(out, &report); err != nil {
+		b.Fatalf("fakegpu-vendor's report %q: %v", out, err)
+	}
+	got := report.APIs[api]
+	if got.Calls != int64(calls) {
+		b.Fatalf("%s: %d calls made, want %d", api, got.Calls, calls)
+	}
+	return float64(got.NS) / float64(calls)
 }

@@ -161,6 +161,9 @@ type ncclThreadCalls struct {
 	ProcSlot       uint32
 	SinceSample    uint32
 	LastWaitReturn uint64
+	ErrorRecordNs  uint64
+	ErrorApi       uint32
+	ErrorRet       int32
 	Calls          [64]struct {
 		_      structs.HostLayout
 		Ts     uint64

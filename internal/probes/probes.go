@@ -382,7 +382,7 @@ func (p *Probes) attachEach(ex *link.Executable, points []attachPoint, offsets m
 
 // attachMulti attaches one uprobe_multi link per entry program and one per return
 // program, each covering every function that program serves, with the function's
-// cookie and offset (past its endbr64, see readSymbols).
+// cookie and offset (attachOffset).
 func (p *Probes) attachMulti(ex *link.Executable, points []attachPoint, offsets map[string]uint64) ([]link.Link, error) {
 	type group struct {
 		prog             *ebpf.Program

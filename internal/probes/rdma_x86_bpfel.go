@@ -56,6 +56,9 @@ type rdmaThreadCalls struct {
 	ProcSlot       uint32
 	SinceSample    uint32
 	LastWaitReturn uint64
+	ErrorRecordNs  uint64
+	ErrorApi       uint32
+	ErrorRet       int32
 	Calls          [64]struct {
 		_      structs.HostLayout
 		Ts     uint64

@@ -9,9 +9,9 @@
  * device, driver not initialised, insufficient driver): what Fathom's uprobes see is the
  * real entry and return of each exported function. The report is one JSON line on stdout:
  *
- *   {"pid":..,"tid":..,"cuInit":3,"apis":{"cudaLaunchKernel":{"calls":N,"errors":E,"ret":R},..}}
+ *   {"pid":..,"tid":..,"cuInit":3,"apis":{"cudaLaunchKernel":{"calls":N,"errors":E,"ret":R,"ns":T},..}}
  *
- * with R the return code of the last call. The libraries are opened, and cuInit called,
+ * with R the return code of the last call and T the time spent inside the calls. The libraries are opened, and cuInit called,
  * before the start gate, so the collector finds them mapped and attaches before the
  * first counted call.
  */
@@ -292,6 +292,7 @@ struct planned {
 	char name[64];
 	long want, calls, errors;
 	int ret;
+	uint64_t ns; /* time inside the calls, for the probe-cost benchmark */
 };
 
 #define MAX_PLANNED 64
@@ -455,7 +456,9 @@ int main(int argc, char **argv)
 		for (int i = 0; i < n; i++) {
 			if (plan[i].calls == plan[i].want)
 				continue;
+			uint64_t t0 = now_ns();
 			int ret = call(plan[i].name);
+			plan[i].ns += now_ns() - t0;
 			plan[i].calls++;
 			plan[i].errors += ret != 0;
 			plan[i].ret = ret;
@@ -465,8 +468,8 @@ int main(int argc, char **argv)
 
 	printf("{\"pid\":%d,\"tid\":%ld,\"cuInit\":%d,\"apis\":{", (int)getpid(), (long)syscall(SYS_gettid), init);
 	for (int i = 0; i < n; i++)
-		printf("%s\"%s\":{\"calls\":%ld,\"errors\":%ld,\"ret\":%d}", i ? "," : "", plan[i].name, plan[i].calls,
-		       plan[i].errors, plan[i].ret);
+		printf("%s\"%s\":{\"calls\":%ld,\"errors\":%ld,\"ret\":%d,\"ns\":%llu}", i ? "," : "", plan[i].name,
+		       plan[i].calls, plan[i].errors, plan[i].ret, (unsigned long long)plan[i].ns);
 	printf("}}\n");
 	return 0;
 }
