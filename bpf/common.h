@@ -292,7 +292,11 @@ struct call_entry {
 	__u32 grid[3];
 	__u32 block[3];
 	__u8 kind;
-	__u8 _pad[7];
+	__u8 _pad[3];
+	/* This API's last failure on the thread that became a record: its return code and
+	 * when (ERROR_RECORD_GAP_NS in cuda.bpf.c). Kept across calls. */
+	__s32 error_ret;
+	__u64 error_record_ns;
 };
 
 /* The calls a thread has in flight, one slot per API (nested calls of different APIs,
@@ -307,11 +311,6 @@ struct thread_calls {
 	/* When a call that waits for the device (device_wait_apis) last returned on this
 	 * thread, 0 = never: the NCCL probes measure a collective's host lead from it. */
 	__u64 last_wait_return;
-	/* The thread's last failing call that became a record: when, which API, what it
-	 * returned (ERROR_RECORD_GAP_NS in cuda.bpf.c). */
-	__u64 error_record_ns;
-	__u32 error_api;
-	__s32 error_ret;
 	struct call_entry calls[API_SLOTS];
 };
 

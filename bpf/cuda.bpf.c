@@ -448,21 +448,21 @@ static __always_inline void read_launch_args(__u32 api, struct call_entry *e, st
 }
 
 /* Every failing call is counted (call_stats' errors); it becomes a record, with its
- * stack, when it fails differently from the thread's last failing call that did, or
- * the same way ERROR_RECORD_GAP_NS later. A thread that calls on after its device is
- * gone, or retries a failing call in a loop, fails at the rate it calls: a record and a
- * user-stack walk per call cost it ~2 µs each and would fill the ring with one error. */
+ * stack, when the API fails on the thread with another return code than its last
+ * failure that became one, or ERROR_RECORD_GAP_NS after it. A thread that calls on
+ * after its device is gone, or retries failing calls in a loop, fails at the rate it
+ * calls: a record and a user-stack walk per call cost it ~2 µs each and would fill the
+ * ring with one error. Per API, so that calls failing in turn do not record each other. */
 #define ERROR_RECORD_GAP_NS (100ull * 1000 * 1000)
 
-static __always_inline bool error_record(struct thread_calls *tc, __u32 api, __s32 ret, __u64 now)
+static __always_inline bool error_record(struct call_entry *e, __s32 ret, __u64 now)
 {
 	if (!ret)
 		return false;
-	if (api == tc->error_api && ret == tc->error_ret && now - tc->error_record_ns < ERROR_RECORD_GAP_NS)
+	if (ret == e->error_ret && e->error_record_ns && now - e->error_record_ns < ERROR_RECORD_GAP_NS)
 		return false;
-	tc->error_api = api;
-	tc->error_ret = ret;
-	tc->error_record_ns = now;
+	e->error_ret = ret;
+	e->error_record_ns = now;
 	return true;
 }
 
@@ -506,7 +506,7 @@ int BPF_KRETPROBE(leave_call)
 		tc->since_sample = 0;
 		sampled = true;
 	}
-	if (!counted || error_record(tc, api, ret, now) || (threshold && ns >= *threshold) || sampled) {
+	if (!counted || error_record(e, ret, now) || (threshold && ns >= *threshold) || sampled) {
 		/* A Python process's record carries the thread's Python frames: where in the
 		 * program the call was made. */
 		__u64 id = bpf_get_current_pid_tgid();

@@ -56,21 +56,20 @@ type rdmaThreadCalls struct {
 	ProcSlot       uint32
 	SinceSample    uint32
 	LastWaitReturn uint64
-	ErrorRecordNs  uint64
-	ErrorApi       uint32
-	ErrorRet       int32
 	Calls          [64]struct {
-		_      structs.HostLayout
-		Ts     uint64
-		Sp     uint64
-		Config uint64
-		Bytes  uint64
-		Stream uint64
-		Handle uint64
-		Grid   [3]uint32
-		Block  [3]uint32
-		Kind   uint8
-		Pad    [7]uint8
+		_             structs.HostLayout
+		Ts            uint64
+		Sp            uint64
+		Config        uint64
+		Bytes         uint64
+		Stream        uint64
+		Handle        uint64
+		Grid          [3]uint32
+		Block         [3]uint32
+		Kind          uint8
+		Pad           [3]uint8
+		ErrorRet      int32
+		ErrorRecordNs uint64
 	}
 }
 
