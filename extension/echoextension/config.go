@@ -4,6 +4,9 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
+	"path/filepath"
+	"strconv"
 	"time"
 
 	"go.opentelemetry.io/collector/config/configtls"
@@ -42,6 +45,10 @@ type RetentionConfig struct {
 type ServerConfig struct {
 	// Endpoint is host:port; empty turns the listener off (store only).
 	Endpoint string `mapstructure:"endpoint"`
+	// UnixSocket serves the same API on a Unix socket instead of host:port, for a
+	// standalone host where nothing may listen on the network. One of endpoint and
+	// unix_socket.
+	UnixSocket UnixSocketConfig `mapstructure:"unix_socket"`
 	// TLS is required unless InsecureAllowPlaintext is set.
 	TLS *configtls.ServerConfig `mapstructure:"tls"`
 	// InsecureAllowPlaintext serves plain HTTP, bearer tokens in the clear. Only for a
@@ -54,6 +61,34 @@ type ServerConfig struct {
 	// Empty: audit lines go to the collector's log.
 	AuditLog  string          `mapstructure:"audit_log"`
 	RateLimit RateLimitConfig `mapstructure:"rate_limit"`
+}
+
+// UnixSocketConfig is the Echo API on a Unix socket. Who can open the socket file can
+// call every tool, run_analysis included: its file permissions are the boundary, and
+// no bearer token is asked for (tokens, tls and insecure_allow_plaintext do not apply).
+type UnixSocketConfig struct {
+	// Path of the socket, absolute, in a directory that exists (e.g.
+	// /run/fathom/echo.sock); empty: no socket. A socket a dead collector left there is
+	// replaced; a live one, or any other file, is an error.
+	Path string `mapstructure:"path"`
+	// Mode of the socket file, octal and quoted (YAML reads 0660 bare as a number):
+	// "0600" (the collector's user only, the default) or "0660" (and its group).
+	Mode string `mapstructure:"mode"`
+}
+
+// maxUnixSocketPath is what sockaddr_un's sun_path holds, less its terminating NUL.
+const maxUnixSocketPath = 107
+
+// socketModes are the modes a socket may have: connecting needs write permission, and
+// nobody outside the collector's user and group may have it.
+var socketModes = map[string]os.FileMode{"0600": 0o600, "0660": 0o660}
+
+// fileMode is the socket's mode; Validate has checked it.
+func (u UnixSocketConfig) fileMode() os.FileMode {
+	if m, ok := socketModes[u.Mode]; ok {
+		return m
+	}
+	return 0o600
 }
 
 // TokenConfig is one bearer token, read from a file or an environment variable so it
@@ -118,6 +153,12 @@ func (c *Config) Validate() error {
 }
 
 func (s *ServerConfig) validate() []error {
+	if s.UnixSocket.Path != "" {
+		return s.validateUnixSocket()
+	}
+	if s.UnixSocket.Mode != "" {
+		return []error{errors.New("echo: `server.unix_socket.mode` is set but `server.unix_socket.path` is not")}
+	}
 	if s.Endpoint == "" {
 		return nil
 	}
@@ -160,8 +201,35 @@ func (s *ServerConfig) validate() []error {
 			}
 		}
 	}
+	return append(errs, s.validateRateLimit()...)
+}
+
+func (s *ServerConfig) validateRateLimit() []error {
 	if s.RateLimit.RequestsPerSecond <= 0 || s.RateLimit.Burst <= 0 {
-		errs = append(errs, errors.New("echo: `server.rate_limit.requests_per_second` and `burst` must be positive"))
+		return []error{errors.New("echo: `server.rate_limit.requests_per_second` and `burst` must be positive")}
 	}
-	return errs
+	return nil
+}
+
+// validateUnixSocket: on a socket the file's permissions decide who may call, so the
+// settings of a network listener are refused rather than silently ignored.
+func (s *ServerConfig) validateUnixSocket() []error {
+	var errs []error
+	path := s.UnixSocket.Path
+	if s.Endpoint != "" {
+		errs = append(errs, fmt.Errorf("echo: set either `server.endpoint` (%s, a TCP listener with tokens) or `server.unix_socket.path` (%s), not both", s.Endpoint, path))
+	}
+	if !filepath.IsAbs(path) {
+		errs = append(errs, fmt.Errorf("echo: `server.unix_socket.path` %q must be an absolute path (e.g. /run/fathom/echo.sock)", path))
+	}
+	if len(path) > maxUnixSocketPath {
+		errs = append(errs, fmt.Errorf("echo: `server.unix_socket.path` is %d bytes; a Unix socket's path holds at most %d", len(path), maxUnixSocketPath))
+	}
+	if _, ok := socketModes[s.UnixSocket.Mode]; !ok && s.UnixSocket.Mode != "" {
+		errs = append(errs, fmt.Errorf("echo: `server.unix_socket.mode` is %s; want \"0600\" (the collector's user) or \"0660\" (and its group): whoever may open the socket may call every tool", strconv.Quote(s.UnixSocket.Mode)))
+	}
+	if s.TLS != nil || s.InsecureAllowPlaintext || len(s.Tokens) > 0 {
+		errs = append(errs, errors.New("echo: `server.tls`, `server.insecure_allow_plaintext` and `server.tokens` do not apply to `server.unix_socket`: the socket file's permissions decide who may call (unix_socket.mode); remove them"))
+	}
+	return append(errs, s.validateRateLimit()...)
 }

@@ -111,14 +111,15 @@ func (e *echoExtension) Start(ctx context.Context, host component.Host) error {
 		e.stopRetention, e.retentionDone = cancel, make(chan struct{})
 		go e.retentionLoop(rctx)
 	}
-	if e.cfg.Server.Endpoint != "" {
+	if e.cfg.Server.Endpoint != "" || e.cfg.Server.UnixSocket.Path != "" {
 		srv, err := newAPIServer(ctx, e.cfg, st, e.set, host)
 		if err != nil {
 			return fmt.Errorf("echo: %w", err)
 		}
 		e.server = srv
 	}
-	e.logger.Info("Echo store open", zap.String("path", e.cfg.Path), zap.String("endpoint", e.cfg.Server.Endpoint))
+	e.logger.Info("Echo store open", zap.String("path", e.cfg.Path), zap.String("endpoint", e.cfg.Server.Endpoint),
+		zap.String("unix_socket", e.cfg.Server.UnixSocket.Path))
 	return nil
 }
 

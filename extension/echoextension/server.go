@@ -79,12 +79,16 @@ func newAPIServer(ctx context.Context, cfg *Config, st *store.Store, set extensi
 	if err != nil {
 		return nil, err
 	}
-	specs, err := readTokens(cfg.Server.Tokens)
-	if err != nil {
-		return nil, err
-	}
-	auth, err := api.NewAuthenticator(specs)
-	if err != nil {
+	var auth *api.Authenticator
+	if cfg.Server.UnixSocket.Path == "" {
+		specs, err := readTokens(cfg.Server.Tokens)
+		if err != nil {
+			return nil, err
+		}
+		if auth, err = api.NewAuthenticator(specs); err != nil {
+			return nil, err
+		}
+	} else if auth, err = api.NewAuthenticator(nil); err != nil {
 		return nil, err
 	}
 	meter := set.MeterProvider.Meter("github.com/fathom-gpu/fathom/extension/echoextension")
@@ -116,11 +120,26 @@ func newAPIServer(ctx context.Context, cfg *Config, st *store.Store, set extensi
 		requests.Add(context.Background(), 1, metric.WithAttributes(
 			attribute.String("transport", e.Transport), attribute.String("code", code)))
 	})
-	handler := api.NewHandler(api.Options{
+	opts := api.Options{
 		Registry: reg, Auth: auth, Audit: audit,
 		RatePerSecond: cfg.Server.RateLimit.RequestsPerSecond, Burst: cfg.Server.RateLimit.Burst,
 		Version: set.BuildInfo.Version, SchemaVersion: store.SchemaVersion,
-	})
+	}
+	if path := cfg.Server.UnixSocket.Path; path != "" {
+		opts.LocalCaller = "local"
+		l, err := listenUnixSocket(path, cfg.Server.UnixSocket.fileMode())
+		if err != nil {
+			s.close()
+			return nil, err
+		}
+		set.Logger.Info("Echo API serving on a Unix socket: its file permissions decide who may call",
+			zap.String("path", path), zap.Stringer("mode", cfg.Server.UnixSocket.fileMode()))
+		s.http = api.Serve(l, api.NewHandler(opts), func(err error) {
+			set.Logger.Error("Echo API socket stopped", zap.String("path", path), zap.Error(err))
+		})
+		return s, nil
+	}
+	handler := api.NewHandler(opts)
 
 	l, err := net.Listen("tcp", cfg.Server.Endpoint)
 	if err != nil {

@@ -30,6 +30,10 @@ type Options struct {
 	// Version is the full Fathom version; unauthenticated callers see major.minor.
 	Version       string
 	SchemaVersion int
+	// LocalCaller, when set, is who every request is, with every scope and no bearer
+	// token: the handler serves a Unix socket, whose file permissions already decided
+	// who may connect. The audit log names the caller's uid and pid (SO_PEERCRED).
+	LocalCaller string
 }
 
 // Handler serves /api/... and /mcp.
@@ -59,6 +63,9 @@ func NewHandler(opts Options) *Handler {
 		}
 		h.limiters[t.principal.Name] = rate.NewLimiter(rate.Limit(perSecond), burst)
 	}
+	if opts.LocalCaller != "" {
+		h.limiters[opts.LocalCaller] = rate.NewLimiter(rate.Limit(opts.RatePerSecond), opts.Burst)
+	}
 	mcpServer := NewMCPServer(opts.Registry, opts.Version, h.authorizeMCP, opts.Audit)
 	mcpHandler := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return mcpServer },
 		// Stateless: no per-client session table to grow; JSON answers, no streams.
@@ -86,6 +93,11 @@ func (h *Handler) chain(scope func(*http.Request) string, next http.HandlerFunc)
 func (h *Handler) identify(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		ctx := r.Context()
+		if h.opts.LocalCaller != "" {
+			ctx = context.WithValue(ctx, principalKey, &Principal{Name: h.opts.LocalCaller, Scopes: allScopes})
+			next.ServeHTTP(w, r.WithContext(ctx))
+			return
+		}
 		if header := r.Header.Get("Authorization"); header != "" {
 			p, err := h.opts.Auth.Verify(header)
 			if err != nil {
@@ -124,7 +136,11 @@ func (h *Handler) audit(next http.Handler) http.Handler {
 		started := time.Now()
 		rec := &statusRecorder{ResponseWriter: w, status: http.StatusOK}
 		next.ServeHTTP(rec, r)
-		entry := AuditEntry{Transport: "http", Remote: r.RemoteAddr, Method: r.Method, Path: r.URL.Path,
+		remote := r.RemoteAddr
+		if peer, ok := r.Context().Value(peerKey).(string); ok {
+			remote = peer
+		}
+		entry := AuditEntry{Transport: "http", Remote: remote, Method: r.Method, Path: r.URL.Path,
 			Tool: r.PathValue("name"), Status: rec.status, Code: rec.code}
 		if p, ok := r.Context().Value(principalKey).(*Principal); ok {
 			entry.Principal = p.Name
@@ -200,6 +216,9 @@ func (h *Handler) toolScope(r *http.Request) string {
 }
 
 func (h *Handler) authorizeMCP(header http.Header, scope string) (string, error) {
+	if h.opts.LocalCaller != "" {
+		return h.opts.LocalCaller, nil
+	}
 	p, err := h.opts.Auth.Verify(header.Get("Authorization"))
 	if err != nil {
 		return "", err
@@ -273,10 +292,18 @@ func (h *Handler) sql(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, res)
 }
 
+// allScopes are what a LocalCaller holds.
+var allScopes = map[string]bool{tools.ScopeTools: true, tools.ScopeSQL: true}
+
+// peerKey holds "unix uid=U pid=P" for a request over a Unix socket, the audit log's
+// remote: a socket has no address, and its caller is whoever the kernel says.
+const peerKey ctxKey = authErrKey + 1
+
 // Serve runs the handler on l until Shutdown; onError hears why it stopped otherwise.
 func Serve(l net.Listener, h http.Handler, onError func(error)) *http.Server {
 	srv := &http.Server{
 		Handler:           h,
+		ConnContext:       peerOf,
 		ReadHeaderTimeout: 10 * time.Second,
 		ReadTimeout:       30 * time.Second,
 		IdleTimeout:       2 * time.Minute,
