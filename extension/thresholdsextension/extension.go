@@ -19,6 +19,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
 
+	componentmetadata "github.com/fathom-gpu/fathom/extension/thresholdsextension/internal/metadata"
 	"github.com/fathom-gpu/fathom/internal/pushback"
 	"github.com/fathom-gpu/fathom/internal/wallclock"
 )
@@ -63,7 +64,6 @@ var (
 )
 
 func newThresholds(cfg *Config, set extension.Settings) (*thresholds, error) {
-	meter := set.MeterProvider.Meter("github.com/fathom-gpu/fathom/extension/thresholdsextension")
 	e := &thresholds{cfg: cfg, logger: set.Logger, telemetry: set.TelemetrySettings, held: newLineStore(cfg.MaxHeld, cfg.TTL),
 		rotation: newAnswerRotation(cfg.TTL)}
 	if cfg.Server.NetAddr.Endpoint != "" {
@@ -72,21 +72,12 @@ func newThresholds(cfg *Config, set extension.Settings) (*thresholds, error) {
 	if cfg.Poll.enabled() {
 		e.wanted = newWantedLines(cfg.MaxHeld, cfg.TTL)
 	}
-	var err error
-	counter := func(name, desc, unit string) metric.Int64Counter {
-		if err != nil {
-			return nil
-		}
-		var c metric.Int64Counter
-		c, err = meter.Int64Counter(name, metric.WithDescription(desc), metric.WithUnit(unit))
-		return c
+	tb, err := componentmetadata.NewTelemetryBuilder(set.TelemetrySettings)
+	if err != nil {
+		return nil, err
 	}
-	e.written = counter("fathom_thresholds_written", "Thresholds written into answers to OTLP exports (gateway).", "{threshold}")
-	e.leftOut = counter("fathom_thresholds_left_out", "Thresholds left out of an answer, to an OTLP export or to a GET, because max_response_bytes was reached (gateway).", "{threshold}")
-	e.received = counter("fathom_thresholds_received", "Thresholds read from answers to this collector's exports and polls (node).", "{threshold}")
-	e.refused = counter("fathom_thresholds_refused", "Thresholds this collector could not keep, by reason: malformed (node), max_held (node: received; gateway: kept for the GET fallback).", "{threshold}")
-	e.polls = counter("fathom_thresholds_polls", "GETs of a cohort's thresholds made because no answer to an export carried them within poll.interval (node), by outcome: found, none (the gateway has no line for the cohort), failed.", "{request}")
-	e.getAnswers = counter("fathom_thresholds_served", "Answers to GETs of a cohort's thresholds (gateway), by outcome: found, not_found, bad_request.", "{request}")
+	e.written, e.leftOut, e.received = tb.FathomThresholdsWritten, tb.FathomThresholdsLeftOut, tb.FathomThresholdsReceived
+	e.refused, e.polls, e.getAnswers = tb.FathomThresholdsRefused, tb.FathomThresholdsPolls, tb.FathomThresholdsServed
 	return e, err
 }
 

@@ -166,11 +166,11 @@ func TestGETServesTheLinesTheAnswersCarried(t *testing.T) {
 	if code, body, _ := httpGet(t, http.MethodGet, base+"?cluster=c1&cohort=comm-2"); code != http.StatusOK || body != encoded(t, 1024, otherCohortLine)+"\n" {
 		t.Fatalf("comm-2: %d %q", code, body)
 	}
-	if n := counted(t, tel, "fathom_thresholds_served", "outcome", servedFound); n != 3 {
-		t.Errorf("fathom_thresholds_served{outcome=found} = %d; want 3", n)
+	if n := counted(t, tel, "otelcol_fathom_thresholds_served", "outcome", servedFound); n != 3 {
+		t.Errorf("otelcol_fathom_thresholds_served{outcome=found} = %d; want 3", n)
 	}
-	if n := counted(t, tel, "fathom_thresholds_served", "outcome", servedNotFound); n != 1 {
-		t.Errorf("fathom_thresholds_served{outcome=not_found} = %d; want 1", n)
+	if n := counted(t, tel, "otelcol_fathom_thresholds_served", "outcome", servedNotFound); n != 1 {
+		t.Errorf("otelcol_fathom_thresholds_served{outcome=not_found} = %d; want 1", n)
 	}
 }
 
@@ -202,8 +202,8 @@ func TestGETRefusesWhatItCannotAnswer(t *testing.T) {
 	if code, _, _ := httpGet(t, http.MethodGet, "http://"+gateway.cfg.Server.NetAddr.Endpoint+"/v1/metrics"); code != http.StatusNotFound {
 		t.Errorf("another path: %d; want 404", code)
 	}
-	if bad, none := counted(t, tel, "fathom_thresholds_served", "outcome", servedBadRequest), counted(t, tel, "fathom_thresholds_served", "outcome", servedNotFound); bad != 4 || none != 3 {
-		t.Errorf("fathom_thresholds_served: bad_request %d, not_found %d; want 4 and 3", bad, none)
+	if bad, none := counted(t, tel, "otelcol_fathom_thresholds_served", "outcome", servedBadRequest), counted(t, tel, "otelcol_fathom_thresholds_served", "outcome", servedNotFound); bad != 4 || none != 3 {
+		t.Errorf("otelcol_fathom_thresholds_served: bad_request %d, not_found %d; want 4 and 3", bad, none)
 	}
 }
 
@@ -242,7 +242,7 @@ func TestGETAnswerIsBoundedByMaxResponseBytes(t *testing.T) {
 		lines = append(lines, l)
 	}
 	export(t, http.DefaultClient, otlpBehind(t, gateway, lines...))
-	leftByExport := counted(t, tel, "fathom_thresholds_left_out", "", "")
+	leftByExport := counted(t, tel, "otelcol_fathom_thresholds_left_out", "", "")
 	want, left := pushback.Encode(lines, 256)
 	if left == 0 || left == len(lines) {
 		t.Fatalf("the test needs some lines to fit and some not: %d left out", left)
@@ -251,7 +251,7 @@ func TestGETAnswerIsBoundedByMaxResponseBytes(t *testing.T) {
 	if code != http.StatusOK || body != want+"\n" || len(want) > 256 {
 		t.Fatalf("%d %q (%d bytes); want %q", code, body, len(body), want)
 	}
-	if n := counted(t, tel, "fathom_thresholds_left_out", "", "") - leftByExport; n != int64(left) {
+	if n := counted(t, tel, "otelcol_fathom_thresholds_left_out", "", "") - leftByExport; n != int64(left) {
 		t.Errorf("the GET left out %d lines uncounted or miscounted: counted %d", left, n)
 	}
 }

@@ -46,7 +46,7 @@ func TestGETOverMutualTLSServesOnlyCertifiedNodes(t *testing.T) {
 	if got, _ := poller.Threshold(line.Key(), time.Now()); !reflect.DeepEqual(got, line) {
 		t.Fatalf("node holds %+v; want %+v", got, line)
 	}
-	if n := counted(t, tel, "fathom_thresholds_polls", "outcome", pollFound); n < 1 {
-		t.Fatalf("fathom_thresholds_polls{outcome=found} = %d", n)
+	if n := counted(t, tel, "otelcol_fathom_thresholds_polls", "outcome", pollFound); n < 1 {
+		t.Fatalf("otelcol_fathom_thresholds_polls{outcome=found} = %d", n)
 	}
 }

@@ -103,8 +103,8 @@ func TestPushbackPresentMeansNoPolls(t *testing.T) {
 	if arrived, _ := rec.gets(); len(arrived) != 0 {
 		t.Errorf("%d GETs with push-back present; want none", len(arrived))
 	}
-	if n := counted(t, tel, "fathom_thresholds_polls", "", ""); n != 0 {
-		t.Errorf("fathom_thresholds_polls = %d; want 0", n)
+	if n := counted(t, tel, "otelcol_fathom_thresholds_polls", "", ""); n != 0 {
+		t.Errorf("otelcol_fathom_thresholds_polls = %d; want 0", n)
 	}
 }
 
@@ -134,7 +134,7 @@ func TestAbsentPushbackIsPolledWithJitter(t *testing.T) {
 		// The gateway records a GET when it arrives, the node counts it once the
 		// answer is read: wait for both, or the last poll's count may still be on its
 		// way (seen once in CI: 6 counted of 7 arrived).
-		return len(arrived) >= polls && counted(t, tel, "fathom_thresholds_polls", "outcome", pollFound) >= polls
+		return len(arrived) >= polls && counted(t, tel, "otelcol_fathom_thresholds_polls", "outcome", pollFound) >= polls
 	})
 	arrived, queries := rec.gets()
 	for i, q := range queries {
@@ -161,8 +161,8 @@ func TestAbsentPushbackIsPolledWithJitter(t *testing.T) {
 	if got, ok := node.Threshold(line.Key(), time.Now()); !ok || !reflect.DeepEqual(got, line) {
 		t.Fatalf("node holds %+v (%v); want %+v", got, ok, line)
 	}
-	if found := counted(t, tel, "fathom_thresholds_polls", "outcome", pollFound); found < polls {
-		t.Errorf("fathom_thresholds_polls{outcome=found} = %d; want at least %d", found, polls)
+	if found := counted(t, tel, "otelcol_fathom_thresholds_polls", "outcome", pollFound); found < polls {
+		t.Errorf("otelcol_fathom_thresholds_polls{outcome=found} = %d; want at least %d", found, polls)
 	}
 }
 
@@ -185,7 +185,7 @@ func TestUnreachableGatewayKeepsLinesUntilTheirTTL(t *testing.T) {
 	down := time.Now()
 	collectortest.WaitFor(t, "a failed poll", 5*time.Second, func() bool {
 		node.Threshold(line.Key(), time.Now())
-		return counted(t, tel, "fathom_thresholds_polls", "outcome", pollFailed) > 0
+		return counted(t, tel, "otelcol_fathom_thresholds_polls", "outcome", pollFailed) > 0
 	})
 	// Polled no earlier than down - interval·1.2, so held at least until then + TTL.
 	time.Sleep(time.Until(down.Add(cfg.TTL / 2)))
