@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/fathom-gpu/fathom/exporter/duckdbexporter/internal/metadata"
 	"github.com/fathom-gpu/fathom/extension/echoextension"
 	"github.com/fathom-gpu/fathom/internal/echoschema"
 )
@@ -34,20 +35,11 @@ type duckdbExporter struct {
 }
 
 func newDuckDBExporter(cfg *Config, set exporter.Settings) (*duckdbExporter, error) {
-	meter := set.MeterProvider.Meter("github.com/fathom-gpu/fathom/exporter/duckdbexporter")
-	truncated, err := meter.Int64Counter("fathom_duckdb_truncated_values",
-		metric.WithDescription("Maps and arrays in log bodies and attributes nested deeper than the exporter writes out (64 levels), stored as a marker string."),
-		metric.WithUnit("{value}"))
+	tb, err := metadata.NewTelemetryBuilder(set.TelemetrySettings)
 	if err != nil {
 		return nil, err
 	}
-	failures, err := meter.Int64Counter("fathom_duckdb_storage_failures",
-		metric.WithDescription("Batches refused because the file system under the Echo store refused the write (reason: disk_full, io_error, read_only, permission_denied); their senders were told to retry."),
-		metric.WithUnit("{batch}"))
-	if err != nil {
-		return nil, err
-	}
-	return &duckdbExporter{cfg: cfg, set: set, truncatedValues: truncated, storageFailures: failures}, nil
+	return &duckdbExporter{cfg: cfg, set: set, truncatedValues: tb.FathomDuckdbTruncatedValues, storageFailures: tb.FathomDuckdbStorageFailures}, nil
 }
 
 func (e *duckdbExporter) start(_ context.Context, host component.Host) error {
