@@ -153,8 +153,8 @@ FUZZ_TARGETS := \
 	./receiver/gpuebpfreceiver:FuzzDecodeRecord:30000x \
 	./receiver/gpuebpfreceiver:FuzzConfig:20000x \
 	./internal/probes:FuzzNCCLAndVerbsArguments:30000x \
-	./exporter/duckdbexporter:FuzzLogRows:2000x \
-	./exporter/duckdbexporter:FuzzMetricRows:2000x \
+	./exporter/echostoreexporter:FuzzLogRows:2000x \
+	./exporter/echostoreexporter:FuzzMetricRows:2000x \
 	./extension/echoextension/internal/store:FuzzQueryReadOnly:3000x \
 	./extension/echoextension/internal/tools:FuzzRegistryCall:20000x
 

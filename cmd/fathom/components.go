@@ -3,7 +3,7 @@
 package main
 
 import (
-	duckdbexporter "github.com/fathom-gpu/fathom/exporter/duckdbexporter"
+	echostoreexporter "github.com/fathom-gpu/fathom/exporter/echostoreexporter"
 	echoextension "github.com/fathom-gpu/fathom/extension/echoextension"
 	nodecertextension "github.com/fathom-gpu/fathom/extension/nodecertextension"
 	thresholdsextension "github.com/fathom-gpu/fathom/extension/thresholdsextension"
@@ -95,7 +95,7 @@ func components() (otelcol.Factories, error) {
 		otlpexporter.NewFactory(),
 		otlphttpexporter.NewFactory(),
 		prometheusremotewriteexporter.NewFactory(),
-		duckdbexporter.NewFactory(),
+		echostoreexporter.NewFactory(),
 	)
 	if err != nil {
 		return otelcol.Factories{}, err
@@ -105,7 +105,7 @@ func components() (otelcol.Factories, error) {
 		otlpexporter.NewFactory().Type():                  "go.opentelemetry.io/collector/exporter/otlpexporter v0.162.0",
 		otlphttpexporter.NewFactory().Type():              "go.opentelemetry.io/collector/exporter/otlphttpexporter v0.162.0",
 		prometheusremotewriteexporter.NewFactory().Type(): "github.com/open-telemetry/opentelemetry-collector-contrib/exporter/prometheusremotewriteexporter v0.162.0",
-		duckdbexporter.NewFactory().Type():                "github.com/fathom-gpu/fathom v0.0.0",
+		echostoreexporter.NewFactory().Type():             "github.com/fathom-gpu/fathom v0.0.0",
 	})
 
 	factories.Processors, err = otelcol.MakeFactoryMap[processor.Factory](

@@ -26,7 +26,7 @@ import (
 	"go.opentelemetry.io/collector/component"
 	"go.opentelemetry.io/collector/confmap"
 
-	"github.com/fathom-gpu/fathom/exporter/duckdbexporter"
+	"github.com/fathom-gpu/fathom/exporter/echostoreexporter"
 	"github.com/fathom-gpu/fathom/extension/echoextension"
 	"github.com/fathom-gpu/fathom/extension/nodecertextension"
 	"github.com/fathom-gpu/fathom/extension/thresholdsextension"
@@ -50,7 +50,7 @@ var components = []entry{
 	{"processor", "processor/stragglerprocessor", "straggler.md", stragglerprocessor.NewFactory()},
 	{"processor", "processor/inputboundsprocessor", "reliability.md", inputboundsprocessor.NewFactory()},
 	{"processor", "processor/nodeidentityprocessor", "security.md", nodeidentityprocessor.NewFactory()},
-	{"exporter", "exporter/duckdbexporter", "echo.md", duckdbexporter.NewFactory()},
+	{"exporter", "exporter/echostoreexporter", "echo.md", echostoreexporter.NewFactory()},
 	{"extension", "extension/echoextension", "echo.md", echoextension.NewFactory()},
 	{"extension", "extension/thresholdsextension", "straggler.md", thresholdsextension.NewFactory()},
 	{"extension", "extension/nodecertextension", "security.md", nodecertextension.NewFactory()},

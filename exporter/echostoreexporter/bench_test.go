@@ -1,4 +1,4 @@
-package duckdbexporter
+package echostoreexporter
 
 import (
 	"context"
@@ -20,7 +20,7 @@ import (
 	"go.opentelemetry.io/collector/pdata/plog"
 	"go.opentelemetry.io/collector/pdata/plog/plogotlp"
 
-	"github.com/fathom-gpu/fathom/exporter/duckdbexporter/internal/metadata"
+	"github.com/fathom-gpu/fathom/exporter/echostoreexporter/internal/metadata"
 	"github.com/fathom-gpu/fathom/extension/echoextension"
 	"github.com/fathom-gpu/fathom/internal/collectortest"
 )

@@ -1,6 +1,8 @@
-// Package duckdbexporter is the `duckdb` exporter: it writes OTLP logs and metrics into
-// the Echo store owned by the echo extension, one row per log record or data point.
-package duckdbexporter
+// Package echostoreexporter is the `duckdb` exporter: it turns OTLP logs and metrics into
+// rows, one per log record or data point, and writes them into the Echo store the echo
+// extension owns (DuckDB is the store's; nothing here opens a database). Its type keeps
+// the name configs have always used.
+package echostoreexporter
 
 //go:generate go tool mdatagen metadata.yaml
 
@@ -15,7 +17,7 @@ import (
 	"go.opentelemetry.io/collector/exporter"
 	"go.opentelemetry.io/collector/exporter/exporterhelper"
 
-	"github.com/fathom-gpu/fathom/exporter/duckdbexporter/internal/metadata"
+	"github.com/fathom-gpu/fathom/exporter/echostoreexporter/internal/metadata"
 )
 
 // NewFactory returns the factory of the `duckdb` exporter.

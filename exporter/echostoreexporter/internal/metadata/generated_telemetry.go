@@ -13,11 +13,11 @@ import (
 )
 
 func Meter(settings component.TelemetrySettings) metric.Meter {
-	return settings.MeterProvider.Meter("github.com/fathom-gpu/fathom/exporter/duckdbexporter")
+	return settings.MeterProvider.Meter("github.com/fathom-gpu/fathom/exporter/echostoreexporter")
 }
 
 func Tracer(settings component.TelemetrySettings) trace.Tracer {
-	return settings.TracerProvider.Tracer("github.com/fathom-gpu/fathom/exporter/duckdbexporter")
+	return settings.TracerProvider.Tracer("github.com/fathom-gpu/fathom/exporter/echostoreexporter")
 }
 
 // TelemetryBuilder provides an interface for components to report telemetry

@@ -1,4 +1,4 @@
-package duckdbexporter
+package echostoreexporter
 
 import (
 	"bytes"

@@ -1,4 +1,4 @@
-package duckdbexporter
+package echostoreexporter
 
 import (
 	"context"
@@ -18,7 +18,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
-	"github.com/fathom-gpu/fathom/exporter/duckdbexporter/internal/metadata"
+	"github.com/fathom-gpu/fathom/exporter/echostoreexporter/internal/metadata"
 	"github.com/fathom-gpu/fathom/extension/echoextension"
 	"github.com/fathom-gpu/fathom/internal/echoschema"
 )

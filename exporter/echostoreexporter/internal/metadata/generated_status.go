@@ -10,7 +10,7 @@ import (
 
 var (
 	Type      = component.MustNewType("duckdb")
-	ScopeName = "github.com/fathom-gpu/fathom/exporter/duckdbexporter"
+	ScopeName = "github.com/fathom-gpu/fathom/exporter/echostoreexporter"
 )
 
 const (

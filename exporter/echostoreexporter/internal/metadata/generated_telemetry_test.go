@@ -50,14 +50,14 @@ func TestProviders(t *testing.T) {
 
 	meter := Meter(set)
 	if m, ok := meter.(mockMeter); ok {
-		require.Equal(t, "github.com/fathom-gpu/fathom/exporter/duckdbexporter", m.name)
+		require.Equal(t, "github.com/fathom-gpu/fathom/exporter/echostoreexporter", m.name)
 	} else {
 		require.Fail(t, "returned Meter not mockMeter")
 	}
 
 	tracer := Tracer(set)
 	if m, ok := tracer.(mockTracer); ok {
-		require.Equal(t, "github.com/fathom-gpu/fathom/exporter/duckdbexporter", m.name)
+		require.Equal(t, "github.com/fathom-gpu/fathom/exporter/echostoreexporter", m.name)
 	} else {
 		require.Fail(t, "returned Meter not mockTracer")
 	}

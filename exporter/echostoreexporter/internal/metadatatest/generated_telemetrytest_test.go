@@ -10,7 +10,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata/metricdatatest"
 
-	"github.com/fathom-gpu/fathom/exporter/duckdbexporter/internal/metadata"
+	"github.com/fathom-gpu/fathom/exporter/echostoreexporter/internal/metadata"
 	"go.opentelemetry.io/collector/component/componenttest"
 )
 
