@@ -808,7 +808,7 @@ func TestThePlainManifestsDecode(t *testing.T) {
 	}
 }
 
-// systemd-analyze verify accepts both units, with ExecStart pointed at the built
+// systemd-analyze verify accepts the three units, with ExecStart pointed at the built
 // binary (verify checks that it exists).
 func TestTheSystemdUnitsVerify(t *testing.T) {
 	analyze, err := exec.LookPath("systemd-analyze")
@@ -821,7 +821,7 @@ func TestTheSystemdUnitsVerify(t *testing.T) {
 	bin := collectortest.Binary(t)
 	dir := t.TempDir()
 	var units []string
-	for _, name := range []string{"fathom-node.service", "fathom-gateway.service"} {
+	for _, name := range []string{"fathom-node.service", "fathom-gateway.service", "fathom-standalone.service"} {
 		raw, err := os.ReadFile(filepath.Join(collectortest.RepoRoot(t), "deploy", "systemd", name))
 		if err != nil {
 			t.Fatal(err)

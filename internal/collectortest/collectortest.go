@@ -117,12 +117,20 @@ func Start(t testing.TB, config string, env ...string) *Process {
 // order (maps merge, a later list replaces an earlier one).
 func StartConfigs(t testing.TB, configs []string, env ...string) *Process {
 	t.Helper()
+	return StartUnder(t, nil, configs, env...)
+}
+
+// StartUnder is StartConfigs under a wrapper command (e.g. `unshare --net ...`), given
+// the binary and its flags as its last arguments. The wrapper must exec them in its own
+// process, so that Pid and Terminate reach the collector itself.
+func StartUnder(t testing.TB, wrapper, configs []string, env ...string) *Process {
+	t.Helper()
 	p := &Process{output: &syncBuffer{}, done: make(chan struct{})}
-	var args []string
+	args := append(append([]string(nil), wrapper...), Binary(t))
 	for _, c := range configs {
 		args = append(args, "--config", c)
 	}
-	p.cmd = exec.Command(Binary(t), args...)
+	p.cmd = exec.Command(args[0], args[1:]...)
 	p.cmd.Env = append(os.Environ(), env...)
 	p.cmd.Stdout = p.output
 	p.cmd.Stderr = p.output
