@@ -20,7 +20,8 @@ all: build
 
 # What a fresh machine lacks for the tests: clang-19 and libbpf headers for the BPF
 # build, Prometheus (the demo's test queries the Grafana dashboard against it), Node.js
-# and the MCP/OpenAPI conformance clients pinned in test/mcpconformance/package-lock.json,
+# and the MCP/OpenAPI conformance clients pinned in test/mcpconformance/package-lock.json
+# and the trace engine pinned in test/traceengine/package-lock.json,
 # podman and runc (the image test loads the image and runs it), a mounted tracefs, and
 # bpffs (where kernel state is pinned). Does nothing when all is
 # present, so `make test` on a fresh clone skips no test for want of a tool.
@@ -45,6 +46,10 @@ deps:
 	@if [ ! -e test/mcpconformance/node_modules/.package-lock.json ] || [ test/mcpconformance/package-lock.json -nt test/mcpconformance/node_modules/.package-lock.json ]; then \
 	  echo "installing the conformance clients (npm ci)"; \
 	  cd test/mcpconformance && npm ci --no-audit --no-fund >/dev/null; \
+	fi
+	@if [ ! -e test/traceengine/node_modules/.package-lock.json ] || [ test/traceengine/package-lock.json -nt test/traceengine/node_modules/.package-lock.json ]; then \
+	  echo "installing the Chrome DevTools trace engine the timeline tests parse with (npm ci)"; \
+	  cd test/traceengine && npm ci --no-audit --no-fund >/dev/null; \
 	fi
 	@if [ "$$(id -u)" = 0 ] && [ ! -e /sys/kernel/tracing/events ]; then mount -t tracefs tracefs /sys/kernel/tracing; fi
 	@if [ "$$(id -u)" = 0 ] && [ "$$(stat -f -c %T /sys/fs/bpf 2>/dev/null)" != bpf_fs ]; then mount -t bpf bpf /sys/fs/bpf; fi

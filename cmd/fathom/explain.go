@@ -36,21 +36,11 @@ func explainCommand() *cobra.Command {
 			}
 			ctx, cancel := context.WithTimeout(cmd.Context(), 2*time.Minute)
 			defer cancel()
-			var caller explain.Caller
-			if db != "" {
-				lt, err := echoextension.OpenLocalTools(ctx, db, rates)
-				if err != nil {
-					return err
-				}
-				defer lt.Close()
-				caller = lt
-			} else {
-				g, err := gatewayCaller(gateway, tokenFile, caFile)
-				if err != nil {
-					return err
-				}
-				caller = g
+			caller, closeCaller, err := openCaller(ctx, db, rates, gateway, tokenFile, caFile)
+			if err != nil {
+				return err
 			}
+			defer closeCaller()
 			useColor := color == "always" || (color == "auto" && isTerminal(os.Stdout))
 			return explain.Write(ctx, cmd.OutOrStdout(), caller, explain.Options{Since: since, MaxLines: lines, Color: useColor})
 		},
@@ -65,6 +55,23 @@ func explainCommand() *cobra.Command {
 	f.IntVar(&lines, "lines", 50, "at most this many lines")
 	f.StringVar(&color, "color", "auto", "auto (on a terminal), always or never")
 	return cmd
+}
+
+// openCaller asks the Echo tools of a private copy of the store file db, or of the
+// gateway's Echo API; close releases the copy.
+func openCaller(ctx context.Context, db, rates, gateway, tokenFile, caFile string) (caller explain.Caller, close func(), err error) {
+	if db != "" {
+		lt, err := echoextension.OpenLocalTools(ctx, db, rates)
+		if err != nil {
+			return nil, nil, err
+		}
+		return lt, func() { lt.Close() }, nil
+	}
+	g, err := gatewayCaller(gateway, tokenFile, caFile)
+	if err != nil {
+		return nil, nil, err
+	}
+	return g, func() {}, nil
 }
 
 func gatewayCaller(url, tokenFile, caFile string) (explain.Gateway, error) {

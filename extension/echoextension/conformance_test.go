@@ -25,6 +25,8 @@ import (
 	"github.com/fathom-gpu/fathom/extension/echoextension/internal/tools"
 	"github.com/fathom-gpu/fathom/internal/collectortest"
 	"github.com/fathom-gpu/fathom/internal/semconv"
+	"github.com/fathom-gpu/fathom/internal/timeline"
+	"github.com/fathom-gpu/fathom/internal/traceenginetest"
 )
 
 // EnvRequireConformance turns the conformance test's skip into a failure. The test needs
@@ -42,7 +44,7 @@ func conformanceDir(t *testing.T) string {
 	missing := ""
 	if _, err := exec.LookPath("node"); err != nil {
 		missing = "node (v20 or newer) on PATH"
-	} else if err := installedAsPinned(dir); err != nil {
+	} else if err := traceenginetest.InstalledAsPinned(dir); err != nil {
 		missing = err.Error()
 	}
 	if missing == "" {
@@ -53,30 +55,6 @@ func conformanceDir(t *testing.T) string {
 	}
 	t.Skipf("needs %s; set %s=1 to make this a failure", missing, EnvRequireConformance)
 	return ""
-}
-
-// installedAsPinned: node_modules holds exactly the versions package.json pins. A stale
-// node_modules would run another SDK than the one the test claims to prove.
-func installedAsPinned(dir string) error {
-	var manifest struct{ Dependencies map[string]string }
-	raw, err := os.ReadFile(filepath.Join(dir, "package.json"))
-	if err != nil {
-		return err
-	}
-	if err := json.Unmarshal(raw, &manifest); err != nil {
-		return fmt.Errorf("%s/package.json: %v", dir, err)
-	}
-	for name, pinned := range manifest.Dependencies {
-		var installed struct{ Version string }
-		raw, err := os.ReadFile(filepath.Join(dir, "node_modules", name, "package.json"))
-		if err == nil {
-			err = json.Unmarshal(raw, &installed)
-		}
-		if err != nil || installed.Version != pinned {
-			return fmt.Errorf("%s %s installed in %s/node_modules (found %q: run `npm ci` there)", name, pinned, dir, installed.Version)
-		}
-	}
-	return nil
 }
 
 const conformanceYAML = `
@@ -799,6 +777,28 @@ func conformanceCases(base time.Time) map[string]conformanceCase {
 						n.LastDataMinute != base.Format(time.RFC3339Nano) || len(n.Checks) != 0 {
 						t.Errorf("node_readiness node %d: %+v", i, n)
 					}
+				}
+			},
+		},
+		"get_timeline": {
+			args: `{"cluster":"conf",` + window + `}`,
+			bad:  []badCall{{`{"max_events":0}`, "invalid_argument", "max_events"}},
+			check: func(t *testing.T, raw json.RawMessage) {
+				// The planted chains of rank 3 on node-3, as instants on its rank's track.
+				got := decode[timeline.Trace](t, raw)
+				m := got.Metadata
+				if m.Kept != (timeline.Counts{Chains: 2}) || m.LeftOutTotal != 0 || m.Nodes != 1 || m.Tracks != 1 || len(got.TraceEvents) != 6 {
+					t.Fatalf("get_timeline: %s", raw)
+				}
+				var instants []string
+				for _, e := range got.TraceEvents {
+					if e.Ph == "I" {
+						instants = append(instants, fmt.Sprintf("%s %v %v", e.Name, e.Args["rank"], e.Args["fix"]))
+					}
+				}
+				want := []string{"chain: run_queue_wait (high) 3 " + plantedFix, "chain: page_fault (high) 3 " + plantedFix}
+				if !reflect.DeepEqual(instants, want) {
+					t.Errorf("get_timeline instants %q, want %q", instants, want)
 				}
 			},
 		},

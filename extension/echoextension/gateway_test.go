@@ -296,6 +296,7 @@ func TestGatewayStoresServesAndGuards(t *testing.T) {
 		"process_host_pressure": `{"since":"2000-01-01T00:00:00Z","until":"2100-01-01T00:00:00Z"}`,
 		"cuda_graph_activity":   `{"since":"2026-01-01T00:00:00Z","until":"2026-01-02T00:00:00Z","bucket":"1h"}`,
 		"node_readiness":        `{"since":"2000-01-01T00:00:00Z","until":"2100-01-01T00:00:00Z"}`,
+		"get_timeline":          `{"since":"2000-01-01T00:00:00Z","until":"2100-01-01T00:00:00Z"}`,
 		"run_analysis":          `{"sql":"SELECT node, round(avg(value), 6) AS v FROM events GROUP BY node ORDER BY node"}`,
 	}
 	for tool, args := range sameArgs {

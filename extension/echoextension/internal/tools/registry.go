@@ -67,7 +67,7 @@ func NewRegistry(env *Env) (*Registry, error) {
 	r := &Registry{byName: map[string]*Tool{}}
 	for _, build := range []func(*Env) (*Tool, error){
 		eventHistoryTool, findOutlierNodesTool, clusterSummaryTool, causalChainsTool,
-		traceStatsTool, stacksTool, costTool, processHostPressureTool, cudaGraphActivityTool, nodeReadinessTool, runAnalysisTool,
+		traceStatsTool, stacksTool, costTool, processHostPressureTool, cudaGraphActivityTool, nodeReadinessTool, timelineTool, runAnalysisTool,
 	} {
 		t, err := build(env)
 		if err != nil {

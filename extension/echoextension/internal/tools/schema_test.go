@@ -61,8 +61,12 @@ var schemaExamples = map[string][]schemaExample{
 		{`{` + readinessWindow + `}`, "nodes", 5},
 		{`{"node":"none"}`, "nodes", 0},
 	},
+	"get_timeline": {
+		{`{` + timelineWindow + `}`, "traceEvents", 57},
+		{`{"node":"none"}`, "traceEvents", 0},
+	},
 	"run_analysis": {
-		{`{"sql":"SELECT node, count(*) AS n FROM events GROUP BY node ORDER BY node"}`, "rows", 8},
+		{`{"sql":"SELECT node, count(*) AS n FROM events WHERE node LIKE 'gpu-%' GROUP BY node ORDER BY node"}`, "rows", 8},
 		{`{"sql":"SELECT node FROM events WHERE false"}`, "rows", 0},
 	},
 }
@@ -76,6 +80,7 @@ func TestEveryToolSchemaIsAnObjectAndEveryResultFitsIt(t *testing.T) {
 	plantProcessActivity(t, env) // hours before plantedStore's rows: its windows do not see them
 	plantGraphActivity(t, env)
 	plantReadiness(t, env)
+	plantTimeline(t, env)
 	r, err := NewRegistry(env)
 	if err != nil {
 		t.Fatal(err)

@@ -25,7 +25,9 @@ const seriesLookback = 5 * time.Minute
 //	     d_value (sums), d_count and d_sum (histograms), new_max, the largest value
 //	     known to fall inside the window (NULL when none is), counted_before, true on a
 //	     cumulative point whose series had already counted something before the window
-//	     (for delta series the tools cannot know), and step, how the rule judged it.
+//	     (for delta series the tools cannot know), step, how the rule judged it, and
+//	     from_ts, where the interval it added began (the point before, or its series'
+//	     start when it adds itself whole; NULL when neither is known).
 //
 // A series is one (node, pid, name, api, thread, communicator, attributes) tuple, as an
 // OTLP series is its identity plus its attributes. A delta point adds itself. A
@@ -94,6 +96,7 @@ func windowTotalsCTE(since, until time.Time, names []string, f filter) (string, 
 	),
 	w AS (
 		SELECT ts, cluster, node, pid, process, rank, thread_id, name, api, attributes, p99, step,
+			CASE step WHEN 'continues' THEN prev_ts ELSE coalesce(start_ts, prev_ts) END AS from_ts,
 			CASE step WHEN 'continues' THEN value - prev_value WHEN 'baseline' THEN 0 ELSE value END AS d_value,
 			CASE step WHEN 'continues' THEN count - prev_count WHEN 'baseline' THEN 0 ELSE count END AS d_count,
 			CASE step WHEN 'continues' THEN sum - prev_sum WHEN 'baseline' THEN 0 ELSE sum END AS d_sum,
