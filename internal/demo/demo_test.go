@@ -107,6 +107,7 @@ func TestTheDemoTellsTheWholeStory(t *testing.T) {
 	if !explainNamesOnNode(lines, "cpu_contention on node-2", "batch-etl") {
 		t.Errorf("no cpu_contention chain on node-2 in fathom explain names batch-etl among who took the CPU")
 	}
+	checkTimeline(t, bin, dir, time.Now())
 }
 
 // chainEvidence is the evidence of the chain the get_causal_chains answer gives as
