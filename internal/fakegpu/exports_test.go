@@ -25,6 +25,7 @@ func TestLibrariesExportExactlyTheAPI(t *testing.T) {
 		{p.NVML, "libnvidia-ml.so.1", NVMLAPIs, nil},
 		{p.HIP, "libamdhip64.so.5", HIPAPIs, HookSymbols},
 		{p.RCCL, "librccl.so.1", NCCLAPIs, nil},
+		{p.ROCmSMI, "librocm_smi64.so.1", ROCmSMIAPIs, nil},
 	} {
 		t.Run(lib.soname, func(t *testing.T) {
 			f, err := elf.Open(lib.path)

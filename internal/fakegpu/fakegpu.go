@@ -44,6 +44,9 @@ type Paths struct {
 	// librccl.so.1, the fake NCCL built under RCCL's name over it; DDPHIP is fakegpu-ddp
 	// built as a HIP program over both (DDPOptions.HIP).
 	HIP, RCCL, DDPHIP string
+	// ROCmSMI is librocm_smi64.so.1, ROCm SMI answering from the same board as NVML
+	// (c/rocm_smi.c).
+	ROCmSMI string
 }
 
 var (
@@ -147,6 +150,7 @@ func PathsIn(out string) Paths {
 		HIP:            filepath.Join(lib, "libamdhip64.so.5"),
 		RCCL:           filepath.Join(lib, "librccl.so.1"),
 		DDPHIP:         filepath.Join(out, "bin", "fakegpu-ddp-hip"),
+		ROCmSMI:        filepath.Join(lib, "librocm_smi64.so.1"),
 	}
 }
 
@@ -213,6 +217,17 @@ var IBVerbsAPIs = []string{
 	"ibv_get_device_list", "ibv_free_device_list", "ibv_get_device_name",
 	"ibv_open_device", "ibv_close_device", "ibv_get_async_event", "ibv_ack_async_event",
 	"ibv_alloc_pd", "ibv_dealloc_pd", "ibv_create_qp", "ibv_destroy_qp",
+}
+
+// ROCmSMIAPIs are the ROCm SMI entry points librocm_smi64.so.1 exports: what
+// internal/gpustate/rocmsmi calls.
+var ROCmSMIAPIs = []string{
+	"rsmi_init", "rsmi_shut_down", "rsmi_status_string", "rsmi_num_monitor_devices", "rsmi_version_str_get",
+	"rsmi_dev_name_get", "rsmi_dev_unique_id_get", "rsmi_dev_pci_id_get", "rsmi_dev_gpu_clk_freq_get",
+	"rsmi_dev_power_ave_get", "rsmi_dev_power_cap_get", "rsmi_dev_temp_metric_get",
+	"rsmi_dev_busy_percent_get", "rsmi_dev_memory_busy_percent_get", "rsmi_dev_memory_usage_get",
+	"rsmi_dev_memory_total_get", "rsmi_dev_pci_bandwidth_get", "rsmi_dev_pci_replay_counter_get",
+	"rsmi_dev_ecc_count_get", "rsmi_compute_process_info_get", "rsmi_compute_process_gpus_get",
 }
 
 // NVMLAPIs are the NVML entry points libnvidia-ml.so.1 exports: what internal/gpustate

@@ -35,6 +35,9 @@ type GPU struct {
 	// BusID is the PCI address, domain:bus:device.function, as nvidia-smi prints it.
 	BusID string
 	Name  string
+	// Vendor is the GPU's maker as hw.vendor says it: NVIDIA (read through NVML) or AMD
+	// (through ROCm SMI, internal/gpustate/rocmsmi).
+	Vendor string
 
 	SMClockMHz, SMClockMaxMHz   uint32
 	MemClockMHz, MemClockMaxMHz uint32
@@ -122,6 +125,18 @@ func (g GPU) Throttled() bool {
 	const slowing = 0x4 | 0x8 | 0x20 | 0x40 | 0x80
 	return g.ClockEventReasons&slowing != 0
 }
+
+// Reader is a vendor's library read for the node's GPUs: NVML (Library, here) or ROCm
+// SMI (internal/gpustate/rocmsmi). Both fill the same GPU, so what is made of a reading
+// (series, the binding to ranks, the straggler signals) is written once.
+type Reader interface {
+	// Read returns one reading of every GPU; the error names what could not be read,
+	// and the GPUs returned are what could.
+	Read() ([]GPU, error)
+	Close() error
+}
+
+var _ Reader = (*Library)(nil)
 
 // Library is NVML, loaded and initialised.
 type Library struct {
@@ -319,7 +334,7 @@ func (l *Library) Read() ([]GPU, error) {
 // on this GPU, or that this driver's library lacks, is listed in Unsupported, and any
 // other failure is an error.
 func read(index int, d nvml.Device, has map[string]bool) (GPU, error) {
-	g := GPU{Index: index}
+	g := GPU{Index: index, Vendor: "NVIDIA"}
 	var errs []error
 	// field calls get when the library exports symbol and records what it returned:
 	// nothing on success, the field's name in Unsupported where NVML has no such

@@ -102,14 +102,14 @@ remap_pending=1
 		slices.SortFunc(gpus[i].Processes, func(a, b Process) int { return int(a.PID) - int(b.PID) })
 	}
 	want := []GPU{{
-		Index: 0, UUID: "GPU-fa7a0000-0000-4000-8000-000000000000", BusID: "00000000:18:00.0", Name: "NVIDIA H100 80GB HBM3",
+		Index: 0, UUID: "GPU-fa7a0000-0000-4000-8000-000000000000", BusID: "00000000:18:00.0", Name: "NVIDIA H100 80GB HBM3", Vendor: "NVIDIA",
 		SMClockMHz: 1980, SMClockMaxMHz: 1980, MemClockMHz: 2619, MemClockMaxMHz: 2619,
 		PowerWatts: 350, PowerLimitWatts: 700, TemperatureC: 45,
 		UtilizationPercent: 97, MemoryUtilizationPercent: 41, MemoryUsedBytes: 64 << 30, MemoryTotalBytes: 80 << 30,
 		PCIeGen: 5, PCIeGenMax: 5, PCIeWidth: 16, PCIeWidthMax: 16,
 		Processes: []Process{{PID: self, UsedMemoryBytes: 1 << 30}},
 	}, {
-		Index: 1, UUID: "GPU-5c1d2a33-8f1e-4b6a-9d3c-2a7e5b9c0f11", BusID: "00000000:9A:00.0", Name: "NVIDIA H100 80GB HBM3",
+		Index: 1, UUID: "GPU-5c1d2a33-8f1e-4b6a-9d3c-2a7e5b9c0f11", BusID: "00000000:9A:00.0", Name: "NVIDIA H100 80GB HBM3", Vendor: "NVIDIA",
 		SMClockMHz: 1410, SMClockMaxMHz: 1980, MemClockMHz: 2619, MemClockMaxMHz: 2619,
 		ClockEventReasons: 0x20 | 0x40,
 		PowerWatts:        612.345, PowerLimitWatts: 700, TemperatureC: 87,
