@@ -15,6 +15,7 @@ import (
 
 	"github.com/fathom-gpu/fathom/internal/discovery"
 	"github.com/fathom-gpu/fathom/internal/gpustate"
+	"github.com/fathom-gpu/fathom/internal/gpustate/rocmsmi"
 	"github.com/fathom-gpu/fathom/internal/probes"
 )
 
@@ -60,6 +61,10 @@ type Options struct {
 	// NVML, when set, answers the nvml check: a running receiver knows what its own
 	// load of the library found.
 	NVML func() Check
+	// ROCmSMI, when set, answers the rocm_smi check, as NVML does the nvml one; found
+	// says whether librocm_smi64.so.1 was there (loaded, whether ROCm SMI then started
+	// or not).
+	ROCmSMI func() (c Check, found bool)
 }
 
 // NVMLCheck names the check that loads NVML.
@@ -80,6 +85,29 @@ func NVMLFailure(err error) (detail, fix string) {
 		return initErr.Summary(), initErr.Fix()
 	}
 	return err.Error(), NVMLFix
+}
+
+// ROCmSMICheck names the check that loads ROCm SMI, AMD's NVML. It is in the report
+// only where it has something to say: where librocm_smi64.so.1 is installed (an AMD
+// node, or one whose image carries ROCm), or where a process maps AMD's HIP runtime
+// and the library is missing. A node with neither vendor's GPUs hears nothing of it.
+const ROCmSMICheck = "rocm_smi"
+
+// ROCmSMIImpact is what a node running AMD GPUs loses without ROCm SMI.
+const ROCmSMIImpact = "no AMD GPU state (clocks, power, temperature, memory, PCIe link, ECC), so a rank slowed by its own GPU is not named with its cause; everything traced from the host still works"
+
+// ROCmSMIFix says how to give the collector ROCm SMI.
+const ROCmSMIFix = "on an AMD GPU node, mount ROCm's librocm_smi64.so.1 into the collector and put it on LD_LIBRARY_PATH, or set rocm_smi.library_path; on a node without AMD GPUs there is nothing to do"
+
+// ROCmSMIFailure is the rocm_smi check's detail and fix for rocmsmi.Open's error: where
+// the library loaded but ROCm SMI did not start, its own status (RSMI_STATUS_INIT_ERROR
+// ...) with its text and the fix for it; else the error and ROCmSMIFix.
+func ROCmSMIFailure(err error) (detail, fix string) {
+	var initErr *rocmsmi.InitError
+	if errors.As(err, &initErr) {
+		return initErr.Summary(), initErr.Fix()
+	}
+	return err.Error(), ROCmSMIFix
 }
 
 // Run inspects the node. procRoot is normally /proc.
@@ -141,6 +169,27 @@ func RunWith(procRoot string, opts Options) Report {
 	}
 
 	mappings, err := discovery.Scan(procRoot)
+	hipPIDs := map[uint32]bool{}
+	for _, m := range mappings {
+		if m.Library == probes.LibHIP {
+			hipPIDs[m.PID] = true
+		}
+	}
+	var rocm Check
+	var found bool
+	if opts.ROCmSMI != nil {
+		rocm, found = opts.ROCmSMI()
+	} else {
+		rocm, found = rocmSMICheck()
+	}
+	rocm.Name = ROCmSMICheck
+	if found || len(hipPIDs) > 0 {
+		if !found {
+			rocm.Detail += fmt.Sprintf(" (%d processes here run AMD's HIP runtime)", len(hipPIDs))
+		}
+		add(rocm)
+	}
+
 	byPath := map[string]*Library{}
 	for _, m := range mappings {
 		l, ok := byPath[m.Path]
@@ -183,6 +232,26 @@ func nvmlCheck() Check {
 		c.Detail += ": " + err.Error()
 	}
 	return c
+}
+
+// rocmSMICheck loads ROCm SMI from the loader's search path and counts the GPUs; found
+// is false where the library is not installed.
+func rocmSMICheck() (Check, bool) {
+	c := Check{Name: ROCmSMICheck, Advisory: true, Impact: ROCmSMIImpact, Fix: ROCmSMIFix}
+	lib, err := rocmsmi.Open("")
+	if err != nil {
+		c.Detail, c.Fix = ROCmSMIFailure(err)
+		return c, !errors.Is(err, rocmsmi.ErrNoLibrary)
+	}
+	defer lib.Close()
+	version, _ := lib.DriverVersion()
+	gpus, err := lib.Read()
+	c.OK = err == nil
+	c.Detail = fmt.Sprintf("amdgpu driver %s, %d GPUs", version, len(gpus))
+	if err != nil {
+		c.Detail += ": " + err.Error()
+	}
+	return c, true
 }
 
 // ready is true when every check that matters passed.

@@ -56,6 +56,7 @@ type Config struct {
 	Synthetic SyntheticConfig `mapstructure:"synthetic"`
 	RDMA      RDMAConfig      `mapstructure:"rdma"`
 	NVML      NVMLConfig      `mapstructure:"nvml"`
+	ROCmSMI   ROCmSMIConfig   `mapstructure:"rocm_smi"`
 	Readiness ReadinessConfig `mapstructure:"readiness"`
 	// KernelState keeps what the kernel knows across collector restarts.
 	KernelState KernelStateConfig `mapstructure:"kernel_state"`
@@ -193,6 +194,31 @@ type NVMLConfig struct {
 	LibraryPath string `mapstructure:"library_path"`
 }
 
+// ROCmSMIConfig controls AMD GPU state from ROCm SMI (librocm_smi64.so.1: clocks,
+// power, temperature, memory, the PCIe link, ECC), read beside NVML at every metrics
+// collection into the same series and bound to the ranks on each GPU as NVIDIA's are.
+type ROCmSMIConfig struct {
+	// Enabled reads AMD GPU state where librocm_smi64.so.1 loads (default true). A node
+	// without the library runs on without these series; its node check names it only
+	// where a process runs AMD's HIP runtime.
+	Enabled bool `mapstructure:"enabled"`
+	// LibraryPath loads ROCm SMI from this file (an absolute path) instead of the
+	// loader's search path (a DaemonSet that mounts the host's /opt/rocm/lib somewhere
+	// of its own).
+	LibraryPath string `mapstructure:"library_path"`
+}
+
+func (c ROCmSMIConfig) validate() []error {
+	var errs []error
+	if c.LibraryPath != "" && !filepath.IsAbs(c.LibraryPath) {
+		errs = append(errs, fmt.Errorf("rocm_smi.library_path must be an absolute path to librocm_smi64.so.1 (e.g. /host/opt/rocm/lib/librocm_smi64.so.1), got %q", c.LibraryPath))
+	}
+	if c.LibraryPath != "" && !c.Enabled {
+		errs = append(errs, errors.New("rocm_smi.library_path is set but rocm_smi.enabled is false: the library would never be loaded; drop one of them"))
+	}
+	return errs
+}
+
 // RankSignalsConfig: the per-rank signals the straggler loop compares
 // (fathom.rank.device_wait.time, host_lead.time, launches and run_queue.time) of the
 // processes whose rank is known, emitted every Interval as an export of their own,
@@ -283,8 +309,9 @@ func createDefaultConfig() *Config {
 			OutlierMinDuration: time.Millisecond,
 			NCCL:               NCCLLogsConfig{SampleEvery: 16, MaxPerSecond: 500},
 		},
-		RDMA: RDMAConfig{SysfsRoot: "/sys/class/infiniband", PollInterval: 10 * time.Second},
-		NVML: NVMLConfig{Enabled: true},
+		RDMA:    RDMAConfig{SysfsRoot: "/sys/class/infiniband", PollInterval: 10 * time.Second},
+		NVML:    NVMLConfig{Enabled: true},
+		ROCmSMI: ROCmSMIConfig{Enabled: true},
 		Limits: LimitsConfig{
 			RingBufferBytes:      8 << 20,
 			MaxProcesses:         512,
@@ -360,6 +387,7 @@ func (c *Config) Validate() error {
 	if c.RDMA.PollInterval < 100*time.Millisecond {
 		errs = append(errs, fmt.Errorf("rdma.poll_interval must be at least 100ms, got %s", c.RDMA.PollInterval))
 	}
+	errs = append(errs, c.ROCmSMI.validate()...)
 	if c.Readiness.Enabled {
 		errs = append(errs, c.Readiness.validate()...)
 	}

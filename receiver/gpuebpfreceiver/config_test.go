@@ -34,7 +34,8 @@ func TestLoadConfig(t *testing.T) {
 		custom.Limits.RingBufferBytes != 16<<20 || custom.Limits.MaxProcesses != 64 ||
 		custom.Logs.NCCL != (NCCLLogsConfig{SampleEvery: 4, MaxPerSecond: 2000}) ||
 		custom.RDMA != (RDMAConfig{SysfsRoot: "/host/sys/class/infiniband", PollInterval: 30 * time.Second}) ||
-		custom.NVML != (NVMLConfig{Enabled: true, LibraryPath: "/host/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1"}) {
+		custom.NVML != (NVMLConfig{Enabled: true, LibraryPath: "/host/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1"}) ||
+		custom.ROCmSMI != (ROCmSMIConfig{Enabled: true, LibraryPath: "/host/opt/rocm/lib/librocm_smi64.so.1"}) || def.ROCmSMI != (ROCmSMIConfig{Enabled: true}) {
 		t.Errorf("custom: %+v", custom)
 	}
 
@@ -65,6 +66,8 @@ func TestInvalidConfigsSayWhatIsWrong(t *testing.T) {
 		"bad_rank_signals_multiple": {"collection_interval (1s) must be a whole multiple of rank_signals.interval (300ms)"},
 		"bad_rank_signals_delta":    {"rank_signals.interval needs temporality: cumulative; with delta, leave it 0"},
 		"bad_rank_signals_short":    {"rank_signals.interval must be 0 (with each collection) or at least 100ms, got 10ms"},
+		"bad_rocm_smi": {`rocm_smi.library_path must be an absolute path to librocm_smi64.so.1 (e.g. /host/opt/rocm/lib/librocm_smi64.so.1), got "opt/rocm/lib/librocm_smi64.so.1"`,
+			"rocm_smi.library_path is set but rocm_smi.enabled is false"},
 	}
 	for name, wants := range cases {
 		_, err := loadConfig(t, name)

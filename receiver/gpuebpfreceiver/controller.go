@@ -15,6 +15,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/fathom-gpu/fathom/internal/gpustate"
+	"github.com/fathom-gpu/fathom/internal/gpustate/rocmsmi"
 	"github.com/fathom-gpu/fathom/internal/probes"
 	"github.com/fathom-gpu/fathom/internal/rdmasysfs"
 	"github.com/fathom-gpu/fathom/receiver/gpuebpfreceiver/internal/metadata"
@@ -78,6 +79,10 @@ type controller struct {
 	// why).
 	nvml    *gpustate.Library
 	nvmlErr error
+	// rocm reads AMD GPUs' state through ROCm SMI, beside NVML; nil where it is off or
+	// could not load (rocmErr says why).
+	rocm    *rocmsmi.Library
+	rocmErr error
 
 	pullMu    sync.Mutex // one kernel statistics reading at a time
 	callStats []probes.ProcessCallStats
@@ -157,6 +162,7 @@ func (c *controller) start(ctx context.Context) error {
 	c.registerTelemetry()
 	c.lastEmit = pcommon.NewTimestampFromTime(wallNow())
 	c.openNVML()
+	c.openROCmSMI()
 	c.wg.Add(1)
 	go c.emitLoop(runCtx)
 	if c.nvml != nil {
@@ -404,6 +410,12 @@ func (c *controller) shutdown() error {
 			c.settings.Logger.Warn("NVML shutdown", zap.Error(cerr))
 		}
 		c.nvml = nil
+	}
+	if c.rocm != nil {
+		if cerr := c.rocm.Close(); cerr != nil {
+			c.settings.Logger.Warn("ROCm SMI shutdown", zap.Error(cerr))
+		}
+		c.rocm = nil
 	}
 	c.telemetry.Shutdown()
 	if err != nil {

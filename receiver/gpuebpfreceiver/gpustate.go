@@ -2,6 +2,7 @@ package gpuebpfreceiver
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sort"
 	"strconv"
@@ -13,10 +14,12 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/fathom-gpu/fathom/internal/gpustate"
+	"github.com/fathom-gpu/fathom/internal/gpustate/rocmsmi"
 	"github.com/fathom-gpu/fathom/internal/semconv"
 )
 
-// The node's GPU state comes from NVML, read in the receiver rather than in a receiver
+// The node's GPU state comes from NVML for NVIDIA's GPUs and ROCm SMI for AMD's, both
+// read into gpustate.GPU, in the receiver rather than in a receiver
 // of its own: binding a GPU to the ranks that run on it needs the receiver's process
 // table (pid to rank, job, pod), and one component per node keeps one place that says
 // what the node can see.
@@ -37,6 +40,28 @@ func (c *controller) openNVML() {
 	c.settings.Logger.Info("reading GPU state from NVML", zap.String("driver", version))
 }
 
+// openROCmSMI loads ROCm SMI when configured. Most nodes have no AMD GPU, so a library
+// missing from the search path is said at debug level only; one configured by path,
+// or one that loads and fails to start, is said once like NVML's.
+func (c *controller) openROCmSMI() {
+	if !c.cfg.ROCmSMI.Enabled || c.cfg.Mode == ModeSynthetic {
+		return
+	}
+	lib, err := rocmsmi.Open(c.cfg.ROCmSMI.LibraryPath)
+	if err != nil {
+		c.rocmErr = err
+		if errors.Is(err, rocmsmi.ErrNoLibrary) && c.cfg.ROCmSMI.LibraryPath == "" {
+			c.settings.Logger.Debug("no ROCm SMI on this node", zap.Error(err))
+		} else {
+			c.settings.Logger.Info("no AMD GPU state from ROCm SMI on this node; its series are off", zap.Error(err))
+		}
+		return
+	}
+	c.rocm = lib
+	version, _ := lib.DriverVersion()
+	c.settings.Logger.Info("reading AMD GPU state from ROCm SMI", zap.String("driver", version))
+}
+
 // watchXIDs sends each XID the driver reports as a log record, on its own, the moment
 // it arrives (the logs flush within a second).
 func (c *controller) watchXIDs(ctx context.Context) {
@@ -55,13 +80,20 @@ func (c *controller) watchXIDs(ctx context.Context) {
 // readGPUs takes one reading of every GPU for this collection; a reading that fails
 // is counted and logged, and the GPUs it could read are kept.
 func (c *controller) readGPUs() []gpustate.GPU {
-	if c.nvml == nil {
-		return nil
+	var gpus []gpustate.GPU
+	read := func(r gpustate.Reader, library, dropReason string) {
+		got, err := r.Read()
+		if err != nil {
+			c.agg.drops.add(dropReason, 1)
+			c.settings.Logger.Warn("cannot read every GPU's state from "+library, zap.Error(err))
+		}
+		gpus = append(gpus, got...)
 	}
-	gpus, err := c.nvml.Read()
-	if err != nil {
-		c.agg.drops.add("nvml_read", 1)
-		c.settings.Logger.Warn("cannot read every GPU's state from NVML", zap.Error(err))
+	if c.nvml != nil {
+		read(c.nvml, "NVML", "nvml_read")
+	}
+	if c.rocm != nil {
+		read(c.rocm, "ROCm SMI", "rocm_smi_read")
 	}
 	return gpus
 }
@@ -163,7 +195,7 @@ func emitGPUs(set *metricSet, gpus, prev []gpustate.GPU) {
 		}
 		attrs := gauge(semconv.MetricGPUUtilization, "1", "Share of the last sample period with a kernel running", float64(g.UtilizationPercent)/100, "utilization")
 		attrs.PutStr(semconv.HWName, g.Name)
-		attrs.PutStr(semconv.HWVendor, "NVIDIA")
+		attrs.PutStr(semconv.HWVendor, g.Vendor)
 		attrs.PutStr(semconv.GPUBusID, g.BusID)
 		gauge(semconv.MetricGPUMemoryUsage, "By", "Device memory in use", float64(g.MemoryUsedBytes), "memory")
 		gauge(semconv.MetricGPUMemoryLimit, "By", "Device memory installed", float64(g.MemoryTotalBytes), "memory")

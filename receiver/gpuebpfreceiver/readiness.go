@@ -2,6 +2,7 @@ package gpuebpfreceiver
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -10,6 +11,7 @@ import (
 	"go.opentelemetry.io/collector/pdata/plog"
 	"go.uber.org/zap"
 
+	"github.com/fathom-gpu/fathom/internal/gpustate/rocmsmi"
 	"github.com/fathom-gpu/fathom/internal/nodecheck"
 	"github.com/fathom-gpu/fathom/internal/semconv"
 )
@@ -133,6 +135,23 @@ func (c *controller) newReadinessReporter() *readinessReporter {
 		}
 		return c
 	}
+	rocm, rocmErr, rocmOn := c.rocm, c.rocmErr, c.cfg.ROCmSMI.Enabled && c.cfg.Mode != ModeSynthetic
+	// What this receiver's own load of ROCm SMI found; shown where the library was
+	// there, or where a process runs HIP (nodecheck decides).
+	rocmCheck := func() (nodecheck.Check, bool) {
+		c := nodecheck.Check{Advisory: true, Impact: nodecheck.ROCmSMIImpact, Fix: nodecheck.ROCmSMIFix}
+		switch {
+		case rocm != nil:
+			c.OK, c.Detail = true, "loaded by this receiver"
+			return c, true
+		case rocmErr != nil:
+			c.Detail, c.Fix = nodecheck.ROCmSMIFailure(rocmErr)
+			return c, !errors.Is(rocmErr, rocmsmi.ErrNoLibrary)
+		case !rocmOn:
+			c.Detail = "off (rocm_smi.enabled: false, or synthetic mode)"
+		}
+		return c, false
+	}
 	return &readinessReporter{
 		mode:           mode,
 		hostResource:   c.hostRes,
@@ -145,7 +164,7 @@ func (c *controller) newReadinessReporter() *readinessReporter {
 				}
 				// In ebpf mode the receiver would not be running had its load failed.
 				return nodecheck.Check{OK: true, Detail: fmt.Sprintf("loaded by this receiver: %d probes attached", probeCount())}
-			}, NVML: nvmlCheck})
+			}, NVML: nvmlCheck, ROCmSMI: rocmCheck})
 		},
 	}
 }
