@@ -185,6 +185,10 @@ lint:
 # (docs/causalchain.md), written to build/causalchain-bench.md.
 BENCH_TRIALS ?= 20
 BENCH_SLOWDOWNS ?= 20,10,5
+# The detection matrix (processor/stragglerprocessor/matrix_test.go), written to
+# build/straggler-matrix.md: 13 rows of 20 trials with 30 s healthy windows, about 15
+# minutes a row. BENCH_MATRIX_ROWS="base,step=" runs only the rows whose names hold one.
+BENCH_MATRIX_ROWS ?=
 bench: build vendor-libs
 	$(GO) test -p 1 -run '^$$' -bench . -benchmem ./...
 	FATHOM_CHAIN_REPORT=$(abspath $(BUILD_DIR))/causalchain-bench.md FATHOM_BIN=$(abspath $(BIN)) \
@@ -193,6 +197,8 @@ bench: build vendor-libs
 	  $(GO) test -tags duckdb_arrow,bench -count=1 -v -run '^TestStragglerDetectionReport$$' -timeout 0 ./processor/stragglerprocessor
 	FATHOM_BENCH_THREADS=pytorch FATHOM_BENCH_TRIALS=$(BENCH_TRIALS) FATHOM_BENCH_SLOWDOWNS=$(BENCH_SLOWDOWNS) FATHOM_BIN=$(abspath $(BIN)) \
 	  $(GO) test -tags duckdb_arrow,bench -count=1 -v -run '^TestStragglerDetectionReport$$' -timeout 0 ./processor/stragglerprocessor
+	FATHOM_BENCH_TRIALS=$(BENCH_TRIALS) FATHOM_BENCH_ROWS="$(BENCH_MATRIX_ROWS)" FATHOM_BIN=$(abspath $(BIN)) \
+	  $(GO) test -tags duckdb_arrow,bench -count=1 -v -run '^TestStragglerDetectionMatrix$$' -timeout 0 ./processor/stragglerprocessor
 
 # The soak (not in CI): a node collector under ~100k CUDA calls/s from fake GPU
 # workloads and a gateway under a steady OTLP ingest, both on the example configs, for

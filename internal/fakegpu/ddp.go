@@ -19,7 +19,7 @@ import (
 // Slowness makes one rank of fakegpu-ddp slow from a given step.
 type Slowness struct {
 	Rank     int
-	Delay    time.Duration // --slow-ms
+	Delay    time.Duration // --slow-us: to the microsecond (5% of a 2 ms step is 100 µs)
 	FromStep int
 	// Mode is "compute" (Delay more host CPU work per step; the default), "stall" (sleep
 	// Delay off-CPU before each all-reduce, like a data-loader wait), "contention" (Delay
@@ -113,7 +113,7 @@ func (o DDPOptions) Args() []string {
 	}
 	if s := o.Slow; s != nil {
 		args = append(args, "--slow-rank", strconv.Itoa(s.Rank))
-		num("slow-ms", s.Delay.Milliseconds())
+		args = append(args, "--slow-us", strconv.FormatFloat(float64(s.Delay)/float64(time.Microsecond), 'f', -1, 64))
 		num("slow-from-step", int64(s.FromStep))
 		if s.Mode != "" {
 			args = append(args, "--slow-mode", s.Mode)

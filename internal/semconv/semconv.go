@@ -205,6 +205,7 @@ const (
 	MetricRankHostLead        = "fathom.rank.host_lead.time"
 	MetricRankLaunches        = "fathom.rank.launches"
 	MetricRankRunQueue        = "fathom.rank.run_queue.time"
+	MetricRankCPUTime         = "fathom.rank.cpu.time"
 	MetricStragglerScore      = "fathom.straggler.score"
 	MetricStragglerFlag       = "fathom.straggler.flag"
 	MetricStragglerThreshold  = "fathom.straggler.threshold"
@@ -427,6 +428,7 @@ var Metrics = []Doc{
 	{MetricRankHostLead, "sum", "s", "per collective, the time from the last return of any of the process's threads from a device wait to its entry into the collective, summed (frameworks issue collectives from another thread than the one that syncs); per interval, the straggler of a job leads most (its host is what the others wait for)"},
 	{MetricRankLaunches, "sum", "{launch}", "kernel and graph launches a process made (cudaLaunchKernel, cuLaunchKernel, cudaGraphLaunch and their variants); for ranks that do not wait for each other, the slow one launches least"},
 	{MetricRankRunQueue, "sum", "s", "time a process's CUDA-calling threads were runnable but not running (preempted, or woken and waiting for a CPU)"},
+	{MetricRankCPUTime, "sum", "s", "time a process's CUDA-calling threads ran on a CPU (the scheduler's account, /proc/PID/task/TID/schedstat), since the collector first read each; per interval, the rank of a synchronous job whose host does more work per step runs most, busy host or not"},
 	{MetricNCCLBytes, "sum", "By", "bytes named by NCCL calls (count x element size) per communicator, rank and op"},
 	{MetricNCCLErrors, "sum", "{call}", "NCCL calls that returned an error"},
 	{MetricRDMAPortErrors, "sum", "{error}", "sysfs error counters of RDMA ports, by device, port, transport and counter"},

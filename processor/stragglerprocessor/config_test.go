@@ -28,6 +28,7 @@ func TestLoadConfig(t *testing.T) {
 		own           bool
 	}{
 		{semconv.MetricRankDeviceWait, WorseLower, 0.01, false}, {semconv.MetricRankHostLead, WorseHigher, 0.01, false},
+		{semconv.MetricRankCPUTime, WorseHigher, 0.005, false},
 		{semconv.MetricRankGPUClockDeficit, WorseHigher, 0.02, true}, {semconv.MetricRankGPUErrors, WorseHigher, 0.1, true},
 		{semconv.MetricRankRDMAErrors, WorseHigher, 0.1, true}, {semconv.MetricRankRDMAXmitWait, WorseHigher, 10000, true},
 		{semconv.MetricRankTCPRetransmits, WorseHigher, 0.1, true}, {semconv.MetricRankArrivalLag, WorseHigher, 0.0005, false},

@@ -57,62 +57,17 @@ func TestStragglerDetectionReport(t *testing.T) {
 			if p := os.Getenv("FATHOM_BENCH_PERSISTENCE"); p != "" {
 				settings = append(settings, "persistence: "+p)
 			}
-			j := startJob(t, jobOptions{settings: settings, rankSignals: os.Getenv("FATHOM_BENCH_RANK_SIGNALS"), threads: os.Getenv("FATHOM_BENCH_THREADS"),
-				ncclMode: fakegpu.NCCLAsync, slowMode: "compute", ranks: ranks, perNode: perNode, slowRank: slow,
-				hostCompute: hostCompute, slowBy: hostCompute * time.Duration(pct) / 100,
+			row := matrixRow{dimension: "slowdown", value: fmt.Sprintf("%d%%", pct), pct: pct, opts: jobOptions{
+				settings: settings, rankSignals: os.Getenv("FATHOM_BENCH_RANK_SIGNALS"), threads: os.Getenv("FATHOM_BENCH_THREADS"),
+				ncclMode: fakegpu.NCCLAsync, slowMode: "compute", ranks: ranks, perNode: perNode, slowRank: slow, hostCompute: hostCompute,
 				transport: func(node int) string { return []string{"grpc", "http"}[node%2] },
-			})
-			cpuBefore := processCPU(t, j.gateway.Pid())
-			runStart := time.Now()
-			var latencies []time.Duration
-			falsePositives, missed, healthy := 0, 0, 0
-			seen := 0 // records already accounted for
-			account := func(slowSince time.Time) {
-				recs := j.timedRecords()
-				for _, r := range recs[seen:] {
-					if r.State != "straggler" {
-						continue
-					}
-					if r.Rank != slow || slowSince.IsZero() || r.At.Before(slowSince) {
-						falsePositives++
-						t.Logf("false positive: %+v", r)
-					}
-				}
-				seen = len(recs)
-			}
-			time.Sleep(10 * time.Second) // warm-up of the gateway's cohort
-			for trial := range trials {
-				time.Sleep(10 * time.Second) // a healthy window
-				healthy++
-				account(time.Time{})
-				on := j.slowDown()
-				flagged := j.waitTimedRecord(30*time.Second, func(r timedRecord) bool {
-					return r.Rank == slow && r.State == "straggler" && r.Source == "node" && !r.At.Before(on)
-				})
-				if flagged == nil {
-					missed++
-					t.Logf("trial %d: rank %d not flagged within 30 s", trial, slow)
-				} else {
-					latencies = append(latencies, flagged.At.Sub(on))
-					t.Logf("trial %d: flagged %v after the slowdown", trial, flagged.At.Sub(on).Round(10*time.Millisecond))
-				}
-				account(on)
-				j.speedUp()
-				if j.waitTimedRecord(30*time.Second, func(r timedRecord) bool {
-					return r.Rank == slow && r.State == "resolved" && r.Source == "node" && !r.At.Before(on)
-				}) == nil {
-					t.Logf("trial %d: rank %d not resolved within 30 s of the slowdown's end", trial, slow)
-				}
-				account(on)
-			}
-			cpu := processCPU(t, j.gateway.Pid()) - cpuBefore
-			wall := time.Since(runStart)
-			slices.Sort(latencies)
-			row := fmt.Sprintf("| %d%% (%v) | %d/%d | %s | %s | %s | %d in %d windows of 10 s | %.2f%% of a core for %d ranks |",
-				pct, hostCompute*time.Duration(pct)/100, len(latencies), trials, quantile(latencies, 0.5), quantile(latencies, 0.95),
-				quantile(latencies, 1), falsePositives, healthy, 100*cpu.Seconds()/wall.Seconds(), ranks)
-			t.Log(row)
-			rows = append(rows, row)
+			}}
+			res := runMatrixRow(t, row, trials, 10*time.Second, 30*time.Second)
+			line := fmt.Sprintf("| %d%% (%v) | %d/%d | %s | %s | %s | %d in %d windows of 10 s | %.2f%% of a core for %d ranks |",
+				pct, hostCompute*time.Duration(pct)/100, res.found, trials, quantile(res.latencies, 0.5), quantile(res.latencies, 0.95),
+				quantile(res.latencies, 1), res.falseFlags, trials, 100*res.gatewayCPUShare, ranks)
+			t.Log(line)
+			rows = append(rows, line)
 		})
 	}
 	table := "| slowdown | detected | p50 | p95 | max | false positives | gateway CPU |\n|---|---|---|---|---|---|---|\n" + strings.Join(rows, "\n") + "\n"
@@ -137,58 +92,41 @@ func TestStragglerDetectionReport(t *testing.T) {
 	}
 }
 
-type timedRecord struct {
-	record
-	At time.Time
-}
-
-// timedRecords reads every fathom.straggler record in the gateway's store, oldest first,
-// with its timestamp.
-func (l *loop) timedRecords() []timedRecord {
-	q := `SELECT coalesce(node, ''), coalesce(rank, -1),
-		json_extract_string(attributes, '$."fathom.straggler.state"'), json_extract_string(attributes, '$."fathom.straggler.source"'),
-		epoch_ms(ts) FROM events WHERE name = 'fathom.straggler' ORDER BY ts`
-	rows := l.sqlRows(q)
-	var out []timedRecord
-	for _, row := range rows {
-		out = append(out, timedRecord{
-			record: record{Node: row[0].(string), Rank: int(row[1].(float64)), State: row[2].(string), Source: row[3].(string)},
-			At:     time.UnixMilli(int64(row[4].(float64))),
+// TestStragglerDetectionMatrix runs the detection matrix (matrix_test.go): every row,
+// FATHOM_BENCH_TRIALS trials (default 20) with healthy windows of
+// FATHOM_BENCH_HEALTHY (default 30s, so 10 healthy minutes a row), or only the rows
+// whose names contain one of FATHOM_BENCH_ROWS (comma-separated, e.g. "base,step=").
+// The table is printed and written to build/straggler-matrix.md.
+func TestStragglerDetectionMatrix(t *testing.T) {
+	trials := 20
+	if v, err := strconv.Atoi(os.Getenv("FATHOM_BENCH_TRIALS")); err == nil && v > 0 {
+		trials = v
+	}
+	healthy := 30 * time.Second
+	if v, err := time.ParseDuration(os.Getenv("FATHOM_BENCH_HEALTHY")); err == nil && v > 0 {
+		healthy = v
+	}
+	var only []string
+	if v := os.Getenv("FATHOM_BENCH_ROWS"); v != "" {
+		only = strings.Split(v, ",")
+	}
+	var lines []string
+	for _, row := range matrixRows() {
+		if len(only) > 0 && !slices.ContainsFunc(only, func(o string) bool { return strings.Contains(row.name(), strings.TrimSpace(o)) }) {
+			continue
+		}
+		t.Run(row.name(), func(t *testing.T) {
+			res := runMatrixRow(t, row, trials, healthy, time.Minute)
+			line := res.tableRow(row)
+			t.Log(line)
+			lines = append(lines, line)
 		})
 	}
-	return out
-}
-
-// waitTimedRecord polls the store until a record matches, or returns nil after timeout.
-func (l *loop) waitTimedRecord(timeout time.Duration, match func(timedRecord) bool) *timedRecord {
-	for deadline := time.Now().Add(timeout); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
-		for _, r := range l.timedRecords() {
-			if match(r) {
-				return &r
-			}
-		}
+	table := matrixTableHead + strings.Join(lines, "\n") + "\n"
+	fmt.Print(table)
+	out := filepath.Join(collectortest.RepoRoot(t), "build", "straggler-matrix.md")
+	_ = os.MkdirAll(filepath.Dir(out), 0o755)
+	if err := os.WriteFile(out, []byte(table), 0o644); err != nil {
+		t.Error(err)
 	}
-	return nil
-}
-
-func quantile(sorted []time.Duration, q float64) string {
-	if len(sorted) == 0 {
-		return "-"
-	}
-	i := int(q*float64(len(sorted)-1) + 0.5)
-	return sorted[i].Round(10 * time.Millisecond).String()
-}
-
-// processCPU is the CPU time (user + system) pid has used, from /proc/PID/stat.
-func processCPU(t testing.TB, pid int) time.Duration {
-	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		t.Fatal(err)
-	}
-	// Fields after the command name (which may hold spaces) start after the last ')'.
-	fields := strings.Fields(string(raw[strings.LastIndexByte(string(raw), ')')+2:]))
-	utime, _ := strconv.ParseInt(fields[11], 10, 64)
-	stime, _ := strconv.ParseInt(fields[12], 10, 64)
-	const clockTicks = 100 // USER_HZ on Linux
-	return time.Duration(utime+stime) * time.Second / clockTicks
 }

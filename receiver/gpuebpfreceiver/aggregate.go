@@ -431,6 +431,8 @@ type processSeries struct {
 	// return from a device wait to its entry into the collective (seconds).
 	hostLead     float64
 	hostLeadSeen bool
+	// cpu is the time its CUDA-calling threads ran on a CPU (refreshCPUTime).
+	cpu threadsCPU
 	// fabric follows the counters of the RDMA ports the rank may use; nil until the
 	// first reading that binds it to one.
 	fabric *rankFabric
@@ -449,6 +451,40 @@ type processSeries struct {
 	hasSched  bool
 	hasBlock  bool
 	synthetic bool
+}
+
+// threadsCPU sums the on-CPU time of a process's CUDA-calling threads, from the
+// scheduler's own account of each (procinfo.ThreadCPUTime), since the collector first
+// read each thread: a thread first read late adds nothing for its past, so a sample
+// never jumps by what it ran before.
+type threadsCPU struct {
+	last    map[uint32]uint64 // ns, per thread, at the last read
+	seconds float64
+	seen    bool
+}
+
+// refreshCPUTime reads the on-CPU time of the process's CUDA threads (at most
+// limits.max_threads_per_process of them, as cudaTIDs is bounded) and adds what each
+// ran since its last read. A thread that is gone keeps what it added.
+func (a *aggregator) refreshCPUTime(p *processSeries) {
+	if a.synthetic || len(p.cudaTIDs) == 0 {
+		return
+	}
+	if p.cpu.last == nil {
+		p.cpu.last = map[uint32]uint64{}
+	}
+	for tid := range p.cudaTIDs {
+		ns, err := procinfo.ThreadCPUTime(a.procRoot, p.info.PID, tid)
+		if err != nil {
+			delete(p.cpu.last, tid)
+			continue
+		}
+		if last, ok := p.cpu.last[tid]; ok && ns >= last {
+			p.cpu.seconds += float64(ns-last) / 1e9
+		}
+		p.cpu.last[tid] = ns
+		p.cpu.seen = true
+	}
 }
 
 // api returns the process's series of an API, creating it on first use.

@@ -294,6 +294,7 @@ func (a *aggregator) emitProcess(set *metricSet, p *processSeries, pageAllocs ma
 	if graphLaunches > 0 {
 		set.sum(semconv.MetricCUDAGraphLaunches, "{launch}", "CUDA graph launches", graphLaunches)
 	}
+	a.refreshCPUTime(p)
 	emitRankSignals(set, p)
 	set.sum(semconv.MetricRankTCPRetransmits, "{segment}", "TCP segments retransmitted from sockets the process holds", p.tcpRetransmits)
 	if p.hasSched {
@@ -333,6 +334,9 @@ func emitRankSignals(set *metricSet, p *processSeries) {
 	}
 	emitLaunches(set, p)
 	emitRunQueue(set, p)
+	if p.cpu.seen {
+		set.sumDouble(semconv.MetricRankCPUTime, "s", "Time the process's CUDA threads ran on a CPU", p.cpu.seconds)
+	}
 }
 
 // emitRankSamples builds one rank-signal sample between collections (cumulative
@@ -348,6 +352,7 @@ func (a *aggregator) emitRankSamples(now time.Time, hostResource func(pcommon.Re
 			continue
 		}
 		sm := pmetric.NewScopeMetrics()
+		a.refreshCPUTime(p)
 		emitRankSignals(&metricSet{metrics: sm.Metrics(), start: p.start, ts: ts, byName: map[string]pmetric.Metric{}}, p)
 		if sm.Metrics().Len() == 0 {
 			continue // no signal yet (no device wait, launch or CUDA thread seen)

@@ -54,7 +54,7 @@
 
 static struct {
 	long spawn, steps, bucket_bytes, buckets, compute_kernels, optimizer_kernels;
-	double kernel_us, host_compute_us;
+	double kernel_us, host_compute_us, slow_us;
 	long slow_rank, slow_ms, slow_from_step, slow_threads, host_compute_sleep;
 	const char *slow_mode, *slow_while_file, *threads;
 	long ring_bytes, ib, no_nccl, wait_timeout_ms;
@@ -80,7 +80,9 @@ static const struct flag flags[] = {
 	 "host work (--host-compute-us and compute slowness) sleeps instead of spinning: each rank "
 	 "as if on cores of its own, for more ranks than this machine has CPUs"},
 	{"slow-rank", OPT_LONG, &opt.slow_rank, "rank made slow (-1: none)"},
-	{"slow-ms", OPT_LONG, &opt.slow_ms, "delay the slow rank adds per step"},
+	{"slow-ms", OPT_LONG, &opt.slow_ms, "delay the slow rank adds per step, whole milliseconds"},
+	{"slow-us", OPT_DOUBLE, &opt.slow_us,
+	 "delay the slow rank adds per step, in microseconds (for steps of a few ms, whose 5% is a fraction of one); replaces --slow-ms"},
 	{"slow-from-step", OPT_LONG, &opt.slow_from_step, "first slow step"},
 	{"slow-mode", OPT_STRING, &opt.slow_mode,
 	 "compute: --slow-ms more host CPU work per step; stall: sleep --slow-ms off-CPU before each "
@@ -392,6 +394,14 @@ static void host_work(uint64_t ns)
 		;
 }
 
+/* Sleeps ns off-CPU: a stall (a data-loader wait), whatever the host work does. */
+static void nanosleep_ns(uint64_t ns)
+{
+	struct timespec d = {(time_t)(ns / 1000000000ull), (long)(ns % 1000000000ull)};
+	while (nanosleep(&d, &d) == -1 && errno == EINTR)
+		;
+}
+
 static void launch(cudaStream_t stream, unsigned int blocks)
 {
 	dim3 grid = {blocks, 1, 1}, block = {256, 1, 1};
@@ -526,7 +536,7 @@ static int run_rank(void)
 
 	gate();
 	uint64_t start = now_ns();
-	int slow = rank == opt.slow_rank && opt.slow_ms > 0;
+	int slow = rank == opt.slow_rank && opt.slow_us > 0;
 	size_t count = (size_t)opt.bucket_bytes / sizeof(float), bucket = count * sizeof(float);
 	int count_devices = 0;
 	cudaStream_t stream;
@@ -639,12 +649,12 @@ static int run_rank(void)
 		step_start[s] = now_ns();
 		host_work((uint64_t)(opt.host_compute_us * 1000.0));
 		if (slow_now && !strcmp(mode, "compute"))
-			host_work((uint64_t)opt.slow_ms * 1000000ull);
+			host_work((uint64_t)(opt.slow_us * 1000.0));
 		for (long k = 0; k < (pytorch ? opt.compute_kernels / 2 : opt.compute_kernels); k++)
 			launch(stream, 128);
 		if (slow_now && !strcmp(mode, "kernel")) {
 			/* kernels are billed by waves of one block per SM (132 by default) */
-			uint64_t waves = (uint64_t)((double)opt.slow_ms * 1000.0 / opt.kernel_us + 0.5);
+			uint64_t waves = (uint64_t)(opt.slow_us / opt.kernel_us + 0.5);
 			launch(stream, (unsigned int)(waves ? waves : 1) * 132);
 		}
 		if (slow_now && !strcmp(mode, "contention")) {
@@ -655,23 +665,21 @@ static int run_rank(void)
 				for (; busy_started < opt.slow_threads; busy_started++)
 					pthread_create(&busy[busy_started], NULL, busy_main, &cpu);
 			}
-			cpu_work((uint64_t)opt.slow_ms * 1000000ull);
+			cpu_work((uint64_t)(opt.slow_us * 1000.0));
 		}
 		if (pytorch) {
 			/* The forward pass queued its kernels without waiting; a data-loader
 			 * stall comes before the backward, and backward() returns once the
 			 * autograd thread has queued every bucket's all-reduce. */
 			if (slow_now && (!strcmp(mode, "stall") || !strcmp(mode, "barrier"))) {
-				struct timespec d = {opt.slow_ms / 1000, (opt.slow_ms % 1000) * 1000000L};
-				nanosleep(&d, NULL);
+				nanosleep_ns((uint64_t)(opt.slow_us * 1000.0));
 			}
 			backward(s);
 			goto optimizer;
 		}
 		CALL(cudaStreamSynchronize, stream);
 		if (slow_now && (!strcmp(mode, "stall") || !strcmp(mode, "barrier"))) {
-			struct timespec d = {opt.slow_ms / 1000, (opt.slow_ms % 1000) * 1000000L};
-			nanosleep(&d, NULL);
+			nanosleep_ns((uint64_t)(opt.slow_us * 1000.0));
 		}
 
 		ar_entry[s] = now_ns();
@@ -789,13 +797,17 @@ int main(int argc, char **argv)
 	}
 	if (opt.spawn < 0 || opt.spawn > MAX_SPAWN || opt.steps < 1 || opt.steps > MAX_STEPS || opt.buckets < 1 ||
 	    opt.buckets > 1024 || opt.bucket_bytes < 4 || opt.bucket_bytes % 4 || opt.compute_kernels < 0 ||
-	    opt.optimizer_kernels < 0 || opt.kernel_us <= 0 || opt.host_compute_us < 0 || opt.slow_ms < 0 || opt.ring_bytes < 0 ||
+	    opt.optimizer_kernels < 0 || opt.kernel_us <= 0 || opt.host_compute_us < 0 || opt.slow_ms < 0 || opt.slow_us < 0 || opt.ring_bytes < 0 ||
 	    opt.slow_threads < 0 || opt.slow_threads > 64)
 		die(2, "bad flags: --spawn 0..%d, --steps 1..%d, --buckets 1..1024, --bucket-bytes a positive "
 		       "multiple of 4, --slow-threads 0..64, no negative values",
 		    MAX_SPAWN, MAX_STEPS);
 	if (strcmp(opt.threads, "single") && strcmp(opt.threads, "pytorch"))
 		die(2, "--threads must be single or pytorch");
+	if (opt.slow_ms && opt.slow_us)
+		die(2, "--slow-ms and --slow-us are the same delay: give one");
+	if (opt.slow_ms)
+		opt.slow_us = (double)opt.slow_ms * 1000.0;
 	if (strcmp(opt.slow_mode, "compute") && strcmp(opt.slow_mode, "stall") && strcmp(opt.slow_mode, "barrier") &&
 	    strcmp(opt.slow_mode, "contention") && strcmp(opt.slow_mode, "kernel"))
 		die(2, "--slow-mode must be compute, stall, contention or kernel");

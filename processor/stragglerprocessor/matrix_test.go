@@ -1,0 +1,249 @@
+//go:build linux
+
+package stragglerprocessor_test
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fathom-gpu/fathom/internal/fakegpu"
+)
+
+// The detection matrix: around one base shape, one dimension varied at a time (step
+// time, ranks per core, threading, cause, slowdown), each row a real job under BPF (as
+// in ranks_e2e_test.go) run for a number of trials. A trial is a healthy window, then
+// the slow rank slowed until its own node flags it, then back until its node resolves
+// it. `make bench` runs every row with 20 trials (detection_bench_test.go, written to
+// build/straggler-matrix.md and docs/straggler.md); CI runs a few rows with two trials
+// (TestAReducedMatrixFindsTheSlowRankAndFlagsNobody), which fails when the slow rank is
+// not found or anyone is flagged when nobody is slow, not on how fast.
+
+// matrixRow is one shape of the matrix.
+type matrixRow struct {
+	dimension, value string // what differs from the base shape, in the table's words
+	opts             jobOptions
+	pct              int // the slowdown, percent of the step's host work (or of the GPU's clock)
+	// gpu slows the slow rank's GPU (its SM clock, through the fake NVML's board)
+	// instead of its host.
+	gpu bool
+}
+
+// The base shape: the independent job the issue tried, six ranks on three node
+// collectors on this 2-core host, host work spinning (ranks share the cores, three a
+// core), 2 ms of it a step, single-threaded ranks, asynchronous collectives, the
+// shipped loop settings (250 ms samples, 5 of 6, windows of 3, 6 and 12 s), a rank's
+// host work 20% longer.
+func baseMatrixRow() matrixRow {
+	return matrixRow{dimension: "base", value: "6 ranks, 3 a core, 2 ms steps, single thread, host compute, 20%", pct: 20, opts: jobOptions{
+		ncclMode: fakegpu.NCCLAsync, slowMode: "compute", ranks: 6, perNode: 2, slowRank: 3,
+		hostCompute: 2 * time.Millisecond, spin: true, threads: fakegpu.ThreadsSingle,
+		transport: func(node int) string { return []string{"grpc", "http"}[node%2] },
+	}}
+}
+
+// matrixRows are the base shape and its variations, in the table's order.
+func matrixRows() []matrixRow {
+	rows := []matrixRow{baseMatrixRow()}
+	vary := func(dimension, value string, change func(r *matrixRow)) {
+		r := baseMatrixRow()
+		r.dimension, r.value = dimension, value
+		change(&r)
+		rows = append(rows, r)
+	}
+	vary("step", "20 ms", func(r *matrixRow) { r.opts.hostCompute = 20 * time.Millisecond })
+	vary("step", "200 ms", func(r *matrixRow) { r.opts.hostCompute = 200 * time.Millisecond })
+	vary("ranks per core", "1 (2 ranks)", func(r *matrixRow) { r.opts.ranks, r.opts.perNode, r.opts.slowRank = 2, 1, 1 })
+	vary("ranks per core", "2 (4 ranks)", func(r *matrixRow) { r.opts.ranks, r.opts.slowRank = 4, 3 })
+	vary("ranks per core", "4 (8 ranks)", func(r *matrixRow) { r.opts.ranks, r.opts.slowRank = 8, 5 })
+	vary("threading", "PyTorch DDP's", func(r *matrixRow) { r.opts.threads = fakegpu.ThreadsPyTorch })
+	vary("cause", "off-CPU stall before the all-reduce", func(r *matrixRow) { r.opts.slowMode = "stall" })
+	vary("cause", "CPU contention (2 busy threads on its CPU)", func(r *matrixRow) { r.opts.slowMode = "contention" })
+	vary("cause", "its GPU throttled (SM clock, NVML)", func(r *matrixRow) { r.gpu = true })
+	for _, pct := range []int{5, 10, 30} {
+		vary("slowdown", fmt.Sprintf("%d%%", pct), func(r *matrixRow) { r.pct = pct })
+	}
+	return rows
+}
+
+func (r matrixRow) name() string { return r.dimension + "=" + r.value }
+
+// matrixResult is what a row's trials found.
+type matrixResult struct {
+	trials, found   int
+	latencies       []time.Duration // onset to the node's first record, sorted
+	falseFlags      int             // another rank flagged, or the slow rank while healthy
+	healthy         time.Duration   // time in healthy windows
+	gatewayCPUShare float64         // of a core, over the run
+}
+
+// runMatrixRow runs trials of the row: each a healthy window, then the slowdown until
+// the slow rank's own node flags it (or notFoundAfter), then back to healthy until it is
+// resolved.
+func runMatrixRow(t *testing.T, row matrixRow, trials int, healthyWindow, notFoundAfter time.Duration) matrixResult {
+	o := row.opts
+	if row.gpu {
+		o.board = t.TempDir()
+		for gpu := range o.ranks {
+			if err := os.WriteFile(filepath.Join(o.board, fmt.Sprintf("gpu%d", gpu)), nil, 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+	} else {
+		o.slowBy = o.hostCompute * time.Duration(row.pct) / 100
+	}
+	j := startJob(t, o)
+	slow := o.slowRank
+	// The fake board's H100 runs its SM at 1,980 MHz; throttled, pct lower.
+	throttled := fmt.Sprintf("sm_clock=%d\nclock_event_reasons=hw_thermal\n", 1980*(100-row.pct)/100)
+	slowDown := func() time.Time {
+		if !row.gpu {
+			return j.slowDown()
+		}
+		if err := os.WriteFile(filepath.Join(o.board, fmt.Sprintf("gpu%d", slow)), []byte(throttled), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return time.Now()
+	}
+	speedUp := func() {
+		if !row.gpu {
+			j.speedUp()
+		} else if err := os.WriteFile(filepath.Join(o.board, fmt.Sprintf("gpu%d", slow)), nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	res := matrixResult{trials: trials}
+	cpuBefore, runStart := processCPU(t, j.gateway.Pid()), time.Now()
+	seen := 0 // records already accounted for
+	account := func(slowSince time.Time) {
+		recs := j.timedRecords()
+		for _, r := range recs[seen:] {
+			if r.State == "straggler" && (r.Rank != slow || slowSince.IsZero() || r.At.Before(slowSince)) {
+				res.falseFlags++
+				t.Logf("false flag: %+v", r)
+			}
+		}
+		seen = len(recs)
+	}
+	time.Sleep(10 * time.Second) // the gateway's cohort warms up; lines reach every node
+	account(time.Time{})
+	for trial := range trials {
+		time.Sleep(healthyWindow)
+		res.healthy += healthyWindow
+		account(time.Time{})
+		on := slowDown()
+		flagged := j.waitTimedRecord(notFoundAfter, func(r timedRecord) bool {
+			return r.Rank == slow && r.State == "straggler" && r.Source == "node" && !r.At.Before(on)
+		})
+		if flagged == nil {
+			t.Logf("%s, trial %d: rank %d not flagged within %v", row.name(), trial, slow, notFoundAfter)
+		} else {
+			res.found++
+			res.latencies = append(res.latencies, flagged.At.Sub(on))
+			t.Logf("%s, trial %d: flagged %v after the onset", row.name(), trial, flagged.At.Sub(on).Round(10*time.Millisecond))
+		}
+		account(on)
+		speedUp()
+		if j.waitTimedRecord(30*time.Second, func(r timedRecord) bool {
+			return r.Rank == slow && r.State == "resolved" && r.Source == "node" && !r.At.Before(on)
+		}) == nil && flagged != nil {
+			t.Logf("%s, trial %d: rank %d not resolved within 30 s of the slowdown's end", row.name(), trial, slow)
+		}
+		account(on)
+	}
+	res.gatewayCPUShare = (processCPU(t, j.gateway.Pid()) - cpuBefore).Seconds() / time.Since(runStart).Seconds()
+	slices.Sort(res.latencies)
+	return res
+}
+
+// tableRow is the row as docs/straggler.md's matrix prints it.
+func (res matrixResult) tableRow(row matrixRow) string {
+	return fmt.Sprintf("| %s | %s | %d of %d | %s | %s | %d in %.1f healthy min | %.0f%% |", row.dimension, row.value, res.found, res.trials,
+		quantile(res.latencies, 0.5), quantile(res.latencies, 0.95), res.falseFlags, res.healthy.Minutes(), 100*res.gatewayCPUShare)
+}
+
+const matrixTableHead = "| dimension | value | found | p50 onset to flag | p95 | false flags | gateway CPU |\n|---|---|---|---|---|---|---|\n"
+
+// A reduced matrix, in CI: a few shapes, two trials each. Each must find the slow rank
+// within a minute of its slowdown in both trials, and no healthy window may flag
+// anyone. How fast is the benchmark's business.
+func TestAReducedMatrixFindsTheSlowRankAndFlagsNobody(t *testing.T) {
+	want := map[string]bool{"base": true, "ranks per core=4 (8 ranks)": true,
+		"threading=PyTorch DDP's": true, "cause=off-CPU stall before the all-reduce": true}
+	for _, row := range matrixRows() {
+		if !want[row.name()] && !want[row.dimension] {
+			continue
+		}
+		t.Run(row.name(), func(t *testing.T) {
+			res := runMatrixRow(t, row, 2, 10*time.Second, time.Minute)
+			t.Log(res.tableRow(row))
+			if res.found != res.trials {
+				t.Errorf("the slow rank was found in %d of %d trials", res.found, res.trials)
+			}
+			if res.falseFlags != 0 {
+				t.Errorf("%d false flags", res.falseFlags)
+			}
+		})
+	}
+}
+
+type timedRecord struct {
+	record
+	At time.Time
+}
+
+// timedRecords reads every fathom.straggler record in the gateway's store, oldest first,
+// with its timestamp.
+func (l *loop) timedRecords() []timedRecord {
+	q := `SELECT coalesce(node, ''), coalesce(rank, -1),
+		json_extract_string(attributes, '$."fathom.straggler.state"'), json_extract_string(attributes, '$."fathom.straggler.source"'),
+		epoch_ms(ts) FROM events WHERE name = 'fathom.straggler' ORDER BY ts`
+	rows := l.sqlRows(q)
+	var out []timedRecord
+	for _, row := range rows {
+		out = append(out, timedRecord{
+			record: record{Node: row[0].(string), Rank: int(row[1].(float64)), State: row[2].(string), Source: row[3].(string)},
+			At:     time.UnixMilli(int64(row[4].(float64))),
+		})
+	}
+	return out
+}
+
+// waitTimedRecord polls the store until a record matches, or returns nil after timeout.
+func (l *loop) waitTimedRecord(timeout time.Duration, match func(timedRecord) bool) *timedRecord {
+	for deadline := time.Now().Add(timeout); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		for _, r := range l.timedRecords() {
+			if match(r) {
+				return &r
+			}
+		}
+	}
+	return nil
+}
+
+func quantile(sorted []time.Duration, q float64) string {
+	if len(sorted) == 0 {
+		return "-"
+	}
+	i := int(q*float64(len(sorted)-1) + 0.5)
+	return sorted[i].Round(10 * time.Millisecond).String()
+}
+
+// processCPU is the CPU time (user + system) pid has used, from /proc/PID/stat.
+func processCPU(t testing.TB, pid int) time.Duration {
+	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Fields after the command name (which may hold spaces) start after the last ')'.
+	fields := strings.Fields(string(raw[strings.LastIndexByte(string(raw), ')')+2:]))
+	utime, _ := strconv.ParseInt(fields[11], 10, 64)
+	stime, _ := strconv.ParseInt(fields[12], 10, 64)
+	const clockTicks = 100 // USER_HZ on Linux
+	return time.Duration(utime+stime) * time.Second / clockTicks
+}
