@@ -6,6 +6,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -97,5 +98,75 @@ func TestAHIPJobsGPUsAreReadThroughROCmSMIAndBoundToItsRanks(t *testing.T) {
 		if len(key) >= len(semconv.MetricGPUClockEvent) && key[:len(semconv.MetricGPUClockEvent)] == semconv.MetricGPUClockEvent {
 			t.Errorf("a clock event series from ROCm SMI, which has no reasons: %s", key)
 		}
+	}
+}
+
+// The real collector with rocm_smi.library_path on AMD's own librocm_smi64.so.1 (ROCm
+// 5.2, Debian's librocm-smi64-1) on this machine, which has no AMD GPU: it logs ROCm
+// SMI's RSMI_STATUS_INIT_ERROR with the fix once, its fathom.node.check record carries
+// it as a failed advisory rocm_smi check (what node_readiness reads), and it traces a
+// HIP job on: every hipLaunchKernel counted.
+func TestAMDsROCmSMIWithoutAGPUIsInTheNodeCheckRecord(t *testing.T) {
+	privtest.Require(t)
+	lib := "/usr/lib/librocm_smi64.so.1"
+	if _, err := os.Stat(lib); err != nil {
+		why := "AMD's librocm_smi64.so.1 is not installed (Debian's librocm-smi64-1; `make vendor-libs` installs it)"
+		if os.Getenv(privtest.EnvRequire) == "1" {
+			t.Fatalf("%s, and %s=1 makes that a failure", why, privtest.EnvRequire)
+		}
+		t.Skip(why)
+	}
+	paths := fakegpu.Build(t)
+	sink, col := startNodeCollector(t, nodeConfig("collection_interval: 300ms\nlogs:\n  policy: none\nnvml:\n  enabled: false\nrocm_smi:\n  library_path: "+lib, true))
+	run := fakegpu.StartDDP(t, paths, fakegpu.DDPOptions{Ranks: 1, Steps: 50, KernelTime: 100 * time.Microsecond, Gate: true, HIP: true})
+	waitProbing(t, col, paths.HIP)
+	if err := run.Release(); err != nil {
+		t.Fatal(err)
+	}
+	reports, err := run.Wait(time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	launches := seriesKey(semconv.MetricCUDAAPICalls, attrs(semconv.CUDAAPIName, "hipLaunchKernel", semconv.CUDALibrary, "libamdhip64"))
+	waitFor(t, sink, reports[0].Pid, "every hipLaunchKernel", func(v processView) bool {
+		return v.series[launches].value == reports[0].Calls["cudaLaunchKernel"]
+	})
+
+	var logged string
+	for _, line := range strings.Split(col.Output(), "\n") {
+		if strings.Contains(line, "no AMD GPU state from ROCm SMI on this node") {
+			logged = line
+		}
+	}
+	for _, want := range []string{"RSMI_STATUS_INIT_ERROR", lib, "An error occurred during initialization", "modprobe amdgpu"} {
+		if !strings.Contains(logged, want) {
+			t.Errorf("the collector's ROCm SMI line lacks %q: %q", want, logged)
+		}
+	}
+	var check map[string]any
+	for deadline := time.Now().Add(10 * time.Second); check == nil && time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		records, _ := nodeCheckRecords(sink.Logs())
+		for _, lr := range records {
+			for _, c := range lr.Body().Map().AsRaw()["checks"].([]any) {
+				if c := c.(map[string]any); c["name"] == "rocm_smi" {
+					check = c
+				}
+			}
+		}
+	}
+	if check == nil {
+		t.Fatal("no rocm_smi check in the collector's node check record")
+	}
+	detail, _ := check["detail"].(string)
+	fix, _ := check["fix"].(string)
+	if check["ok"] != false || check["advisory"] != true || !strings.Contains(detail, "RSMI_STATUS_INIT_ERROR") || !strings.Contains(fix, "/dev/kfd") {
+		t.Errorf("rocm_smi check %v, want a failed advisory check naming RSMI_STATUS_INIT_ERROR with the driver's fix", check)
+	}
+	if strings.Contains(col.Output(), "panic") {
+		t.Errorf("the collector panicked:\n%s", col.Output())
+	}
+	t.Logf("record's check: %s", detail)
+	if code := col.Terminate(t, 30*time.Second); code != 0 {
+		t.Fatalf("collector exit code %d", code)
 	}
 }
