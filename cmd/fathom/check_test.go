@@ -160,3 +160,44 @@ func TestWithoutBTFTheAnswerIsOneClearLine(t *testing.T) {
 		t.Fatalf("a stack trace instead of one line:\n%s", out)
 	}
 }
+
+// On this machine, with AMD's librocm_smi64.so.1 installed (Debian's librocm-smi64-1,
+// ROCm 5.2) and no AMD GPU, `fathom check` shows ROCm SMI's own answer,
+// RSMI_STATUS_INIT_ERROR with its text, as an advisory warning with the fix for a
+// missing amdgpu driver, and the node stays ready.
+func TestCheckNamesROCmSMIsOwnErrorWithoutAnAMDGPU(t *testing.T) {
+	privtest.Require(t)
+	if _, err := os.Stat("/usr/lib/librocm_smi64.so.1"); err != nil {
+		why := "AMD's librocm_smi64.so.1 is not installed (Debian's librocm-smi64-1; `make vendor-libs` installs it)"
+		if os.Getenv(privtest.EnvRequire) == "1" {
+			t.Fatalf("%s, and %s=1 makes that a failure", why, privtest.EnvRequire)
+		}
+		t.Skip(why)
+	}
+	out, err := exec.Command(collectortest.Binary(t), "check", "--json").Output()
+	if err != nil {
+		t.Fatalf("fathom check: %v\n%s", err, out)
+	}
+	var r nodecheck.Report
+	if err := json.Unmarshal(out, &r); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	var rocm *nodecheck.Check
+	for i := range r.Checks {
+		if r.Checks[i].Name == nodecheck.ROCmSMICheck {
+			rocm = &r.Checks[i]
+		}
+	}
+	if rocm == nil || rocm.OK || !rocm.Advisory || !strings.Contains(rocm.Detail, "RSMI_STATUS_INIT_ERROR") ||
+		!strings.Contains(rocm.Detail, "An error occurred during initialization") || !strings.Contains(rocm.Fix, "modprobe amdgpu") {
+		t.Fatalf("rocm_smi check %+v, want a failed advisory check with ROCm SMI's status and the driver's fix", rocm)
+	}
+	if !r.Ready {
+		t.Errorf("an advisory rocm_smi check made the node unready: %+v", r.Checks)
+	}
+	text, _ := exec.Command(collectortest.Binary(t), "check").CombinedOutput()
+	if !strings.Contains(string(text), "[warn] rocm_smi") || !strings.Contains(string(text), "fix: load the amdgpu kernel driver") {
+		t.Errorf("fathom check's text lacks the rocm_smi warning:\n%s", text)
+	}
+	t.Logf("%s", text)
+}
