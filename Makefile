@@ -118,7 +118,7 @@ generate-ocb:
 # rendered with secrets the operator makes (deploy/manifests/README.md). Helm is pinned as
 # a Go tool in deploy/helm/tools, a module of its own.
 generate-deploy:
-	cp deploy/configs/node.yaml deploy/configs/gateway.yaml deploy/configs/node-plaintext.yaml \
+	cp deploy/configs/node.yaml deploy/configs/gateway.yaml deploy/configs/node-plaintext.yaml deploy/configs/standalone.yaml \
 	  deploy/configs/gateway-plaintext.yaml deploy/helm/fathom/files/
 	@mkdir -p deploy/manifests
 	cd deploy/helm/tools && GOFLAGS= $(GO) tool helm template fathom ../fathom --namespace fathom \

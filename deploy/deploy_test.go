@@ -837,3 +837,96 @@ func TestTheSystemdUnitsVerify(t *testing.T) {
 		t.Errorf("systemd-analyze verify: %v\n%s", err, out)
 	}
 }
+
+// One-host mode from the chart: standalone.enabled (with the node collectors and the
+// gateway off) renders one DaemonSet that runs deploy/configs/standalone.yaml itself,
+// with the node collector's privileges and host mounts, its store and its socket in
+// two host directories, no port, no probe, no Service, no Secret, and a NetworkPolicy
+// that lets nothing in or out. With the node collectors or the gateway still on, the
+// render stops and says what to set.
+func TestTheChartsOneHostMode(t *testing.T) {
+	chart := filepath.Join(collectortest.RepoRoot(t), "deploy", "helm", "fathom")
+	standalone := "standalone.enabled=true,node.enabled=false,gateway.enabled=false"
+	if out := helm(t, "lint", "--strict", chart, "--set", standalone); !strings.Contains(out, "0 chart(s) failed") {
+		t.Fatalf("helm lint:\n%s", out)
+	}
+	o := decode(t, helm(t, "template", "obs", chart, "--namespace", "gpu-obs", "--set", standalone,
+		"--set", "standalone.socketMode=0660,standalone.socketGroup=2500"))
+	if len(o.daemonSets) != 1 || len(o.statefulSets) != 0 || len(o.services) != 0 || len(o.secrets) != 0 || len(o.accounts) != 1 || len(o.policies) != 1 {
+		t.Fatalf("rendered %d daemon sets, %d stateful sets, %d services, %d secrets, %d service accounts, %d network policies; want 1, 0, 0, 0, 1, 1",
+			len(o.daemonSets), len(o.statefulSets), len(o.services), len(o.secrets), len(o.accounts), len(o.policies))
+	}
+	ds := o.daemonSets[0]
+	if ds.Name != "obs-fathom-standalone" {
+		t.Errorf("daemon set %q", ds.Name)
+	}
+	pod := ds.Spec.Template.Spec
+	c := pod.Containers[0]
+	if !slices.Equal(c.Args, []string{"--config", "/etc/fathom/standalone.yaml"}) {
+		t.Errorf("args %v", c.Args)
+	}
+	if len(c.Ports) != 0 || c.LivenessProbe != nil || c.ReadinessProbe != nil {
+		t.Errorf("ports %v, probes %v %v: nothing listens off the pod's loopback", c.Ports, c.LivenessProbe, c.ReadinessProbe)
+	}
+	shipped, err := os.ReadFile(filepath.Join(collectortest.RepoRoot(t), "deploy", "configs", "standalone.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var config string
+	for _, cm := range o.configMaps {
+		if cm.Name == "obs-fathom-standalone" {
+			config = cm.Data["standalone.yaml"]
+		}
+	}
+	if strings.TrimSpace(config) != strings.TrimSpace(string(shipped)) {
+		t.Errorf("the ConfigMap obs-fathom-standalone does not hold deploy/configs/standalone.yaml")
+	}
+	env := envOf(pod)
+	for name, want := range map[string]string{"FATHOM_ECHO_DB": "/var/lib/fathom/echo.duckdb", "FATHOM_ECHO_SOCKET": "/run/fathom/echo.sock",
+		"FATHOM_ECHO_SOCKET_MODE": "0660", "FATHOM_PROC_ROOT": "/host/proc"} {
+		if env[name].Value != want {
+			t.Errorf("%s = %q, want %q", name, env[name].Value, want)
+		}
+	}
+	if e := env["FATHOM_NODE_NAME"]; e.ValueFrom == nil || e.ValueFrom.FieldRef.FieldPath != "spec.nodeName" {
+		t.Errorf("FATHOM_NODE_NAME is not the node's name: %+v", e)
+	}
+	sc := c.SecurityContext
+	var caps []string
+	for _, c := range sc.Capabilities.Add {
+		caps = append(caps, string(c))
+	}
+	if !pod.HostPID || *sc.Privileged || !*sc.ReadOnlyRootFilesystem || sc.RunAsGroup == nil || *sc.RunAsGroup != 2500 ||
+		!slices.Equal(caps, []string{"BPF", "PERFMON", "SYS_PTRACE", "DAC_READ_SEARCH", "KILL"}) {
+		t.Errorf("hostPID %v, security context %+v, capabilities %v", pod.HostPID, sc, caps)
+	}
+	mounts := map[string]string{}
+	for _, m := range c.VolumeMounts {
+		mounts[m.Name] = m.MountPath
+	}
+	hostPaths := map[string]corev1.HostPathVolumeSource{}
+	for _, v := range pod.Volumes {
+		if v.HostPath != nil {
+			hostPaths[mounts[v.Name]] = *v.HostPath
+		}
+	}
+	for mount, host := range map[string]string{"/var/lib/fathom": "/var/lib/fathom", "/run/fathom": "/run/fathom",
+		"/host/proc": "/proc", "/sys/fs/bpf": "/sys/fs/bpf", "/sys/kernel/btf": "/sys/kernel/btf"} {
+		if hostPaths[mount].Path != host {
+			t.Errorf("%s is host path %q, want %q", mount, hostPaths[mount].Path, host)
+		}
+	}
+	if typ := hostPaths["/run/fathom"].Type; typ == nil || *typ != corev1.HostPathDirectoryOrCreate {
+		t.Errorf("the socket's host directory is not made when missing: %v", typ)
+	}
+	p := o.policies[0].Spec
+	if !slices.Equal(p.PolicyTypes, []networkingv1.PolicyType{networkingv1.PolicyTypeIngress, networkingv1.PolicyTypeEgress}) || len(p.Ingress) != 0 || len(p.Egress) != 0 ||
+		!labelsMatch(p.PodSelector.MatchLabels, ds.Spec.Template.Labels) {
+		t.Errorf("network policy %+v: want every ingress and egress of the standalone pods denied", p)
+	}
+
+	_, err = helmRun(t, "template", "obs", chart, "--set", "standalone.enabled=true")
+	if err == nil || !strings.Contains(err.Error(), "set node.enabled=false and gateway.enabled=false") {
+		t.Errorf("standalone with the node collectors and gateway on: %v; want the render refused, naming what to set", err)
+	}
+}
