@@ -44,6 +44,8 @@ type Paths struct {
 	// librccl.so.1, the fake NCCL built under RCCL's name over it; DDPHIP is fakegpu-ddp
 	// built as a HIP program over both (DDPOptions.HIP).
 	HIP, RCCL, DDPHIP string
+	// WorkloadHIP is fakegpu-workload built as a HIP program (Options.HIP).
+	WorkloadHIP string
 	// ROCmSMI is librocm_smi64.so.1, ROCm SMI answering from the same board as NVML
 	// (c/rocm_smi.c).
 	ROCmSMI string
@@ -150,6 +152,7 @@ func PathsIn(out string) Paths {
 		HIP:            filepath.Join(lib, "libamdhip64.so.5"),
 		RCCL:           filepath.Join(lib, "librccl.so.1"),
 		DDPHIP:         filepath.Join(out, "bin", "fakegpu-ddp-hip"),
+		WorkloadHIP:    filepath.Join(out, "bin", "fakegpu-workload-hip"),
 		ROCmSMI:        filepath.Join(lib, "librocm_smi64.so.1"),
 	}
 }

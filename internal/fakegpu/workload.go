@@ -88,6 +88,9 @@ type Options struct {
 	// arguments to it. It must exec the workload in its own process (unshare, sh -c
 	// '... exec "$@"'), which keeps the pid the gate and the probes see.
 	Launcher []string
+	// HIP runs fakegpu-workload-hip, the same loop built as a HIP program over the fake
+	// libamdhip64 (its --driver-* calls fail: HIP has no driver API).
+	HIP bool
 }
 
 // Args returns the workload's command-line flags for these options (gate flags excluded;
@@ -268,7 +271,11 @@ const gateTimeout = 60 * time.Second
 // if still running.
 func Start(t testing.TB, p Paths, o Options) *Workload {
 	t.Helper()
-	return start(t, append(slices.Clone(o.Launcher), p.Workload), o.Args(), o.Env, o.Gate)
+	exe := p.Workload
+	if o.HIP {
+		exe = p.WorkloadHIP
+	}
+	return start(t, append(slices.Clone(o.Launcher), exe), o.Args(), o.Env, o.Gate)
 }
 
 // Python is Debian's CPython, which the Python workloads run under.

@@ -161,6 +161,22 @@ var scenarios = []scenario{{
 		}
 	},
 }, {
+	// The same contention on a HIP process (AMD's runtime API, the fake libamdhip64's
+	// asynchronous device): its syncs are device waits as CUDA's are, so the chain
+	// names its dispatcher and the hog the same way.
+	name: "cpu contention on a HIP process", cause: "cpu_contention", thread: true, evidence: "its CPU went to e2e-hog",
+	process: "fakegpu-workload-hip",
+	start: func(t *testing.T, s *suite) *fakegpu.Workload {
+		o := baseOptions()
+		o.Pin, o.PinCPU, o.HIP = true, 1, true
+		return fakegpu.Start(t, s.paths, o)
+	},
+	trouble: func(t *testing.T, s *suite, _ *fakegpu.Workload) {
+		for range 3 {
+			fakegpu.StartHog(t, s.paths, "e2e-hog", 1)
+		}
+	},
+}, {
 	// A process-wide mutex the dispatcher takes around each step, held 400 µs at a
 	// time by four tokenizer threads: the dispatcher waits for the lock, off its CPU
 	// voluntarily. Pinning it would do nothing: lock_contention, not cpu_contention.
