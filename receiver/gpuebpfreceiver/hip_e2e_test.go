@@ -154,18 +154,9 @@ func TestAHIPJobOverRCCLIsCountedExactly(t *testing.T) {
 			}
 			want[fakegpu.HIPName(name)] = r.Calls[name]
 		}
-		calls := func(v processView, api string) int64 {
-			var n int64
-			for key, p := range v.series {
-				if strings.HasPrefix(key, semconv.MetricCUDAAPICalls+"{") && strings.Contains(key, semconv.CUDAAPIName+"="+api+",") {
-					n += p.value
-				}
-			}
-			return n
-		}
 		v := waitFor(t, sink, r.Pid, "every HIP call and all-reduce", func(v processView) bool {
 			for api, n := range want {
-				if calls(v, api) != n {
+				if apiCalls(v, api) != n {
 					return false
 				}
 			}
@@ -184,8 +175,8 @@ func TestAHIPJobOverRCCLIsCountedExactly(t *testing.T) {
 			t.Errorf("rank %d: resource %s = %q, want the communicator nccl:%s", r.Rank, semconv.Cohort, cohort.Str(), comm)
 		}
 		for _, name := range semconv.LaunchAPIs {
-			if !strings.HasPrefix(name, "hip") && calls(v, name) != 0 {
-				t.Errorf("rank %d: %d %s calls from a HIP program", r.Rank, calls(v, name), name)
+			if !strings.HasPrefix(name, "hip") && apiCalls(v, name) != 0 {
+				t.Errorf("rank %d: %d %s calls from a HIP program", r.Rank, apiCalls(v, name), name)
 			}
 		}
 	}

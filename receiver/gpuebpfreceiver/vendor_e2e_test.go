@@ -72,6 +72,17 @@ func apisOf(vendor string) []probes.API {
 	return out
 }
 
+// apiCalls is the process's calls of one API, over every copy direction.
+func apiCalls(v processView, api string) int64 {
+	var n int64
+	for key, p := range v.series {
+		if strings.HasPrefix(key, semconv.MetricCUDAAPICalls+"{") && strings.Contains(key, semconv.CUDAAPIName+"="+api+",") {
+			n += p.value
+		}
+	}
+	return n
+}
+
 // vendorReport is fakegpu-vendor's report (internal/fakegpu/c/vendor.c).
 type vendorReport struct {
 	Pid, Tid int
@@ -151,18 +162,9 @@ func TestNVIDIALibrariesAreCountedExactly(t *testing.T) {
 	t.Logf("cuInit returned %d; the last calls returned %d (cudaLaunchKernel), %d (cuLaunchKernel), %d (cuMemAlloc_v2)",
 		report.CuInit, report.APIs["cudaLaunchKernel"].Ret, report.APIs["cuLaunchKernel"].Ret, report.APIs["cuMemAlloc_v2"].Ret)
 
-	calls := func(v processView, api string) int64 {
-		var n int64
-		for key, p := range v.series {
-			if strings.HasPrefix(key, semconv.MetricCUDAAPICalls+"{") && strings.Contains(key, semconv.CUDAAPIName+"="+api+",") {
-				n += p.value
-			}
-		}
-		return n
-	}
 	v := waitFor(t, sink, report.Pid, "every planned call", func(v processView) bool {
 		for api, n := range plan {
-			if calls(v, api) != n {
+			if apiCalls(v, api) != n {
 				return false
 			}
 		}
