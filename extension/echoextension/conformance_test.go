@@ -784,10 +784,13 @@ func conformanceCases(base time.Time) map[string]conformanceCase {
 			args: `{"cluster":"conf",` + window + `}`,
 			bad:  []badCall{{`{"max_events":0}`, "invalid_argument", "max_events"}},
 			check: func(t *testing.T, raw json.RawMessage) {
-				// The planted chains of rank 3 on node-3, as instants on its rank's track.
+				// The planted chains of rank 3 on node-3, as instants on its rank's track,
+				// and the planted CUDA threads' off-CPU shares of the three nodes as
+				// counters: 8 interval samples, and each thread's counter closed at the
+				// window's end (4 more). 8 metadata events name the nodes and the track.
 				got := decode[timeline.Trace](t, raw)
 				m := got.Metadata
-				if m.Kept != (timeline.Counts{Chains: 2}) || m.LeftOutTotal != 0 || m.Nodes != 1 || m.Tracks != 1 || len(got.TraceEvents) != 6 {
+				if m.Kept != (timeline.Counts{Chains: 2, OffCPUSamples: 8}) || m.LeftOutTotal != 0 || m.Nodes != 3 || m.Tracks != 1 || len(got.TraceEvents) != 8+12+2 {
 					t.Fatalf("get_timeline: %s", raw)
 				}
 				var instants []string
