@@ -378,18 +378,24 @@ func (c *controller) pollRDMA() {
 	c.rdmaPorts = ports
 }
 
+// finalFlushTimeout bounds the last flush at shutdown.
+const finalFlushTimeout = 10 * time.Second
+
 func (c *controller) shutdown() error {
+	// The first signal's Shutdown stops the source and flushes both signals; the other's
+	// then has nothing to do. The collector shuts its pipelines' components down in a
+	// topological order, which may stop one pipeline's exporter before the other
+	// pipeline's receiver: a flush from the last receiver to go then waited forever on
+	// an exporter queue that no longer ran (the one-host config, whose duckdb exporter
+	// waits for each write's result, hung on SIGTERM so). At the first Shutdown every
+	// component downstream of either receiver is still running.
 	c.mu.Lock()
 	if c.users == 0 {
 		c.mu.Unlock()
 		return nil
 	}
-	c.users--
-	last := c.users == 0
+	c.users = 0
 	c.mu.Unlock()
-	if !last {
-		return nil
-	}
 	controllersMu.Lock()
 	delete(controllers, c.cfg)
 	controllersMu.Unlock()
@@ -399,8 +405,12 @@ func (c *controller) shutdown() error {
 	// A last flush, so what was seen before shutdown is not lost: flushMetrics reads the
 	// kernel's last counts while the probes are still there, and what it exports is
 	// what handOff leaves the next collector (kernel_state.keep_probes), no more, no less.
-	c.flushLogs(context.Background())
-	c.flushMetrics(context.Background())
+	// Bounded all the same: an exporter that waits for a result the shutdown will not
+	// let come must not hold the collector past its stop timeout.
+	flushCtx, cancelFlush := context.WithTimeout(context.Background(), finalFlushTimeout)
+	c.flushLogs(flushCtx)
+	c.flushMetrics(flushCtx)
+	cancelFlush()
 	if herr := c.source.handOff(c.callStats); herr != nil {
 		c.settings.Logger.Warn("cannot hand the last counts to the next collector: it will count from its own start", zap.Error(herr))
 	}
