@@ -43,7 +43,7 @@ func TestUnixSocketConfig(t *testing.T) {
 }
 
 // startSocketStore starts the echo extension with its API on a socket at path.
-func startSocketStore(t *testing.T, path string) (startErr error, stop func()) {
+func startSocketStore(t *testing.T, path string) (stop func(), startErr error) {
 	t.Helper()
 	cfg := createDefaultConfig().(*Config)
 	cfg.Path = filepath.Join(t.TempDir(), "echo.duckdb")
@@ -57,13 +57,13 @@ func startSocketStore(t *testing.T, path string) (startErr error, stop func()) {
 	}
 	if err := ext.Start(context.Background(), componenttest.NewNopHost()); err != nil {
 		_ = ext.Shutdown(context.Background())
-		return err, nil
+		return nil, err
 	}
-	return nil, func() {
+	return func() {
 		if err := ext.Shutdown(context.Background()); err != nil {
 			t.Errorf("shutdown: %v", err)
 		}
-	}
+	}, nil
 }
 
 // The socket comes up with its mode, answers MCP without a token (its permissions are
@@ -81,7 +81,7 @@ func TestUnixSocketServesMCPAndCleansUp(t *testing.T) {
 	stale.SetUnlinkOnClose(false)
 	stale.Close()
 
-	err, stop := startSocketStore(t, path)
+	stop, err := startSocketStore(t, path)
 	if err != nil {
 		t.Fatalf("start over a stale socket: %v", err)
 	}
@@ -112,7 +112,7 @@ func TestUnixSocketServesMCPAndCleansUp(t *testing.T) {
 	s.Close()
 
 	// A second store on the same path: the first one still answers there.
-	if err, _ := startSocketStore(t, path); err == nil || !strings.Contains(err.Error(), "another process is serving on this socket") {
+	if _, err := startSocketStore(t, path); err == nil || !strings.Contains(err.Error(), "another process is serving on this socket") {
 		t.Errorf("a second collector on a live socket: %v", err)
 	}
 	stop()
@@ -124,13 +124,13 @@ func TestUnixSocketServesMCPAndCleansUp(t *testing.T) {
 	if err := os.WriteFile(plain, nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if err, _ := startSocketStore(t, plain); err == nil || !strings.Contains(err.Error(), "exists and is not a socket") {
+	if _, err := startSocketStore(t, plain); err == nil || !strings.Contains(err.Error(), "exists and is not a socket") {
 		t.Errorf("a plain file at the path: %v", err)
 	}
 	if _, err := os.Stat(plain); err != nil {
 		t.Errorf("the plain file was removed: %v", err)
 	}
-	if err, _ := startSocketStore(t, filepath.Join(dir, "missing", "echo.sock")); err == nil || !strings.Contains(err.Error(), "its directory "+filepath.Join(dir, "missing")) {
+	if _, err := startSocketStore(t, filepath.Join(dir, "missing", "echo.sock")); err == nil || !strings.Contains(err.Error(), "its directory "+filepath.Join(dir, "missing")) {
 		t.Errorf("a socket in a missing directory: %v", err)
 	}
 }

@@ -92,6 +92,8 @@ func TestStragglerDetectionReport(t *testing.T) {
 	}
 }
 
+const matrixTableHead = "| dimension | value | found | p50 onset to flag | p95 | false flags | gateway CPU |\n|---|---|---|---|---|---|---|\n"
+
 // TestStragglerDetectionMatrix runs the detection matrix (matrix_test.go): every row,
 // FATHOM_BENCH_TRIALS trials (default 20) with healthy windows of
 // FATHOM_BENCH_HEALTHY (default 30s, so 10 healthy minutes a row), or only the rows

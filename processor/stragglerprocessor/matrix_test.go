@@ -167,8 +167,6 @@ func (res matrixResult) tableRow(row matrixRow) string {
 		quantile(res.latencies, 0.5), quantile(res.latencies, 0.95), res.falseFlags, res.healthy.Minutes(), 100*res.gatewayCPUShare)
 }
 
-const matrixTableHead = "| dimension | value | found | p50 onset to flag | p95 | false flags | gateway CPU |\n|---|---|---|---|---|---|---|\n"
-
 // A reduced matrix, in CI: a few shapes, two trials each. Each must find the slow rank
 // within a minute of its slowdown in both trials, and no healthy window may flag
 // anyone. How fast is the benchmark's business.
