@@ -87,7 +87,7 @@ func FuzzNCCLAndVerbsArguments(f *testing.F) {
 		if got, want := lm.DeviceNumber(), unix.Mkdev(dev>>20, dev&0xfffff); got != want {
 			t.Fatalf("dev %#x: %#x, want %#x", dev, got, want)
 		}
-		libs := map[uint8]probes.Library{1: probes.LibCUDART, 2: probes.LibCUDA, 3: probes.LibNCCL, 4: probes.LibIBVerbs}
+		libs := map[uint8]probes.Library{1: probes.LibCUDART, 2: probes.LibCUDA, 3: probes.LibNCCL, 4: probes.LibIBVerbs, 5: probes.LibHIP}
 		if got, ok := lm.MappedLibrary(); got != libs[library] || ok != (libs[library] != "") {
 			t.Fatalf("library %d: %q %v", library, got, ok)
 		}
