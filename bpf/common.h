@@ -308,9 +308,6 @@ struct call_entry {
 struct thread_calls {
 	__u32 proc_slot;  /* the process's call statistics (cuda.bpf.c), NO_PROC_SLOT if none */
 	__u32 since_sample; /* calls since the thread's last sampled record (sample_every) */
-	/* When a call that waits for the device (device_wait_apis) last returned on this
-	 * thread, 0 = never: the NCCL probes measure a collective's host lead from it. */
-	__u64 last_wait_return;
 	struct call_entry calls[API_SLOTS];
 };
 
@@ -321,18 +318,72 @@ struct {
 	__type(value, struct thread_calls);
 } thread_calls SEC(".maps");
 
-/* When a call that waits for the device last returned on any thread of a process (tgid
- * -> ns). A collective's host lead is measured from it, not from its own thread's last
- * wait: frameworks issue collectives from another thread than the one that syncs
- * (PyTorch's DDP all-reduces come from the autograd engine's device thread, its
- * loss.item() sync from the main thread), and that thread may never wait itself. LRU:
- * an exited process's entry is recycled. */
+/* Which process owns each call-statistics slot (tgid, 0 = free). The first thread of a
+ * process to call CUDA claims one (cuda.bpf.c); userspace frees it once the process is
+ * gone and its last counts are read, after zeroing what the slot holds. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(map_flags, BPF_F_MMAPABLE);
+	__uint(max_entries, PROC_SLOTS);
+	__type(key, __u32);
+	__type(value, __u64); /* array elements are 8-byte aligned anyway; 64-bit CAS everywhere */
+} proc_slots SEC(".maps");
+
+/* When a call that waits for the device last returned on any thread of a process, in
+ * ns (0 = never), by the process's statistics slot. A collective's host lead is measured
+ * from it, not from its own thread's last wait: frameworks issue collectives from
+ * another thread than the one that syncs (PyTorch's DDP all-reduces come from the
+ * autograd engine's device thread, its loss.item() sync from the main thread), and that
+ * thread may never wait itself. By slot in an array, written in place: the sync path
+ * pays an inlined lookup, where a hash keyed by tgid cost ~100 ns a sync (issue 31's
+ * probe-cost goal). */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, PROC_SLOTS);
+	__type(key, __u32);
+	__type(value, __u64);
+} slot_waits SEC(".maps");
+
+/* The same for a process that has no slot (all PROC_SLOTS taken), by tgid. LRU: an
+ * exited process's entry is recycled. */
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
 	__uint(max_entries, 16384);
 	__type(key, __u32);
 	__type(value, __u64);
 } process_waits SEC(".maps");
+
+/* find_proc_slot finds the slot process tgid owns, NO_PROC_SLOT if none, claiming
+ * nothing: for probes off the CUDA path (NCCL), once per call. */
+static __always_inline __u32 find_proc_slot(__u32 tgid)
+{
+	for (__u32 s = 0; s < PROC_SLOTS; s++) {
+		__u64 *owner = bpf_map_lookup_elem(&proc_slots, &s);
+		if (owner && *owner == tgid)
+			return s;
+	}
+	return NO_PROC_SLOT;
+}
+
+/* last_device_wait is when a thread of process tgid, whose slot is slot (NO_PROC_SLOT
+ * if the caller does not know it), last returned from waiting for the device; 0 if
+ * never. Both maps are read: a process's threads that claimed their slot while all were
+ * taken keep their waits by tgid. */
+static __always_inline __u64 last_device_wait(__u32 tgid, __u32 slot)
+{
+	__u64 last = 0;
+	if (slot >= PROC_SLOTS)
+		slot = find_proc_slot(tgid);
+	if (slot < PROC_SLOTS) {
+		__u64 *v = bpf_map_lookup_elem(&slot_waits, &slot);
+		if (v)
+			last = *v;
+	}
+	__u64 *v = bpf_map_lookup_elem(&process_waits, &tgid);
+	if (v && *v > last)
+		last = *v;
+	return last;
+}
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);

@@ -85,17 +85,6 @@ struct {
 	__type(value, struct call_stats_handoff);
 } handoff_stats SEC(".maps");
 
-/* Which process owns each slot (tgid, 0 = free). The first thread of a process to call
- * CUDA claims one; userspace frees it once the process is gone and its last counts are
- * read, after zeroing the slot's statistics. */
-struct {
-	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(map_flags, BPF_F_MMAPABLE);
-	__uint(max_entries, PROC_SLOTS);
-	__type(key, __u32);
-	__type(value, __u64); /* array elements are 8-byte aligned anyway; 64-bit CAS everywhere */
-} proc_slots SEC(".maps");
-
 /* Per API: a call lasting at least this many ns becomes a record (written by userspace). */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
@@ -484,15 +473,20 @@ int BPF_KRETPROBE(leave_call)
 	__u64 ns = now - e->ts;
 	__s32 ret = (__s32)PT_REGS_RC(ctx);
 	if (device_wait_apis & (1ull << (api & 63))) {
-		__u32 tgid = bpf_get_current_pid_tgid() >> 32;
-		tc->last_wait_return = now;
-		/* In place when the process has its entry: an LRU hash update takes the
-		 * map's locks and a free-list node, ~300 ns a sync here. */
-		__u64 *last = bpf_map_lookup_elem(&process_waits, &tgid);
-		if (last)
+		__u32 slot = tc->proc_slot;
+		__u64 *last = slot < PROC_SLOTS ? bpf_map_lookup_elem(&slot_waits, &slot) : NULL;
+		if (last) {
 			*last = now;
-		else
-			bpf_map_update_elem(&process_waits, &tgid, &now, BPF_ANY);
+		} else {
+			/* No slot: by tgid, in place when the process has its entry (an LRU
+			 * hash update takes the map's locks and a free-list node). */
+			__u32 tgid = bpf_get_current_pid_tgid() >> 32;
+			last = bpf_map_lookup_elem(&process_waits, &tgid);
+			if (last)
+				*last = now;
+			else
+				bpf_map_update_elem(&process_waits, &tgid, &now, BPF_ANY);
+		}
 	}
 	if ((api == API_CUDA_SET_DEVICE || api == API_HIP_SET_DEVICE) && ret == 0) {
 		__u32 tgid = bpf_get_current_pid_tgid() >> 32;

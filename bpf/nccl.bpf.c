@@ -147,11 +147,13 @@ static __always_inline struct nccl_entry *begin(struct pt_regs *ctx, struct nccl
 	struct nccl_entry *e = &t->calls[api & (NCCL_SLOTS - 1)];
 	e->ts = bpf_ktime_get_ns();
 	/* The CUDA probes keep when a thread of this process last came back from waiting
-	 * for the device (process_waits, shared): the time since is the host's lead into
-	 * this call, whichever thread makes it. */
+	 * for the device (slot_waits, process_waits, shared): the time since is the host's
+	 * lead into this call, whichever thread makes it. The thread's CUDA slot, when it
+	 * has called CUDA, saves looking the process's slot up. */
 	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
-	__u64 *last_wait = bpf_map_lookup_elem(&process_waits, &tgid);
-	e->host_lead = last_wait && *last_wait && *last_wait < e->ts ? e->ts - *last_wait : 0;
+	struct thread_calls *tc = bpf_task_storage_get(&thread_calls, task, 0, 0);
+	__u64 last_wait = last_device_wait(tgid, tc ? tc->proc_slot : NO_PROC_SLOT);
+	e->host_lead = last_wait && last_wait < e->ts ? e->ts - last_wait : 0;
 	e->comm = 0;
 	e->count = 0;
 	e->stream = 0;

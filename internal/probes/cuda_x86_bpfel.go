@@ -204,11 +204,10 @@ type cudaPyStack struct {
 }
 
 type cudaThreadCalls struct {
-	_              structs.HostLayout
-	ProcSlot       uint32
-	SinceSample    uint32
-	LastWaitReturn uint64
-	Calls          [64]struct {
+	_           structs.HostLayout
+	ProcSlot    uint32
+	SinceSample uint32
+	Calls       [64]struct {
 		_             structs.HostLayout
 		Ts            uint64
 		Sp            uint64
@@ -239,6 +238,7 @@ const (
 	cudaMapPyProcs                    = "py_procs"
 	cudaMapPyScratch                  = "py_scratch"
 	cudaMapSelectedDevices            = "selected_devices"
+	cudaMapSlotWaits                  = "slot_waits"
 	cudaMapThreadCalls                = "thread_calls"
 	cudaMapTracedCgroups              = "traced_cgroups"
 	cudaMapTracedPids                 = "traced_pids"
@@ -343,6 +343,7 @@ type cudaMapSpecs struct {
 	PyProcs         *ebpf.MapSpec `ebpf:"py_procs"`
 	PyScratch       *ebpf.MapSpec `ebpf:"py_scratch"`
 	SelectedDevices *ebpf.MapSpec `ebpf:"selected_devices"`
+	SlotWaits       *ebpf.MapSpec `ebpf:"slot_waits"`
 	ThreadCalls     *ebpf.MapSpec `ebpf:"thread_calls"`
 	TracedCgroups   *ebpf.MapSpec `ebpf:"traced_cgroups"`
 	TracedPids      *ebpf.MapSpec `ebpf:"traced_pids"`
@@ -399,6 +400,7 @@ type cudaMaps struct {
 	PyProcs         *ebpf.Map `ebpf:"py_procs"`
 	PyScratch       *ebpf.Map `ebpf:"py_scratch"`
 	SelectedDevices *ebpf.Map `ebpf:"selected_devices"`
+	SlotWaits       *ebpf.Map `ebpf:"slot_waits"`
 	ThreadCalls     *ebpf.Map `ebpf:"thread_calls"`
 	TracedCgroups   *ebpf.Map `ebpf:"traced_cgroups"`
 	TracedPids      *ebpf.Map `ebpf:"traced_pids"`
@@ -416,6 +418,7 @@ func (m *cudaMaps) Close() error {
 		m.PyProcs,
 		m.PyScratch,
 		m.SelectedDevices,
+		m.SlotWaits,
 		m.ThreadCalls,
 		m.TracedCgroups,
 		m.TracedPids,

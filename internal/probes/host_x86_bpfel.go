@@ -139,11 +139,10 @@ type hostTcpRetransmitEvent struct {
 }
 
 type hostThreadCalls struct {
-	_              structs.HostLayout
-	ProcSlot       uint32
-	SinceSample    uint32
-	LastWaitReturn uint64
-	Calls          [64]struct {
+	_           structs.HostLayout
+	ProcSlot    uint32
+	SinceSample uint32
+	Calls       [64]struct {
 		_             structs.HostLayout
 		Ts            uint64
 		Sp            uint64
@@ -184,7 +183,9 @@ const (
 	hostMapHostCounters             = "host_counters"
 	hostMapHostHists                = "host_hists"
 	hostMapPageAllocs               = "page_allocs"
+	hostMapProcSlots                = "proc_slots"
 	hostMapProcessWaits             = "process_waits"
+	hostMapSlotWaits                = "slot_waits"
 	hostMapThreadCalls              = "thread_calls"
 	hostMapThreadScheds             = "thread_scheds"
 	hostMapTracedCgroups            = "traced_cgroups"
@@ -274,7 +275,9 @@ type hostMapSpecs struct {
 	HostCounters  *ebpf.MapSpec `ebpf:"host_counters"`
 	HostHists     *ebpf.MapSpec `ebpf:"host_hists"`
 	PageAllocs    *ebpf.MapSpec `ebpf:"page_allocs"`
+	ProcSlots     *ebpf.MapSpec `ebpf:"proc_slots"`
 	ProcessWaits  *ebpf.MapSpec `ebpf:"process_waits"`
+	SlotWaits     *ebpf.MapSpec `ebpf:"slot_waits"`
 	ThreadCalls   *ebpf.MapSpec `ebpf:"thread_calls"`
 	ThreadScheds  *ebpf.MapSpec `ebpf:"thread_scheds"`
 	TracedCgroups *ebpf.MapSpec `ebpf:"traced_cgroups"`
@@ -322,7 +325,9 @@ type hostMaps struct {
 	HostCounters  *ebpf.Map `ebpf:"host_counters"`
 	HostHists     *ebpf.Map `ebpf:"host_hists"`
 	PageAllocs    *ebpf.Map `ebpf:"page_allocs"`
+	ProcSlots     *ebpf.Map `ebpf:"proc_slots"`
 	ProcessWaits  *ebpf.Map `ebpf:"process_waits"`
+	SlotWaits     *ebpf.Map `ebpf:"slot_waits"`
 	ThreadCalls   *ebpf.Map `ebpf:"thread_calls"`
 	ThreadScheds  *ebpf.Map `ebpf:"thread_scheds"`
 	TracedCgroups *ebpf.Map `ebpf:"traced_cgroups"`
@@ -337,7 +342,9 @@ func (m *hostMaps) Close() error {
 		m.HostCounters,
 		m.HostHists,
 		m.PageAllocs,
+		m.ProcSlots,
 		m.ProcessWaits,
+		m.SlotWaits,
 		m.ThreadCalls,
 		m.ThreadScheds,
 		m.TracedCgroups,

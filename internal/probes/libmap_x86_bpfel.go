@@ -51,11 +51,10 @@ const (
 )
 
 type libmapThreadCalls struct {
-	_              structs.HostLayout
-	ProcSlot       uint32
-	SinceSample    uint32
-	LastWaitReturn uint64
-	Calls          [64]struct {
+	_           structs.HostLayout
+	ProcSlot    uint32
+	SinceSample uint32
+	Calls       [64]struct {
 		_             structs.HostLayout
 		Ts            uint64
 		Sp            uint64
@@ -81,7 +80,9 @@ const (
 	libmapMapHeldPids                 = "held_pids"
 	libmapMapPendingMaps              = "pending_maps"
 	libmapMapProbedFiles              = "probed_files"
+	libmapMapProcSlots                = "proc_slots"
 	libmapMapProcessWaits             = "process_waits"
+	libmapMapSlotWaits                = "slot_waits"
 	libmapMapThreadCalls              = "thread_calls"
 	libmapMapTracedCgroups            = "traced_cgroups"
 	libmapMapTracedPids               = "traced_pids"
@@ -148,7 +149,9 @@ type libmapMapSpecs struct {
 	HeldPids      *ebpf.MapSpec `ebpf:"held_pids"`
 	PendingMaps   *ebpf.MapSpec `ebpf:"pending_maps"`
 	ProbedFiles   *ebpf.MapSpec `ebpf:"probed_files"`
+	ProcSlots     *ebpf.MapSpec `ebpf:"proc_slots"`
 	ProcessWaits  *ebpf.MapSpec `ebpf:"process_waits"`
+	SlotWaits     *ebpf.MapSpec `ebpf:"slot_waits"`
 	ThreadCalls   *ebpf.MapSpec `ebpf:"thread_calls"`
 	TracedCgroups *ebpf.MapSpec `ebpf:"traced_cgroups"`
 	TracedPids    *ebpf.MapSpec `ebpf:"traced_pids"`
@@ -189,7 +192,9 @@ type libmapMaps struct {
 	HeldPids      *ebpf.Map `ebpf:"held_pids"`
 	PendingMaps   *ebpf.Map `ebpf:"pending_maps"`
 	ProbedFiles   *ebpf.Map `ebpf:"probed_files"`
+	ProcSlots     *ebpf.Map `ebpf:"proc_slots"`
 	ProcessWaits  *ebpf.Map `ebpf:"process_waits"`
+	SlotWaits     *ebpf.Map `ebpf:"slot_waits"`
 	ThreadCalls   *ebpf.Map `ebpf:"thread_calls"`
 	TracedCgroups *ebpf.Map `ebpf:"traced_cgroups"`
 	TracedPids    *ebpf.Map `ebpf:"traced_pids"`
@@ -202,7 +207,9 @@ func (m *libmapMaps) Close() error {
 		m.HeldPids,
 		m.PendingMaps,
 		m.ProbedFiles,
+		m.ProcSlots,
 		m.ProcessWaits,
+		m.SlotWaits,
 		m.ThreadCalls,
 		m.TracedCgroups,
 		m.TracedPids,

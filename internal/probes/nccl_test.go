@@ -464,3 +464,75 @@ func TestRDMAAsyncPortErrorSeenOnce(t *testing.T) {
 		t.Errorf("queue pairs seen: %+v, want one RC pair 0x100 on mlx5_0", rec.qps)
 	}
 }
+
+// A collective's host lead is measured from the last device wait of any thread of its
+// process: kept by the process's statistics slot, or by tgid for a process that found
+// every slot taken. Here there is one slot for two ranks, so one rank's waits go each
+// way; the collectives come from the autograd-like thread, the syncs from the main
+// thread. Each all-reduce is entered at least the step's host work after the previous
+// step's sync, so a rank's leads add up to at least that, on either path.
+func TestHostLeadWithAndWithoutAStatsSlot(t *testing.T) {
+	privtest.Require(t)
+	paths := fakegpu.Build(t)
+	p, err := probes.Load(probes.Options{TraceAllCUDA: traceNamed, ProcSlots: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	for lib, file := range map[probes.Library]string{probes.LibNCCL: paths.NCCL, probes.LibCUDART: filepath.Join(paths.LibDir, "libcudart.so.12")} {
+		if _, _, err := p.AttachLibrary(file, lib); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const ranks, steps, buckets = 2, 60, 2
+	host := 3 * time.Millisecond
+	run := fakegpu.StartDDP(t, paths, fakegpu.DDPOptions{
+		Ranks: ranks, Steps: steps, Buckets: buckets, BucketBytes: 16 << 10, KernelTime: 10 * time.Microsecond,
+		HostCompute: host, HostComputeSleeps: true, Threads: fakegpu.ThreadsPyTorch, Gate: true,
+	})
+	rec := newNCCLRecorder()
+	for _, r := range run.Ranks {
+		rec.watch(r.Pid)
+		trace(t, p, r.Pid)
+	}
+	stop := runReader(t, p, rec)
+	if err := run.Release(); err != nil {
+		t.Fatal(err)
+	}
+	reports, err := run.Wait(2 * time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop()
+	stats, err := p.ReadCallStats(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	withSlot := map[uint32]bool{}
+	for _, s := range stats {
+		withSlot[s.PID] = true
+	}
+	slotted := 0
+	for _, r := range reports {
+		if withSlot[uint32(r.Pid)] {
+			slotted++
+		}
+		var lead time.Duration
+		calls := rec.of(r.Pid, probes.NCCLAllReduce)
+		for _, c := range calls {
+			lead += time.Duration(c.HostLeadNs)
+		}
+		floor := time.Duration((steps-1)*buckets) * host
+		ceiling := time.Duration(buckets * (r.EndNS - r.StartNS))
+		t.Logf("rank %d (pid %d, statistics slot %v): %d all-reduces, host lead %v", r.Rank, r.Pid, withSlot[uint32(r.Pid)], len(calls), lead)
+		if len(calls) != steps*buckets {
+			t.Errorf("rank %d: %d all-reduces seen, want %d", r.Rank, len(calls), steps*buckets)
+		}
+		if lead < floor || lead > ceiling {
+			t.Errorf("rank %d: host lead %v over its all-reduces, want between %v and %v", r.Rank, lead, floor, ceiling)
+		}
+	}
+	if slotted != 1 {
+		t.Errorf("%d of %d ranks had a statistics slot, want 1 (both paths tried)", slotted, ranks)
+	}
+}

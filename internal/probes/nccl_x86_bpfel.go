@@ -157,11 +157,10 @@ type ncclPyStack struct {
 }
 
 type ncclThreadCalls struct {
-	_              structs.HostLayout
-	ProcSlot       uint32
-	SinceSample    uint32
-	LastWaitReturn uint64
-	Calls          [64]struct {
+	_           structs.HostLayout
+	ProcSlot    uint32
+	SinceSample uint32
+	Calls       [64]struct {
 		_             structs.HostLayout
 		Ts            uint64
 		Sp            uint64
@@ -187,9 +186,11 @@ const (
 	ncclMapNcclComms             = "nccl_comms"
 	ncclMapNcclP2pSeq            = "nccl_p2p_seq"
 	ncclMapNcclThreads           = "nccl_threads"
+	ncclMapProcSlots             = "proc_slots"
 	ncclMapProcessWaits          = "process_waits"
 	ncclMapPyProcs               = "py_procs"
 	ncclMapPyScratch             = "py_scratch"
+	ncclMapSlotWaits             = "slot_waits"
 	ncclMapThreadCalls           = "thread_calls"
 	ncclMapTracedCgroups         = "traced_cgroups"
 	ncclMapTracedPids            = "traced_pids"
@@ -277,9 +278,11 @@ type ncclMapSpecs struct {
 	NcclComms     *ebpf.MapSpec `ebpf:"nccl_comms"`
 	NcclP2pSeq    *ebpf.MapSpec `ebpf:"nccl_p2p_seq"`
 	NcclThreads   *ebpf.MapSpec `ebpf:"nccl_threads"`
+	ProcSlots     *ebpf.MapSpec `ebpf:"proc_slots"`
 	ProcessWaits  *ebpf.MapSpec `ebpf:"process_waits"`
 	PyProcs       *ebpf.MapSpec `ebpf:"py_procs"`
 	PyScratch     *ebpf.MapSpec `ebpf:"py_scratch"`
+	SlotWaits     *ebpf.MapSpec `ebpf:"slot_waits"`
 	ThreadCalls   *ebpf.MapSpec `ebpf:"thread_calls"`
 	TracedCgroups *ebpf.MapSpec `ebpf:"traced_cgroups"`
 	TracedPids    *ebpf.MapSpec `ebpf:"traced_pids"`
@@ -321,9 +324,11 @@ type ncclMaps struct {
 	NcclComms     *ebpf.Map `ebpf:"nccl_comms"`
 	NcclP2pSeq    *ebpf.Map `ebpf:"nccl_p2p_seq"`
 	NcclThreads   *ebpf.Map `ebpf:"nccl_threads"`
+	ProcSlots     *ebpf.Map `ebpf:"proc_slots"`
 	ProcessWaits  *ebpf.Map `ebpf:"process_waits"`
 	PyProcs       *ebpf.Map `ebpf:"py_procs"`
 	PyScratch     *ebpf.Map `ebpf:"py_scratch"`
+	SlotWaits     *ebpf.Map `ebpf:"slot_waits"`
 	ThreadCalls   *ebpf.Map `ebpf:"thread_calls"`
 	TracedCgroups *ebpf.Map `ebpf:"traced_cgroups"`
 	TracedPids    *ebpf.Map `ebpf:"traced_pids"`
@@ -336,9 +341,11 @@ func (m *ncclMaps) Close() error {
 		m.NcclComms,
 		m.NcclP2pSeq,
 		m.NcclThreads,
+		m.ProcSlots,
 		m.ProcessWaits,
 		m.PyProcs,
 		m.PyScratch,
+		m.SlotWaits,
 		m.ThreadCalls,
 		m.TracedCgroups,
 		m.TracedPids,

@@ -172,6 +172,8 @@ func Load(opts Options) (*Probes, error) {
 		"drops":          p.cuda.Drops,
 		"thread_calls":   p.cuda.ThreadCalls,
 		"process_waits":  p.cuda.ProcessWaits,
+		"slot_waits":     p.cuda.SlotWaits,
+		"proc_slots":     p.cuda.ProcSlots,
 		// NCCL records read a Python process's frames as CUDA records do.
 		"py_procs":   p.cuda.PyProcs,
 		"py_scratch": p.cuda.PyScratch,

@@ -52,11 +52,10 @@ type rdmaRdmaQpEvent struct {
 }
 
 type rdmaThreadCalls struct {
-	_              structs.HostLayout
-	ProcSlot       uint32
-	SinceSample    uint32
-	LastWaitReturn uint64
-	Calls          [64]struct {
+	_           structs.HostLayout
+	ProcSlot    uint32
+	SinceSample uint32
+	Calls       [64]struct {
 		_             structs.HostLayout
 		Ts            uint64
 		Sp            uint64
@@ -80,7 +79,9 @@ const (
 	rdmaMapAsyncWaits             = "async_waits"
 	rdmaMapDrops                  = "drops"
 	rdmaMapEvents                 = "events"
+	rdmaMapProcSlots              = "proc_slots"
 	rdmaMapProcessWaits           = "process_waits"
+	rdmaMapSlotWaits              = "slot_waits"
 	rdmaMapThreadCalls            = "thread_calls"
 	rdmaMapTracedCgroups          = "traced_cgroups"
 	rdmaMapTracedPids             = "traced_pids"
@@ -147,7 +148,9 @@ type rdmaMapSpecs struct {
 	AsyncWaits    *ebpf.MapSpec `ebpf:"async_waits"`
 	Drops         *ebpf.MapSpec `ebpf:"drops"`
 	Events        *ebpf.MapSpec `ebpf:"events"`
+	ProcSlots     *ebpf.MapSpec `ebpf:"proc_slots"`
 	ProcessWaits  *ebpf.MapSpec `ebpf:"process_waits"`
+	SlotWaits     *ebpf.MapSpec `ebpf:"slot_waits"`
 	ThreadCalls   *ebpf.MapSpec `ebpf:"thread_calls"`
 	TracedCgroups *ebpf.MapSpec `ebpf:"traced_cgroups"`
 	TracedPids    *ebpf.MapSpec `ebpf:"traced_pids"`
@@ -184,7 +187,9 @@ type rdmaMaps struct {
 	AsyncWaits    *ebpf.Map `ebpf:"async_waits"`
 	Drops         *ebpf.Map `ebpf:"drops"`
 	Events        *ebpf.Map `ebpf:"events"`
+	ProcSlots     *ebpf.Map `ebpf:"proc_slots"`
 	ProcessWaits  *ebpf.Map `ebpf:"process_waits"`
+	SlotWaits     *ebpf.Map `ebpf:"slot_waits"`
 	ThreadCalls   *ebpf.Map `ebpf:"thread_calls"`
 	TracedCgroups *ebpf.Map `ebpf:"traced_cgroups"`
 	TracedPids    *ebpf.Map `ebpf:"traced_pids"`
@@ -195,7 +200,9 @@ func (m *rdmaMaps) Close() error {
 		m.AsyncWaits,
 		m.Drops,
 		m.Events,
+		m.ProcSlots,
 		m.ProcessWaits,
+		m.SlotWaits,
 		m.ThreadCalls,
 		m.TracedCgroups,
 		m.TracedPids,

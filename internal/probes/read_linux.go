@@ -202,6 +202,9 @@ func (p *Probes) ReleaseCallStats(s *ProcessCallStats) error {
 	if _, err := p.callStats.WriteAt(asBytes(zero[:]), slotOffset(s.slot)); err != nil {
 		return fmt.Errorf("zero call statistics: %w", err)
 	}
+	if err := p.cuda.SlotWaits.Put(s.slot, uint64(0)); err != nil {
+		return fmt.Errorf("zero the slot's last device wait: %w", err)
+	}
 	// Only a free slot is ever claimed by the kernel, so this owner cannot change under us.
 	var free uint64
 	_, err := p.procSlots.WriteAt(asBytes([]uint64{free}), int64(s.slot)*8)
