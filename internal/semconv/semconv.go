@@ -61,6 +61,7 @@ const (
 	StragglerScore     = "fathom.straggler.score"
 	StragglerSince     = "fathom.straggler.since"
 	StragglerWindow    = "fathom.straggler.window"
+	StragglerRule      = "fathom.straggler.rule"
 )
 
 // What the gateway's inputbounds processor cut from a record, point, scope or resource
@@ -298,6 +299,7 @@ var Attributes = []Doc{
 	{StragglerSince, "log", "", "on fathom.straggler records: when the rank's first interval beyond the line (or its last report) began, RFC 3339"},
 	{InputCut, "log, point, scope, resource", "", "on a record, point, scope or resource the gateway's inputbounds processor cut: why, comma-separated (attribute_value: a value cut to max_attribute_value_bytes; attributes: attributes past max_attributes dropped)"},
 	{StragglerWindow, "log", "s", "on fathom.straggler records of a rank flagged over a window (min_duration): the window's length; value, median, threshold and score are then the median of the rank's samples over it and that window's line"},
+	{StragglerRule, "log", "", "on fathom.straggler records of state straggler: what flagged the rank: samples (enough of its last samples past the line), window (its median over a window past that window's line) or evidence (its scores, less a drift, accumulated past a height over at least min_duration; docs/straggler.md)"},
 	{ChainRootCause, "point/log", "", "on fathom.causal_chain records and the fathom.causal_chains gauge: the root-cause class (cpu_contention, dataloader_oversubscription, hidden_sync, memcpy_bound, io_stall, network_retransmits, graph_recapture, allocator_churn)"},
 	{ChainSeverity, "point/log", "", "on fathom.causal_chain records and the fathom.causal_chains gauge: HIGH, MEDIUM or LOW, from the chain's cost (docs/causalchain.md)"},
 	{ChainFix, "log", "", "on fathom.causal_chain records: what to change"},

@@ -55,8 +55,17 @@ type signalSeries struct {
 	verdicts []verdict
 	flagged  bool
 	since    time.Time
-	// window is the window that flagged the rank, 0 when its samples did.
+	// window is the window that flagged the rank, 0 when its samples or its
+	// evidence did; rule says which (semconv.StragglerRule's values).
 	window time.Duration
+	rule   string
+
+	// evidence is the CUSUM of the rank's scores (evidence.go), since when it last
+	// rose from zero; lastScore its latest score, when scored.
+	evidence      float64
+	evidenceSince time.Time
+	lastScore     float64
+	scored        bool
 
 	// history holds the samples of the longest window (windows.go), oldest first, of
 	// the process historyPID; crossings, per window line, since when its median has
@@ -74,9 +83,10 @@ type signalSeries struct {
 
 type verdict struct {
 	// beyond: past the line; held: past the resolve line (ResolveWithin of the way from
-	// the median to the line), which keeps a flagged rank flagged.
-	beyond, held bool
-	at           time.Time
+	// the median to the line), which keeps a flagged rank flagged; pastDrift: its score
+	// past the evidence's drift (evidence.go).
+	beyond, held, pastDrift bool
+	at                      time.Time
 }
 
 type rankState struct {
@@ -97,6 +107,9 @@ type cohort struct {
 	lastSeen    time.Time
 	// lines are each signal's last median and line (gateway), pushed back to nodes.
 	lines []line
+	// noise is, per signal, the differences between its ranks' consecutive scores
+	// (evidence.go).
+	noise []scoreNoise
 	// pushed says, per signal, whether a pushed-back line was held at the last
 	// evaluation (node), so that losing it is said once; heldAt is when it last was.
 	pushed []bool
@@ -138,6 +151,7 @@ type event struct {
 	score     float64
 	since     time.Time
 	at        time.Time
+	rule      string // what flagged a straggler: samples, window or evidence
 	// gauge and detail come from the rank's latest sample (see sample).
 	gauge  bool
 	detail string
@@ -219,7 +233,8 @@ func (d *detector) observe(p point, now time.Time) {
 			d.evictOldestCohort()
 		}
 		c = &cohort{key: p.cohort, ranks: map[int64]*rankState{}, evaluations: make([]int, len(d.cfg.Signals)),
-			lines: make([]line, len(d.cfg.Signals)), pushed: make([]bool, len(d.cfg.Signals)), heldAt: make([]time.Time, len(d.cfg.Signals))}
+			lines: make([]line, len(d.cfg.Signals)), noise: make([]scoreNoise, len(d.cfg.Signals)),
+			pushed: make([]bool, len(d.cfg.Signals)), heldAt: make([]time.Time, len(d.cfg.Signals))}
 		d.cohorts[p.cohort] = c
 	}
 	c.lastSeen = now
@@ -418,6 +433,7 @@ func (d *detector) evaluateSignal(c *cohort, sig int, now time.Time, out *evalua
 	}
 	threshold := median + worse*cfg.K*spread
 	windows := d.drawWindowLines(fresh, sig, spread, worse)
+	rule := d.evidenceRule(c, sig)
 	c.evaluations[sig]++
 	c.lines[sig] = line{median: median, threshold: threshold, at: now, ok: true, windows: windows}
 	warm := c.evaluations[sig] > cfg.Warmup
@@ -476,9 +492,10 @@ func (d *detector) evaluateSignal(c *cohort, sig int, now time.Time, out *evalua
 				continue
 			}
 			score := worse * (sm.value - median) / spread
-			if state := s.judge(sm, score > cfg.K, score > cfg.K*cfg.ResolveWithin, wv, warm, cfg.persistence(sig)); state != "" {
+			evid := s.accumulate(score, sm.span, sm.at, rule, &c.noise[sig])
+			if state := s.judge(sm, score > cfg.K, score > cfg.K*cfg.ResolveWithin, wv, evid, warm, cfg.persistence(sig)); state != "" {
 				ev.state, ev.since, ev.value, ev.score = state, s.since, sm.value, score
-				ev.median, ev.threshold, ev.window = median, threshold, 0
+				ev.median, ev.threshold, ev.window, ev.rule = median, threshold, 0, s.rule
 				if state == "straggler" && s.window > 0 {
 					ev.value, ev.median, ev.threshold, ev.score, ev.window = wv.value, wv.median, wv.threshold, wv.score, wv.window
 				}
@@ -496,19 +513,20 @@ func (d *detector) evaluateSignal(c *cohort, sig int, now time.Time, out *evalua
 }
 
 // judge records the verdict on one sample and returns the state change it makes, if
-// any: flagged when p.Beyond of the last p.Of samples were beyond the line, or a
-// window's median was (wv); resolved when no more than p.Of-p.Beyond were beyond the
-// resolve line (held) and no window's median is. Before the warm-up ends verdicts are
-// kept but change nothing.
-func (s *signalSeries) judge(sm sample, beyond, held bool, wv windowVerdict, warm bool, p PersistenceConfig) string {
-	s.verdicts = append(s.verdicts, verdict{beyond: beyond, held: held || beyond, at: sm.at})
+// any: flagged when p.Beyond of the last p.Of samples were beyond the line, a window's
+// median was (wv), or the rank's evidence reached its height (evid); resolved when no
+// more than p.Of-p.Beyond were beyond the resolve line (held), no window's median is
+// and the evidence no longer holds. Before the warm-up ends verdicts are kept but
+// change nothing.
+func (s *signalSeries) judge(sm sample, beyond, held bool, wv windowVerdict, evid evidenceVerdict, warm bool, p PersistenceConfig) string {
+	s.verdicts = append(s.verdicts, verdict{beyond: beyond, held: held || beyond, pastDrift: evid.pastDrift, at: sm.at})
 	if len(s.verdicts) > p.Of {
 		s.verdicts = s.verdicts[1:]
 	}
 	if !warm {
 		return ""
 	}
-	n, kept := 0, 0
+	n, kept, drifting := 0, 0, 0
 	for _, v := range s.verdicts {
 		if v.beyond {
 			n++
@@ -516,16 +534,22 @@ func (s *signalSeries) judge(sm sample, beyond, held bool, wv windowVerdict, war
 		if v.held {
 			kept++
 		}
+		if v.pastDrift {
+			drifting++
+		}
 	}
 	switch {
 	case !s.flagged && n >= p.Beyond:
-		s.flagged, s.window = true, 0
+		s.flagged, s.window, s.rule = true, 0, ruleSamples
 		s.since = s.verdicts[slices.IndexFunc(s.verdicts, func(v verdict) bool { return v.beyond })].at
 		return "straggler"
 	case !s.flagged && wv.beyond:
-		s.flagged, s.window, s.since = true, wv.window, wv.since
+		s.flagged, s.window, s.rule, s.since = true, wv.window, ruleWindow, wv.since
 		return "straggler"
-	case s.flagged && kept <= p.Of-p.Beyond && !wv.held:
+	case !s.flagged && evid.beyond && drifting >= p.Beyond:
+		s.flagged, s.window, s.rule, s.since = true, 0, ruleEvidence, evid.since
+		return "straggler"
+	case s.flagged && kept <= p.Of-p.Beyond && !wv.held && !evid.held:
 		s.flagged = false
 		return "resolved"
 	}
@@ -588,17 +612,23 @@ func (d *detector) evaluateAgainst(src pushback.Source, now time.Time) evaluatio
 				if n := len(s.unjudged); n > 0 && !waitsForLine(t, s.unjudged[n-1].received, s.waitingSince, now, away) {
 					wv = s.judgeWindows(windows, worse, d.cfg.K, d.cfg.ResolveWithin, &d.scratch)
 				}
+				rule := d.evidenceRule(c, sig)
 				judged := 0
 				for _, sm := range s.unjudged {
 					if waitsForLine(t, sm.received, s.waitingSince, now, away) {
 						break
 					}
 					judged++
+					var evid evidenceVerdict
+					if spread := worse * (t.Line - t.Median) / d.cfg.K; spread > 0 {
+						evid = s.accumulate(worse*(sm.value-t.Median)/spread, sm.span, sm.at, rule, &c.noise[sig])
+						evid.score = worse * (sm.value - t.Median) / spread
+					}
 					ev := event{cohort: c.key, job: r.job, node: r.node, rank: rank, signal: sig, value: sm.value,
 						median: t.Median, threshold: t.Line, at: now, gauge: sm.gauge, detail: sm.detail}
 					held := t.Beyond(sm.value) || (pushback.Threshold{Median: t.Median, Line: t.Median + (t.Line-t.Median)*d.cfg.ResolveWithin, Worse: t.Worse}).Beyond(sm.value)
-					if state := s.judge(sm, t.Beyond(sm.value), held, wv, true, d.cfg.persistence(sig)); state != "" {
-						ev.state, ev.since = state, s.since
+					if state := s.judge(sm, t.Beyond(sm.value), held, wv, evid, true, d.cfg.persistence(sig)); state != "" {
+						ev.state, ev.since, ev.rule, ev.score = state, s.since, s.rule, evid.score
 						if state == "straggler" && s.window > 0 {
 							ev.value, ev.median, ev.threshold, ev.score, ev.window = wv.value, wv.median, wv.threshold, wv.score, wv.window
 						}

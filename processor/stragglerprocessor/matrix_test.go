@@ -145,7 +145,12 @@ func runMatrixRow(t *testing.T, row matrixRow, trials int, healthyWindow, notFou
 		} else {
 			res.found++
 			res.latencies = append(res.latencies, flagged.At.Sub(on))
-			t.Logf("%s, trial %d: flagged %v after the onset", row.name(), trial, flagged.At.Sub(on).Round(10*time.Millisecond))
+			t.Logf("%s, trial %d: flagged %v after the onset, on %s by %s", row.name(), trial, flagged.At.Sub(on).Round(10*time.Millisecond), flagged.Signal, flagged.Rule)
+			if gw := j.waitTimedRecord(2*time.Second, func(r timedRecord) bool {
+				return r.Rank == slow && r.State == "straggler" && r.Source == "gateway" && !r.At.Before(on)
+			}); gw != nil {
+				t.Logf("%s, trial %d: its gateway flagged it %v after the onset, on %s by %s", row.name(), trial, gw.At.Sub(on).Round(10*time.Millisecond), gw.Signal, gw.Rule)
+			}
 		}
 		account(on)
 		speedUp()
@@ -193,6 +198,8 @@ func TestAReducedMatrixFindsTheSlowRankAndFlagsNobody(t *testing.T) {
 type timedRecord struct {
 	record
 	At time.Time
+	// Signal and Rule: what flagged a straggler, on which signal.
+	Signal, Rule string
 }
 
 // timedRecords reads every fathom.straggler record in the gateway's store, oldest first,
@@ -200,13 +207,15 @@ type timedRecord struct {
 func (l *loop) timedRecords() []timedRecord {
 	q := `SELECT coalesce(node, ''), coalesce(rank, -1),
 		json_extract_string(attributes, '$."fathom.straggler.state"'), json_extract_string(attributes, '$."fathom.straggler.source"'),
-		epoch_ms(ts) FROM events WHERE name = 'fathom.straggler' ORDER BY ts`
+		epoch_ms(ts), coalesce(json_extract_string(attributes, '$."fathom.straggler.signal"'), ''),
+		coalesce(json_extract_string(attributes, '$."fathom.straggler.rule"'), '')
+		FROM events WHERE name = 'fathom.straggler' ORDER BY ts`
 	rows := l.sqlRows(q)
 	var out []timedRecord
 	for _, row := range rows {
 		out = append(out, timedRecord{
 			record: record{Node: row[0].(string), Rank: int(row[1].(float64)), State: row[2].(string), Source: row[3].(string)},
-			At:     time.UnixMilli(int64(row[4].(float64))),
+			At:     time.UnixMilli(int64(row[4].(float64))), Signal: row[5].(string), Rule: row[6].(string),
 		})
 	}
 	return out

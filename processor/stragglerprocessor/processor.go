@@ -660,6 +660,9 @@ func (s *straggler) records(events []event) plog.Logs {
 		if e.window > 0 {
 			a.PutDouble(semconv.StragglerWindow, e.window.Seconds())
 		}
+		if e.state == "straggler" && e.rule != "" {
+			a.PutStr(semconv.StragglerRule, e.rule)
+		}
 		if e.detail != "" {
 			a.PutStr(semconv.SignalDetail, e.detail)
 		}
@@ -674,6 +677,9 @@ func (s *straggler) toVerdicts(events []event) []Verdict {
 		v := Verdict{Time: e.at.UTC(), State: e.state, Source: s.role.source(), Cluster: e.cohort.cluster, Cohort: e.cohort.cohort,
 			Job: e.job, Node: e.node, Signal: signal.Metric, Value: e.value, Median: e.median, Threshold: e.threshold,
 			Score: e.score, Since: e.since.UTC(), WindowSeconds: e.window.Seconds(), Message: describe(e, signal)}
+		if e.state == "straggler" {
+			v.Rule = e.rule
+		}
 		if e.rank >= 0 {
 			rank := e.rank
 			v.Rank = &rank
@@ -695,6 +701,8 @@ func describe(e event, signal SignalConfig) string {
 		over := ""
 		if e.window > 0 {
 			over = fmt.Sprintf(" (median over its last %v)", e.window)
+		} else if e.rule == ruleEvidence {
+			over = " (its excess over the cohort, accumulated)"
 		}
 		s := fmt.Sprintf("%s is a straggler in %s: %s %.4g%s%s vs cohort median %.4g%s (line %.4g%s, %s is worse), beyond since %s",
 			who, e.cohort.cohort, signal.Metric, e.value, rate, over, e.median, rate, e.threshold, rate, signal.Worse, e.since.UTC().Format(time.RFC3339))

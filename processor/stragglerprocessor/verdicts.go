@@ -67,7 +67,9 @@ type Verdict struct {
 	// WindowSeconds is the window whose median flagged the rank (min_duration), 0
 	// when its samples did.
 	WindowSeconds float64 `json:"window_seconds,omitempty"`
-	Message       string  `json:"message"`
+	// Rule is what flagged a straggler: samples, window or evidence.
+	Rule    string `json:"rule,omitempty"`
+	Message string `json:"message"`
 }
 
 // verdictSinks fans verdicts out to the socket's clients and the webhook, never

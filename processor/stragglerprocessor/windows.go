@@ -72,11 +72,12 @@ type windowLine struct {
 // window (and, past maxHistory, the oldest, counted). A series of another process (a
 // restarted rank) starts its windows anew.
 func (s *signalSeries) remember(sm sample, pid int64, longest time.Duration, drops map[string]int64) {
-	if longest <= 0 {
-		return
-	}
 	if pid != s.historyPID {
 		s.history, s.historyPID, s.crossings = s.history[:0], pid, nil
+		s.forgetEvidence()
+	}
+	if longest <= 0 {
+		return
 	}
 	at := sm.at.UnixNano()
 	s.history = append(s.history, windowSample{at: at, value: sm.value, span: sm.span})

@@ -96,7 +96,8 @@ static const struct flag flags[] = {
 	 "watchdog thread polling the collectives' events"},
 	{"slow-while-file", OPT_STRING, &opt.slow_while_file,
 	 "the slow rank is slow only in steps that start while PATH exists (from --slow-from-step on): "
-	 "a test turns a slowdown on and off mid-run"},
+	 "a test turns a slowdown on and off mid-run; a number in the file, when it appears, is the "
+	 "delay in microseconds instead of --slow-us"},
 	{"ring-bytes", OPT_LONG, &opt.ring_bytes, "per step, send this many bytes to rank+1 and receive from rank-1"},
 	{"ib", OPT_FLAG, &opt.ib,
 	 "open verbs device local_rank mod devices, create a queue pair on it, and wait for its async events on a thread"},
@@ -510,6 +511,19 @@ static void backward(long s)
 	pthread_mutex_unlock(&autograd.mu);
 }
 
+/* slow_delay_from is the delay, in microseconds, that the file at path holds as a
+ * decimal number, or fallback when it holds none. */
+static double slow_delay_from(const char *path, double fallback)
+{
+	FILE *f = fopen(path, "r");
+	if (!f)
+		return fallback;
+	double us = 0;
+	int n = fscanf(f, "%lf", &us);
+	fclose(f);
+	return n == 1 && us > 0 ? us : fallback;
+}
+
 static int run_rank(void)
 {
 	rank = (int)env_long("RANK", 0);
@@ -643,18 +657,25 @@ static int run_rank(void)
 			die(1, "cannot start the autograd and watchdog threads");
 	}
 
+	/* The delay of the slowdown now: --slow-us, or what the --slow-while-file says as
+	 * it appears, so that one run can be slowed by several amounts in turn. */
+	double slow_us = opt.slow_us;
+	int was_slow = 0;
 	for (long s = 0; s < steps; s++) {
 		int slow_now = slow && s >= opt.slow_from_step && (!opt.slow_while_file || access(opt.slow_while_file, F_OK) == 0);
+		if (slow_now && !was_slow && opt.slow_while_file)
+			slow_us = slow_delay_from(opt.slow_while_file, opt.slow_us);
+		was_slow = slow_now;
 		uint64_t sync_before = stats[API_cudaStreamSynchronize].total_ns;
 		step_start[s] = now_ns();
 		host_work((uint64_t)(opt.host_compute_us * 1000.0));
 		if (slow_now && !strcmp(mode, "compute"))
-			host_work((uint64_t)(opt.slow_us * 1000.0));
+			host_work((uint64_t)(slow_us * 1000.0));
 		for (long k = 0; k < (pytorch ? opt.compute_kernels / 2 : opt.compute_kernels); k++)
 			launch(stream, 128);
 		if (slow_now && !strcmp(mode, "kernel")) {
 			/* kernels are billed by waves of one block per SM (132 by default) */
-			uint64_t waves = (uint64_t)(opt.slow_us / opt.kernel_us + 0.5);
+			uint64_t waves = (uint64_t)(slow_us / opt.kernel_us + 0.5);
 			launch(stream, (unsigned int)(waves ? waves : 1) * 132);
 		}
 		if (slow_now && !strcmp(mode, "contention")) {
@@ -665,21 +686,21 @@ static int run_rank(void)
 				for (; busy_started < opt.slow_threads; busy_started++)
 					pthread_create(&busy[busy_started], NULL, busy_main, &cpu);
 			}
-			cpu_work((uint64_t)(opt.slow_us * 1000.0));
+			cpu_work((uint64_t)(slow_us * 1000.0));
 		}
 		if (pytorch) {
 			/* The forward pass queued its kernels without waiting; a data-loader
 			 * stall comes before the backward, and backward() returns once the
 			 * autograd thread has queued every bucket's all-reduce. */
 			if (slow_now && (!strcmp(mode, "stall") || !strcmp(mode, "barrier"))) {
-				nanosleep_ns((uint64_t)(opt.slow_us * 1000.0));
+				nanosleep_ns((uint64_t)(slow_us * 1000.0));
 			}
 			backward(s);
 			goto optimizer;
 		}
 		CALL(cudaStreamSynchronize, stream);
 		if (slow_now && (!strcmp(mode, "stall") || !strcmp(mode, "barrier"))) {
-			nanosleep_ns((uint64_t)(opt.slow_us * 1000.0));
+			nanosleep_ns((uint64_t)(slow_us * 1000.0));
 		}
 
 		ar_entry[s] = now_ns();

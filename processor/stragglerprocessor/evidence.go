@@ -1,0 +1,150 @@
+package stragglerprocessor
+
+import (
+	"math"
+	"time"
+
+	"github.com/fathom-gpu/fathom/internal/series"
+)
+
+// Accumulating evidence: a small, steady lead found as surely as a large one.
+//
+// A rank 5% slower than its cohort on a busy host scores a fraction of the line a
+// sample (0.7 spreads of its cohort on CPU time, where the line is at 3), and its
+// windows' medians cross their lines only after tens of seconds. Yet every sample says
+// the same thing. So each rank also keeps a one-sided CUSUM of its scores: each sample
+// adds its score less a drift, the total never falls below zero, and the rank is flagged
+// when the total reaches a height. A healthy rank's scores average zero and the drift
+// drains whatever its noise adds; a slow rank's exceed the drift and pile up, the faster
+// the slower it is.
+//
+// Two choices make it hold on jobs it was not tuned for:
+//   - Drift and height scale with the scores' own noise, which differs by signal and
+//     host: CPU time's scores varied by 0.23 spreads a sample on the busy-host recording
+//     (its cohort's spread is floored at 5% of the median), device wait's by 0.84. The
+//     noise is read from the differences between a rank's consecutive scores, pooled
+//     over the cohort's ranks (the ranks this detector judges: a node's own): a rank
+//     that steps to slower adds one large difference, not a shifted level, so the slow
+//     rank does not widen its own line. Until 64 differences are in, the noise is taken
+//     as one spread.
+//   - No sample adds more than the height times its span over min_duration, so the
+//     total reaches the height only after min_duration of excess: a stall shorter than
+//     that, however deep, flags nobody by evidence.
+//   - A sample past the sample line (k) adds nothing: that is a stall, or a slowdown
+//     the samples rule (p.Beyond of p.Of past the line) finds by itself. Stalls of a
+//     second on one rank half a second apart are healthy in the detector's busy-host
+//     model; counted, they added up past the height in 11 of its 20 runs of 500 s.
+//     And the total flags a rank only while the persistence's share of its latest
+//     samples (5 of 6 in the shipped configs) are past the drift.
+//
+// A flagged rank's evidence holds it while the total stays above half the height (the
+// total is capped at the height, so a rank that recovers is resolved after about a
+// second): a rank that stays slow does not flap however close to its cohort it is.
+// Measured on recorded jobs (replay_test.go, docs/straggler.md).
+const (
+	evidenceDriftFloor  = 0.25 // spreads
+	evidenceDriftNoise  = 1.0  // × the scores' noise
+	evidenceHeightFloor = 3.0  // spreads
+	evidenceHeightNoise = 6.0  // × the scores' noise
+	noiseWarmup         = 64   // differences before the noise is measured
+	noiseRing           = 512  // differences kept per cohort and signal
+)
+
+// scoreNoise keeps the latest differences between consecutive scores of the ranks of a
+// cohort, for one signal.
+type scoreNoise struct {
+	diffs   []float64
+	next    int
+	scratch []float64
+}
+
+func (n *scoreNoise) add(d float64) {
+	if math.IsNaN(d) || math.IsInf(d, 0) {
+		return
+	}
+	if len(n.diffs) < noiseRing {
+		n.diffs = append(n.diffs, d)
+		return
+	}
+	n.diffs[n.next] = d
+	n.next = (n.next + 1) % noiseRing
+}
+
+// sigma is the spread of one score, from its differences (a difference of two
+// independent scores has √2 of it); 1 until noiseWarmup of them are in.
+func (n *scoreNoise) sigma() float64 {
+	if len(n.diffs) < noiseWarmup {
+		return 1
+	}
+	n.scratch = append(n.scratch[:0], n.diffs...)
+	m := series.Median(n.scratch)
+	return series.MADScale * series.MAD(n.scratch, m) / math.Sqrt2
+}
+
+// evidenceRule is the CUSUM's parameters for one cohort and signal at one evaluation.
+type evidenceRule struct {
+	drift, height float64
+	// line is the sample line's score (k): a sample past it adds nothing.
+	line float64
+	// perSecond bounds what a second of samples adds: height over min_duration.
+	perSecond float64
+}
+
+func newEvidenceRule(sigma, line float64, minDuration time.Duration) evidenceRule {
+	h := max(evidenceHeightFloor, evidenceHeightNoise*sigma)
+	return evidenceRule{drift: max(evidenceDriftFloor, evidenceDriftNoise*sigma), height: h, line: line, perSecond: h / minDuration.Seconds()}
+}
+
+// evidenceVerdict is what a rank's evidence says after a sample.
+type evidenceVerdict struct {
+	// beyond: the total reached the height; held: it is above half of it; pastDrift:
+	// this sample's score was past the drift.
+	beyond, held, pastDrift bool
+	since                   time.Time // when the total last rose from zero
+	score                   float64   // the sample's, for a node's record
+}
+
+// accumulate adds a sample's score (spanning span seconds, ending at at) to the series'
+// evidence, and notes the difference from its previous score in noise.
+func (s *signalSeries) accumulate(score, span float64, at time.Time, r evidenceRule, noise *scoreNoise) evidenceVerdict {
+	if s.scored {
+		noise.add(score - s.lastScore)
+	}
+	s.lastScore, s.scored = score, true
+	if r.height <= 0 {
+		return evidenceVerdict{}
+	}
+	add := min(score-r.drift, r.perSecond*span)
+	if score > r.line {
+		// Past the sample line: a stall, or a slowdown the samples rule judges. A
+		// rank stalled for a second, then half a second later again, is a
+		// healthy rank of the busy-host model; counted here, its stalls added up.
+		add = 0
+	}
+	if s.evidence == 0 && add > 0 {
+		s.evidenceSince = at.Add(-time.Duration(span * float64(time.Second)))
+	}
+	s.evidence = min(max(0, s.evidence+add), r.height)
+	return evidenceVerdict{beyond: s.evidence >= r.height, held: s.evidence > r.height/2, pastDrift: score > r.drift, since: s.evidenceSince}
+}
+
+// forgetEvidence starts a series' evidence anew (another process: a restarted rank).
+func (s *signalSeries) forgetEvidence() {
+	s.evidence, s.evidenceSince, s.scored = 0, time.Time{}, false
+}
+
+// What flagged a straggler, as its record says (semconv.StragglerRule).
+const (
+	ruleSamples  = "samples"
+	ruleWindow   = "window"
+	ruleEvidence = "evidence"
+)
+
+// evidenceRule is the rule for signal sig of cohort c now: none for a signal judged by
+// its samples only (windows off, or min_duration 0).
+func (d *detector) evidenceRule(c *cohort, sig int) evidenceRule {
+	if !d.cfg.windowed(sig) {
+		return evidenceRule{}
+	}
+	return newEvidenceRule(c.noise[sig].sigma(), d.cfg.K, d.cfg.MinDuration)
+}
