@@ -45,6 +45,11 @@ type Threshold struct {
 	// Windows are the lines for the median of a rank's samples over each window
 	// (v3): a node judges its ranks' windows by them as the gateway does.
 	Windows []WindowLine `json:"-"`
+	// Noise is how much one rank's score varies from sample to sample across the
+	// cohort, in the line's spreads (0: not sent): a node weighs its ranks'
+	// accumulated evidence by it as the gateway does, instead of by its own few
+	// ranks' noise.
+	Noise float64 `json:"-"`
 }
 
 // WindowLine is a cohort's line for the medians of its ranks' samples over the last
@@ -92,6 +97,20 @@ type wireCohort struct {
 	Cohort  string     `json:"co"`
 	At      int64      `json:"t"`
 	Lines   []wireLine `json:"l"`
+	// Noise is each line's Noise, in the order of Lines, when any is known. A key of
+	// its own and not a sixth field of a line: a node that predates it ignores a key
+	// it does not know, where it rejects a line of six fields (and with it the answer).
+	Noise []wireNoise `json:"n,omitempty"`
+}
+
+// wireNoise is a line's noise with three significant digits.
+type wireNoise float64
+
+func (n wireNoise) MarshalJSON() ([]byte, error) {
+	if !finite(float64(n)) || n < 0 {
+		return nil, fmt.Errorf("noise %v is not a finite spread", float64(n))
+	}
+	return strconv.AppendFloat(nil, float64(n), 'g', 3, 64), nil
 }
 
 // wireLine is written as [signal, median, line, worse] or, with windows, [signal,
@@ -202,7 +221,13 @@ func group(ts []Threshold) []wireCohort {
 		if n := len(out); n == 0 || out[n-1].Cluster != t.Cluster || out[n-1].Cohort != t.Cohort || out[n-1].At != t.At {
 			out = append(out, wireCohort{Cluster: t.Cluster, Cohort: t.Cohort, At: t.At})
 		}
-		out[len(out)-1].Lines = append(out[len(out)-1].Lines, wireLine{signal: t.Signal, median: t.Median, line: t.Line, worse: t.Worse, windows: t.Windows})
+		c := &out[len(out)-1]
+		if t.Noise > 0 || len(c.Noise) > 0 {
+			// Noise for every line of the cohort once one has any, 0 for those without.
+			c.Noise = append(c.Noise, make([]wireNoise, len(c.Lines)-len(c.Noise))...)
+			c.Noise = append(c.Noise, wireNoise(t.Noise))
+		}
+		c.Lines = append(c.Lines, wireLine{signal: t.Signal, median: t.Median, line: t.Line, worse: t.Worse, windows: t.Windows})
 	}
 	return out
 }
@@ -227,8 +252,17 @@ func Decode(s string) ([]Threshold, error) {
 			return nil, err
 		}
 		for _, c := range cohorts {
-			for _, l := range c.Lines {
-				ts = append(ts, Threshold{Cluster: c.Cluster, Cohort: c.Cohort, Signal: l.signal, Median: l.median, Line: l.line, Worse: l.worse, At: c.At, Windows: l.windows})
+			if len(c.Noise) != 0 && len(c.Noise) != len(c.Lines) {
+				return nil, fmt.Errorf("thresholds value: cohort %q has %d lines and %d noises", c.Cohort, len(c.Lines), len(c.Noise))
+			}
+			for i, l := range c.Lines {
+				t := Threshold{Cluster: c.Cluster, Cohort: c.Cohort, Signal: l.signal, Median: l.median, Line: l.line, Worse: l.worse, At: c.At, Windows: l.windows}
+				if len(c.Noise) > 0 {
+					if n := float64(c.Noise[i]); finite(n) && n > 0 {
+						t.Noise = n
+					}
+				}
+				ts = append(ts, t)
 			}
 		}
 	} else if rest, ok := strings.CutPrefix(s, versionV1); ok {

@@ -98,22 +98,29 @@ func TestEncodeKeepsTheOrderGiven(t *testing.T) {
 	}
 }
 
-// The seven lines the default signal list pushes for one cohort, each with its three
-// windows (min_duration 1.5 s: 3, 6 and 12 s), fit the 1 KiB an answer carries by
-// default; the windows come back to five significant digits.
-func TestOneCohortsSevenLinesWithWindowsFitInOneKiB(t *testing.T) {
-	signals := []string{"fathom.rank.device_wait.time", "fathom.rank.host_lead.time", "fathom.rank.gpu.sm_clock.deficit",
+// The lines the default signal list pushes for one cohort fit the 1 KiB an answer
+// carries by default: device wait, host lead and CPU time with their three windows
+// (min_duration 1.5 s: 3, 6 and 12 s) and their noise, and the five signals judged by
+// their samples alone (GPU, fabric, TCP) without either. The windows come back to five
+// significant digits, the noise to three. Seven lines that all had windows fit before
+// the noise (1,022 bytes with it: one left out).
+func TestOneCohortsDefaultLinesWithWindowsAndNoiseFitInOneKiB(t *testing.T) {
+	signals := []string{"fathom.rank.device_wait.time", "fathom.rank.host_lead.time", "fathom.rank.cpu.time", "fathom.rank.gpu.sm_clock.deficit",
 		"fathom.rank.gpu.errors", "fathom.rank.rdma.errors", "fathom.rank.rdma.xmit_wait", "fathom.rank.tcp.retransmits"}
 	var in []Threshold
 	for i, s := range signals {
 		f := float64(i + 1)
-		in = append(in, Threshold{Cluster: "prod-eu-west", Cohort: "nccl:f09f67cf0e91f865", Signal: s,
-			Median: 0.30099999999999993 * f, Line: 0.23406060999999995 * f, Worse: []string{"lower", "higher"}[i%2], At: 1_800_000_013_000,
-			Windows: []WindowLine{{3, 0.30123456 * f, 0.2812345 * f}, {6, 0.30123456 * f, 0.2912345 * f}, {12, 0.30123456 * f, 0.2962345 * f}}})
+		th := Threshold{Cluster: "prod-eu-west", Cohort: "nccl:f09f67cf0e91f865", Signal: s,
+			Median: 0.30099999999999993 * f, Line: 0.23406060999999995 * f, Worse: []string{"lower", "higher"}[i%2], At: 1_800_000_013_000}
+		if i < 3 {
+			th.Windows = []WindowLine{{3, 0.30123456 * f, 0.2812345 * f}, {6, 0.30123456 * f, 0.2912345 * f}, {12, 0.30123456 * f, 0.2962345 * f}}
+			th.Noise = 0.28712345 * f
+		}
+		in = append(in, th)
 	}
 	v, left := Encode(in, 1024)
 	if left != 0 {
-		t.Fatalf("seven lines with windows: %d bytes, %d left out", len(v), left)
+		t.Fatalf("the default lines: %d bytes, %d left out", len(v), left)
 	}
 	out, err := Decode(v)
 	if err != nil || len(out) != len(in) {
@@ -126,8 +133,57 @@ func TestOneCohortsSevenLinesWithWindowsFitInOneKiB(t *testing.T) {
 				t.Errorf("line %d window %d: got %+v, want %+v", i, j, got, w)
 			}
 		}
+		if math.Abs(out[i].Noise-in[i].Noise) > 5e-3*in[i].Noise {
+			t.Errorf("line %d: noise %v, want %v", i, out[i].Noise, in[i].Noise)
+		}
 	}
-	t.Logf("seven lines with three windows each: %d bytes", len(v))
+	t.Logf("the default lines with windows and noise: %d bytes", len(v))
+}
+
+// A line's noise rides beside the lines, under a key of the cohort's own: a node that
+// predates it reads the same lines from the same value (it ignores keys it does not
+// know, and refuses a line of six fields); a line without noise decodes with none, and
+// a value without any noise is what it was before.
+func TestNoiseRidesBesideTheLinesAndOldNodesIgnoreIt(t *testing.T) {
+	in := []Threshold{
+		{Cluster: "c1", Cohort: "comm-1", Signal: "fathom.rank.device_wait.time", Median: 0.3, Line: 0.25, Worse: "lower", At: 1_800_000_013_000},
+		{Cluster: "c1", Cohort: "comm-1", Signal: "fathom.rank.cpu.time", Median: 0.24, Line: 0.26, Worse: "higher", At: 1_800_000_013_000, Noise: 0.2876},
+		{Cluster: "c1", Cohort: "comm-2", Signal: "fathom.rank.cpu.time", Median: 0.24, Line: 0.26, Worse: "higher", At: 1_800_000_013_000},
+	}
+	v, left := Encode(in, 1024)
+	if left != 0 {
+		t.Fatalf("%d left out", left)
+	}
+	out, err := Decode(v)
+	if err != nil || len(out) != 3 || out[0].Noise != 0 || out[1].Noise != 0.288 || out[2].Noise != 0 {
+		t.Fatalf("decoded %+v (%v), want noise 0, 0.288, 0", out, err)
+	}
+	raw, err := base64.RawURLEncoding.DecodeString(strings.TrimPrefix(v, "v3."))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(raw), `"n":[0,0.288]`) || strings.Count(string(raw), `"n":`) != 1 {
+		t.Errorf("wire form %s, want the noise of comm-1's lines only", raw)
+	}
+	// The cohort as a node before the noise read it.
+	var old []struct {
+		Cluster string     `json:"cl,omitempty"`
+		Cohort  string     `json:"co"`
+		At      int64      `json:"t"`
+		Lines   []wireLine `json:"l"`
+	}
+	if err := json.Unmarshal(raw, &old); err != nil || len(old) != 2 || len(old[0].Lines) != 2 || old[0].Lines[1].line != 0.26 {
+		t.Errorf("a node before the noise read %+v (%v)", old, err)
+	}
+	in[1].Noise = 0
+	plain, _ := Encode(in, 1024)
+	if raw, _ := base64.RawURLEncoding.DecodeString(strings.TrimPrefix(plain, "v3.")); strings.Contains(string(raw), `"n"`) {
+		t.Errorf("no noise, yet the wire form says one: %s", raw)
+	}
+	bad, _ := json.Marshal([]map[string]any{{"co": "comm-1", "t": 1, "l": [][]any{{".cpu.time", 0.24, 0.26, "h"}}, "n": []float64{0.2, 0.3}}})
+	if _, err := Decode("v3." + base64.RawURLEncoding.EncodeToString(bad)); err == nil {
+		t.Error("two noises for one line were read")
+	}
 }
 
 // A node reads the v2 form an older gateway writes: lines without windows.

@@ -120,6 +120,8 @@ type line struct {
 	median, threshold float64
 	at                time.Time
 	ok                bool
+	// noise is the cohort's score noise (evidence.go), pushed back with the line.
+	noise float64
 	// windows are the lines over each window (windows.go), pushed back with it.
 	windows []windowLine
 }
@@ -436,6 +438,10 @@ func (d *detector) evaluateSignal(c *cohort, sig int, now time.Time, out *evalua
 	rule := d.evidenceRule(c, sig)
 	c.evaluations[sig]++
 	c.lines[sig] = line{median: median, threshold: threshold, at: now, ok: true, windows: windows}
+	if cfg.windowed(sig) {
+		// Only a signal with windows has evidence, and only its noise is sent.
+		c.lines[sig].noise = c.noise[sig].measured()
+	}
 	warm := c.evaluations[sig] > cfg.Warmup
 	out.groups = append(out.groups, cohortGauge{cohort: c.key, signal: sig, median: median, threshold: threshold, ranks: len(values)})
 
@@ -613,6 +619,11 @@ func (d *detector) evaluateAgainst(src pushback.Source, now time.Time) evaluatio
 					wv = s.judgeWindows(windows, worse, d.cfg.K, d.cfg.ResolveWithin, &d.scratch)
 				}
 				rule := d.evidenceRule(c, sig)
+				if t.Noise > 0 && rule.height > 0 {
+					// The gateway's, from every rank of the cohort: a node's few ranks
+					// share its sampling's noise, which may be the cohort's loudest.
+					rule = newEvidenceRule(t.Noise, d.cfg.K, d.cfg.MinDuration)
+				}
 				judged := 0
 				for _, sm := range s.unjudged {
 					if waitsForLine(t, sm.received, s.waitingSince, now, away) {

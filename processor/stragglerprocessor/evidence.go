@@ -23,10 +23,13 @@ import (
 //     host: CPU time's scores varied by 0.23 spreads a sample on the busy-host recording
 //     (its cohort's spread is floored at 5% of the median), device wait's by 0.84. The
 //     noise is read from the differences between a rank's consecutive scores, pooled
-//     over the cohort's ranks (the ranks this detector judges: a node's own): a rank
-//     that steps to slower adds one large difference, not a shifted level, so the slow
-//     rank does not widen its own line. Until 64 differences are in, the noise is taken
-//     as one spread.
+//     over the cohort's ranks: a rank that steps to slower adds one large difference,
+//     not a shifted level, so the slow rank does not widen its own line. Until 64
+//     differences are in, the noise is taken as one spread. The gateway pushes its
+//     noise back with each line, and a node uses it: a node's own ranks share its
+//     sampling's jitter, which on the busy-host recording was 0.15 to 0.66 spreads a
+//     sample by node against 0.29 over the cohort, and the slow rank's node asked for
+//     twice the evidence (10% found in 6.2 s instead of 2.7 s).
 //   - No sample adds more than the height times its span over min_duration, so the
 //     total reaches the height only after min_duration of excess: a stall shorter than
 //     that, however deep, flags nobody by evidence.
@@ -73,8 +76,17 @@ func (n *scoreNoise) add(d float64) {
 // sigma is the spread of one score, from its differences (a difference of two
 // independent scores has √2 of it); 1 until noiseWarmup of them are in.
 func (n *scoreNoise) sigma() float64 {
+	if m := n.measured(); m > 0 {
+		return m
+	}
+	return 1
+}
+
+// measured is sigma once noiseWarmup differences are in, 0 before (nothing to push
+// back to the nodes).
+func (n *scoreNoise) measured() float64 {
 	if len(n.diffs) < noiseWarmup {
-		return 1
+		return 0
 	}
 	n.scratch = append(n.scratch[:0], n.diffs...)
 	m := series.Median(n.scratch)
