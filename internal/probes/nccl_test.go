@@ -95,6 +95,27 @@ func loadNCCL(t *testing.T, paths fakegpu.Paths, traceAll bool) *probes.Probes {
 	return p
 }
 
+// traceDDP traces run's ranks, lets them go, and returns their NCCL calls and their
+// reports once they are done.
+func traceDDP(t *testing.T, p *probes.Probes, run *fakegpu.DDPRun) (*ncclRecorder, []fakegpu.DDPRank) {
+	t.Helper()
+	rec := newNCCLRecorder()
+	for _, r := range run.Ranks {
+		rec.watch(r.Pid)
+		trace(t, p, r.Pid)
+	}
+	stop := runReader(t, p, rec)
+	if err := run.Release(); err != nil {
+		t.Fatal(err)
+	}
+	reports, err := run.Wait(2 * time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop()
+	return rec, reports
+}
+
 // commHashOf is what every rank's probes must report: FNV-1a 64 of the 128 bytes of
 // the ncclUniqueId the ranks were given.
 func commHashOf(t *testing.T, uniqueIDHex string) uint64 {
@@ -119,20 +140,7 @@ func TestNCCLEightRanksEveryCallExact(t *testing.T) {
 	run := fakegpu.StartDDP(t, paths, fakegpu.DDPOptions{
 		Ranks: ranks, Steps: steps, BucketBytes: bucket, RingBytes: ring, KernelTime: 10 * time.Microsecond, Gate: true,
 	})
-	rec := newNCCLRecorder()
-	for _, r := range run.Ranks {
-		rec.watch(r.Pid)
-		trace(t, p, r.Pid)
-	}
-	stop := runReader(t, p, rec)
-	if err := run.Release(); err != nil {
-		t.Fatal(err)
-	}
-	reports, err := run.Wait(2 * time.Minute)
-	if err != nil {
-		t.Fatal(err)
-	}
-	stop()
+	rec, reports := traceDDP(t, p, run)
 	if len(reports) != ranks {
 		t.Fatalf("%d rank reports", len(reports))
 	}
@@ -490,20 +498,7 @@ func TestHostLeadWithAndWithoutAStatsSlot(t *testing.T) {
 		Ranks: ranks, Steps: steps, Buckets: buckets, BucketBytes: 16 << 10, KernelTime: 10 * time.Microsecond,
 		HostCompute: host, HostComputeSleeps: true, Threads: fakegpu.ThreadsPyTorch, Gate: true,
 	})
-	rec := newNCCLRecorder()
-	for _, r := range run.Ranks {
-		rec.watch(r.Pid)
-		trace(t, p, r.Pid)
-	}
-	stop := runReader(t, p, rec)
-	if err := run.Release(); err != nil {
-		t.Fatal(err)
-	}
-	reports, err := run.Wait(2 * time.Minute)
-	if err != nil {
-		t.Fatal(err)
-	}
-	stop()
+	rec, reports := traceDDP(t, p, run)
 	stats, err := p.ReadCallStats(nil)
 	if err != nil {
 		t.Fatal(err)
