@@ -12,7 +12,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/fathom-gpu/fathom/extension/echoextension"
+	"github.com/fathom-gpu/fathom/internal/echotools"
 	"github.com/fathom-gpu/fathom/internal/explain"
 )
 
@@ -61,11 +61,11 @@ func explainCommand() *cobra.Command {
 // gateway's Echo API; close releases the copy.
 func openCaller(ctx context.Context, db, rates, gateway, tokenFile, caFile string) (caller explain.Caller, close func(), err error) {
 	if db != "" {
-		lt, err := echoextension.OpenLocalTools(ctx, db, rates)
+		local, err := echotools.OpenLocal(ctx, db, rates)
 		if err != nil {
 			return nil, nil, err
 		}
-		return lt, func() { lt.Close() }, nil
+		return local, func() { local.Close() }, nil
 	}
 	g, err := gatewayCaller(gateway, tokenFile, caFile)
 	if err != nil {

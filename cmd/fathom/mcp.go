@@ -6,7 +6,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/fathom-gpu/fathom/extension/echoextension"
+	"github.com/fathom-gpu/fathom/internal/echostdio"
 )
 
 // mcpCommand is `fathom mcp --db FILE`: the Echo tools over MCP on stdio, on a copy of
@@ -33,11 +33,11 @@ func mcpCommand() *cobra.Command {
 				if rates != "" {
 					return fmt.Errorf("--rates applies to --db only: with --socket the collector's own rates_file prices get_cost")
 				}
-				return echoextension.BridgeMCPStdio(cmd.Context(), socket, os.Stdin, os.Stdout)
+				return echostdio.BridgeToSocket(cmd.Context(), socket, os.Stdin, os.Stdout)
 			case db == "":
 				return fmt.Errorf("--db FILE (a store file to investigate) or --socket PATH (a running standalone collector's Echo socket) is required")
 			}
-			return echoextension.ServeMCPStdio(cmd.Context(), db, rates, version, os.Stderr)
+			return echostdio.ServeStoreCopy(cmd.Context(), db, rates, version, os.Stderr)
 		},
 	}
 	cmd.Flags().StringVar(&db, "db", "", "Echo store file (DuckDB) to serve a copy of")

@@ -18,8 +18,8 @@ import (
 	"go.yaml.in/yaml/v3"
 	"golang.org/x/sys/unix"
 
-	"github.com/fathom-gpu/fathom/extension/echoextension"
 	"github.com/fathom-gpu/fathom/internal/collectortest"
+	"github.com/fathom-gpu/fathom/internal/echosocket"
 	"github.com/fathom-gpu/fathom/internal/fakegpu"
 	"github.com/fathom-gpu/fathom/internal/privtest"
 )
@@ -216,8 +216,8 @@ func socketSession(t *testing.T, socket string) *mcp.ClientSession {
 	client := mcp.NewClient(&mcp.Implementation{Name: "fathom-test", Version: "1"}, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	s, err := client.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: echoextension.SocketMCPEndpoint,
-		HTTPClient: echoextension.SocketHTTPClient(socket)}, nil)
+	s, err := client.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: echosocket.MCPEndpoint,
+		HTTPClient: echosocket.HTTPClient(socket)}, nil)
 	if err != nil {
 		t.Fatalf("MCP over the Echo socket: %v", err)
 	}

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"go.opentelemetry.io/collector/config/configtls"
+
+	"github.com/fathom-gpu/fathom/internal/echostore"
 )
 
 // Config configures the Echo store and its MCP + HTTP listener.
@@ -126,6 +128,10 @@ type SQLConfig struct {
 	Timeout time.Duration `mapstructure:"timeout"`
 	// MaxConcurrent queries; more wait their turn or are refused.
 	MaxConcurrent int `mapstructure:"max_concurrent"`
+}
+
+func (s SQLConfig) queryLimits() echostore.QueryLimits {
+	return echostore.QueryLimits{MaxRows: s.MaxRows, MaxBytes: s.MaxBytes, Timeout: s.Timeout}
 }
 
 var validScopes = map[string]bool{"tools": true, "sql": true}

@@ -21,9 +21,9 @@ import (
 	"go.opentelemetry.io/collector/pdata/pmetric"
 	"go.opentelemetry.io/collector/pdata/pmetric/pmetricotlp"
 
-	"github.com/fathom-gpu/fathom/extension/echoextension/internal/store"
-	"github.com/fathom-gpu/fathom/extension/echoextension/internal/tools"
 	"github.com/fathom-gpu/fathom/internal/collectortest"
+	"github.com/fathom-gpu/fathom/internal/echostore"
+	"github.com/fathom-gpu/fathom/internal/echotools"
 	"github.com/fathom-gpu/fathom/internal/semconv"
 	"github.com/fathom-gpu/fathom/internal/timeline"
 	"github.com/fathom-gpu/fathom/internal/traceenginetest"
@@ -557,18 +557,18 @@ func conformanceCases(base time.Time) map[string]conformanceCase {
 			args: `{"cluster":"conf",` + window + `}`,
 			bad:  []badCall{{`{"since":"2026-01-02T00:00:00Z","until":"2026-01-01T00:00:00Z"}`, "invalid_argument", "since"}},
 			check: func(t *testing.T, raw json.RawMessage) {
-				got := decode[tools.ClusterSummaryOutput](t, raw)
+				got := decode[echotools.ClusterSummaryOutput](t, raw)
 				// The traced processes' two exports in the window: per export node-3 sends
 				// 7 histogram points (5 at the first, before thread 4131), 2 fork and page
 				// points and 5 graph ones, node-1 4+2+5; node-2, delta, sends only what
 				// counted something (no fork at base+50s): 67 rows in all.
 				const traced = 67
-				want := tools.ClusterSummaryOutput{Since: base.Format(time.RFC3339Nano), Until: base.Add(5 * time.Minute).Format(time.RFC3339Nano),
-					Clusters: []tools.ClusterSummary{{
+				want := echotools.ClusterSummaryOutput{Since: base.Format(time.RFC3339Nano), Until: base.Add(5 * time.Minute).Format(time.RFC3339Nano),
+					Clusters: []echotools.ClusterSummary{{
 						Cluster: "conf", Nodes: 4, Ranks: 4, Rows: 4*plantedPoints + plantedCalls + 2 + traced,
 						First: base.Format(time.RFC3339Nano), Last: base.Add(59 * time.Second).Format(time.RFC3339Nano),
 						LogRecords: plantedCalls + 2, Errors: 2, CausalChains: 2,
-						TopSignals: []tools.SignalCount{{Name: "nccl.allreduce.duration", Rows: 4 * plantedPoints},
+						TopSignals: []echotools.SignalCount{{Name: "nccl.allreduce.duration", Rows: 4 * plantedPoints},
 							{Name: "cuda.memcpy.duration", Rows: plantedCalls}, {Name: "cuda.api.calls", Rows: 24},
 							{Name: "host.thread.off_cpu.duration", Rows: 14}, {Name: "host.thread.runqueue.latency", Rows: 12},
 							{Name: "cuda.graph.launches", Rows: 6}, {Name: "host.process.page_allocs", Rows: 6},
@@ -586,7 +586,7 @@ func conformanceCases(base time.Time) map[string]conformanceCase {
 				{`{"limit":5000}`, "invalid_argument", "limit"},
 			},
 			check: func(t *testing.T, raw json.RawMessage) {
-				got := decode[tools.EventHistoryOutput](t, raw)
+				got := decode[echotools.EventHistoryOutput](t, raw)
 				var values []string
 				for _, e := range got.Events {
 					values = append(values, fmt.Sprintf("%s %s %s %s %v", e.Time, e.Node, e.Name, e.API, *e.Value))
@@ -605,7 +605,7 @@ func conformanceCases(base time.Time) map[string]conformanceCase {
 			args: `{"signal":"nccl.allreduce.duration","cluster":"conf",` + window + `}`,
 			bad:  []badCall{{`{"signal":"x","k":-1}`, "invalid_argument", "k"}},
 			check: func(t *testing.T, raw json.RawMessage) {
-				got := decode[tools.OutlierOutput](t, raw)
+				got := decode[echotools.OutlierOutput](t, raw)
 				if got.Signal != "nccl.allreduce.duration" || got.By != "node" || got.Unit != "ms" || got.Groups != 4 ||
 					!near(got.Median, median) || !near(got.MAD, mad) || !near(got.Threshold, median+3*1.4826*mad) || len(got.Outliers) != 1 {
 					t.Fatalf("find_outlier_nodes: %+v", got)
@@ -620,7 +620,7 @@ func conformanceCases(base time.Time) map[string]conformanceCase {
 			args: `{"cluster":"conf-py",` + window + `}`,
 			bad:  []badCall{{`{"by":"luck"}`, "invalid_argument", "by"}},
 			check: func(t *testing.T, raw json.RawMessage) {
-				got := decode[tools.StacksOutput](t, raw)
+				got := decode[echotools.StacksOutput](t, raw)
 				var stacks []string
 				for _, s := range got.Stacks {
 					stacks = append(stacks, fmt.Sprintf("%s %s %s %d %s %d %s:%d %d %.3f %.3f %.3f", s.StackID, s.Node, s.Process, *s.PID, s.API, *s.Rank,
@@ -639,9 +639,9 @@ func conformanceCases(base time.Time) map[string]conformanceCase {
 			args: `{"signal":"nccl.allreduce.duration","cluster":"conf",` + window + `}`,
 			bad:  []badCall{{`{}`, "invalid_argument", "signal"}},
 			check: func(t *testing.T, raw json.RawMessage) {
-				got := decode[tools.CostOutput](t, raw)
+				got := decode[echotools.CostOutput](t, raw)
 				if len(got.Stragglers) != 1 || len(got.Notes) != 0 || !near(got.TotalHours, gpuHours) || !near(got.TotalUSD, gpuHours*gpuRate) ||
-					len(got.ByGroup) != 1 || got.ByGroup[0] != (tools.CostGroup{Provider: "gcp", GPUModel: "H100", Stragglers: 1, GPUHours: got.TotalHours, USD: got.TotalUSD}) {
+					len(got.ByGroup) != 1 || got.ByGroup[0] != (echotools.CostGroup{Provider: "gcp", GPUModel: "H100", Stragglers: 1, GPUHours: got.TotalHours, USD: got.TotalUSD}) {
 					t.Fatalf("get_cost: %+v, want one straggler, %g GPU-hours, $%g", got, gpuHours, gpuHours*gpuRate)
 				}
 				s := got.Stragglers[0]
@@ -655,7 +655,7 @@ func conformanceCases(base time.Time) map[string]conformanceCase {
 			args: `{"cluster":"conf",` + window + `}`,
 			bad:  []badCall{{`{"limit":-1}`, "invalid_argument", "limit"}},
 			check: func(t *testing.T, raw json.RawMessage) {
-				got := decode[tools.CausalChainsOutput](t, raw)
+				got := decode[echotools.CausalChainsOutput](t, raw)
 				var chains []string
 				for _, c := range got.Chains {
 					chains = append(chains, fmt.Sprintf("%s %s %s %d %s %s %s %v", c.Time, c.Cluster, c.Node, *c.Rank, c.RootCause, c.Severity, c.Fix, c.Attributes["cloud.provider"]))
@@ -673,7 +673,7 @@ func conformanceCases(base time.Time) map[string]conformanceCase {
 			args: `{"api":"cudaMemcpy",` + window + `}`,
 			bad:  []badCall{{`{"limit":"many"}`, "invalid_argument", "limit"}},
 			check: func(t *testing.T, raw json.RawMessage) {
-				got := decode[tools.TraceStatsOutput](t, raw)
+				got := decode[echotools.TraceStatsOutput](t, raw)
 				if len(got.Stats) != 1 {
 					t.Fatalf("get_trace_stats: %+v", got)
 				}
@@ -692,34 +692,34 @@ func conformanceCases(base time.Time) map[string]conformanceCase {
 			args: `{"cluster":"conf",` + window + `}`,
 			bad:  []badCall{{`{"page_token":"not-a-token"}`, "invalid_argument", "was not issued by process_host_pressure"}},
 			check: func(t *testing.T, raw json.RawMessage) {
-				got := decode[tools.ProcessPressureOutput](t, raw)
+				got := decode[echotools.ProcessPressureOutput](t, raw)
 				if got.Since != base.Format(time.RFC3339Nano) || got.Until != base.Add(5*time.Minute).Format(time.RFC3339Nano) ||
 					!strings.HasPrefix(got.Score, "starvation_s") || got.NextPageToken != "" {
 					t.Errorf("process_host_pressure: %+v", got)
 				}
 				// Every second and count planted is a sum of powers of two: the totals are
 				// exact whatever order DuckDB adds them in.
-				want := []tools.ProcessPressure{
+				want := []echotools.ProcessPressure{
 					{Position: 1, Cluster: "conf", Node: "node-3", PID: 4103, Process: "python3", Rank: i64(3), StarvationS: 3.75,
-						CUDAThreads:  tools.SchedTotals{RunQueueWaitS: 3.75, PreemptedSwitches: 204, PreemptedOffCPUS: 2.375, VoluntarySwitches: 2000, VoluntaryOffCPUS: 16, LongestStallS: f64(0.25)},
-						OtherThreads: tools.SchedTotals{RunQueueWaitS: 6, PreemptedSwitches: 300, PreemptedOffCPUS: 3, LongestStallS: f64(0.5)},
+						CUDAThreads:  echotools.SchedTotals{RunQueueWaitS: 3.75, PreemptedSwitches: 204, PreemptedOffCPUS: 2.375, VoluntarySwitches: 2000, VoluntaryOffCPUS: 16, LongestStallS: f64(0.25)},
+						OtherThreads: echotools.SchedTotals{RunQueueWaitS: 6, PreemptedSwitches: 300, PreemptedOffCPUS: 3, LongestStallS: f64(0.5)},
 						Forks:        8, PageAllocs: 131072,
-						Threads: []tools.ThreadPressure{
-							{ThreadID: 4103, SchedTotals: tools.SchedTotals{RunQueueWaitS: 3, PreemptedSwitches: 180, PreemptedOffCPUS: 2, VoluntarySwitches: 2000, VoluntaryOffCPUS: 16, LongestStallS: f64(0.25)}},
-							{ThreadID: 4131, SchedTotals: tools.SchedTotals{RunQueueWaitS: 0.75, PreemptedSwitches: 24, PreemptedOffCPUS: 0.375, LongestStallS: f64(0.0625)}},
+						Threads: []echotools.ThreadPressure{
+							{ThreadID: 4103, SchedTotals: echotools.SchedTotals{RunQueueWaitS: 3, PreemptedSwitches: 180, PreemptedOffCPUS: 2, VoluntarySwitches: 2000, VoluntaryOffCPUS: 16, LongestStallS: f64(0.25)}},
+							{ThreadID: 4131, SchedTotals: echotools.SchedTotals{RunQueueWaitS: 0.75, PreemptedSwitches: 24, PreemptedOffCPUS: 0.375, LongestStallS: f64(0.0625)}},
 						}},
 					{Position: 2, Cluster: "conf", Node: "node-2", PID: 4102, Process: "python3", Rank: i64(2), StarvationS: 1,
-						CUDAThreads: tools.SchedTotals{RunQueueWaitS: 1, PreemptedSwitches: 16, PreemptedOffCPUS: 0.375, LongestStallS: f64(0.125)},
+						CUDAThreads: echotools.SchedTotals{RunQueueWaitS: 1, PreemptedSwitches: 16, PreemptedOffCPUS: 0.375, LongestStallS: f64(0.125)},
 						Forks:       2, PageAllocs: 8192,
-						Threads: []tools.ThreadPressure{
-							{ThreadID: 4102, SchedTotals: tools.SchedTotals{RunQueueWaitS: 1, PreemptedSwitches: 16, PreemptedOffCPUS: 0.375, LongestStallS: f64(0.125)}},
+						Threads: []echotools.ThreadPressure{
+							{ThreadID: 4102, SchedTotals: echotools.SchedTotals{RunQueueWaitS: 1, PreemptedSwitches: 16, PreemptedOffCPUS: 0.375, LongestStallS: f64(0.125)}},
 						}},
 					{Position: 3, Cluster: "conf", Node: "node-1", PID: 4101, Process: "python3", Rank: i64(1), StarvationS: 0.25,
-						CUDAThreads:  tools.SchedTotals{RunQueueWaitS: 0.25, PreemptedSwitches: 8, PreemptedOffCPUS: 0.0625, VoluntarySwitches: 1600, VoluntaryOffCPUS: 12},
-						OtherThreads: tools.SchedTotals{RunQueueWaitS: 0.125},
+						CUDAThreads:  echotools.SchedTotals{RunQueueWaitS: 0.25, PreemptedSwitches: 8, PreemptedOffCPUS: 0.0625, VoluntarySwitches: 1600, VoluntaryOffCPUS: 12},
+						OtherThreads: echotools.SchedTotals{RunQueueWaitS: 0.125},
 						PageAllocs:   2048,
-						Threads: []tools.ThreadPressure{
-							{ThreadID: 4101, SchedTotals: tools.SchedTotals{RunQueueWaitS: 0.25, PreemptedSwitches: 8, PreemptedOffCPUS: 0.0625, VoluntarySwitches: 1600, VoluntaryOffCPUS: 12}},
+						Threads: []echotools.ThreadPressure{
+							{ThreadID: 4101, SchedTotals: echotools.SchedTotals{RunQueueWaitS: 0.25, PreemptedSwitches: 8, PreemptedOffCPUS: 0.0625, VoluntarySwitches: 1600, VoluntaryOffCPUS: 12}},
 						}},
 				}
 				if !reflect.DeepEqual(got.Processes, want) {
@@ -734,19 +734,19 @@ func conformanceCases(base time.Time) map[string]conformanceCase {
 			args: `{"cluster":"conf","bucket":"30s",` + window + `}`,
 			bad:  []badCall{{`{"bucket":"1s",` + window + `}`, "invalid_argument", "bucket"}, {`{"limit":501}`, "invalid_argument", "limit"}},
 			check: func(t *testing.T, raw json.RawMessage) {
-				got := decode[tools.GraphActivityOutput](t, raw)
+				got := decode[echotools.GraphActivityOutput](t, raw)
 				if got.Since != base.Format(time.RFC3339Nano) || got.Until != base.Add(5*time.Minute).Format(time.RFC3339Nano) || got.BucketS != 30 ||
 					got.Total != 3 || !strings.HasPrefix(got.Recapture, "recaptures = ") {
 					t.Errorf("cuda_graph_activity: %+v", got)
 				}
 				first, second := base.Format(time.RFC3339Nano), base.Add(30*time.Second).Format(time.RFC3339Nano)
-				counts := func(launches, begun, ended, instantiated, recaptured int64) tools.GraphCounts {
-					return tools.GraphCounts{Launches: launches, CapturesBegun: begun, CapturesEnded: ended, Instantiations: instantiated, Recaptures: recaptured}
+				counts := func(launches, begun, ended, instantiated, recaptured int64) echotools.GraphCounts {
+					return echotools.GraphCounts{Launches: launches, CapturesBegun: begun, CapturesEnded: ended, Instantiations: instantiated, Recaptures: recaptured}
 				}
-				buckets := func(a, b tools.GraphCounts) []tools.GraphBucket {
-					return []tools.GraphBucket{{Start: first, GraphCounts: a}, {Start: second, GraphCounts: b}}
+				buckets := func(a, b echotools.GraphCounts) []echotools.GraphBucket {
+					return []echotools.GraphBucket{{Start: first, GraphCounts: a}, {Start: second, GraphCounts: b}}
 				}
-				want := []tools.GraphProcess{
+				want := []echotools.GraphProcess{
 					{Cluster: "conf", Node: "node-3", PID: 4103, Process: "python3", Rank: i64(3), GraphCounts: counts(600, 2, 2, 2, 2),
 						RecaptureShare: f64(1), LaunchSource: "cuda.graph.launches",
 						Buckets: buckets(counts(300, 0, 0, 0, 0), counts(300, 2, 2, 2, 2))},
@@ -767,9 +767,9 @@ func conformanceCases(base time.Time) map[string]conformanceCase {
 			bad:  []badCall{{`{"limit":0}`, "invalid_argument", "limit"}},
 			check: func(t *testing.T, raw json.RawMessage) {
 				// The planted nodes send data but no node-check records.
-				got := decode[tools.NodeReadinessOutput](t, raw)
+				got := decode[echotools.NodeReadinessOutput](t, raw)
 				if got.Since != base.Format(time.RFC3339Nano) || got.Until != base.Add(5*time.Minute).Format(time.RFC3339Nano) ||
-					got.Counts != (tools.ReadinessCounts{NoCheckRecord: 4}) || len(got.Nodes) != 4 || got.Truncated {
+					got.Counts != (echotools.ReadinessCounts{NoCheckRecord: 4}) || len(got.Nodes) != 4 || got.Truncated {
 					t.Fatalf("node_readiness: %+v", got)
 				}
 				for i, n := range got.Nodes {
@@ -812,7 +812,7 @@ func conformanceCases(base time.Time) map[string]conformanceCase {
 				{`{"sql":""}`, "invalid_argument", "sql is empty"},
 			},
 			check: func(t *testing.T, raw json.RawMessage) {
-				got := decode[store.QueryResult](t, raw)
+				got := decode[echostore.QueryResult](t, raw)
 				if fmt.Sprint(got.Columns) != "[node kind n mean]" || fmt.Sprint(got.Rows) != plantedSQLRows || got.RowCount != 12 || got.Truncated {
 					t.Errorf("run_analysis: %+v, want rows %s", got, plantedSQLRows)
 				}

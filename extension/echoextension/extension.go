@@ -12,8 +12,8 @@ import (
 	"go.opentelemetry.io/otel/metric"
 	"go.uber.org/zap"
 
-	"github.com/fathom-gpu/fathom/extension/echoextension/internal/store"
 	"github.com/fathom-gpu/fathom/internal/echoschema"
+	"github.com/fathom-gpu/fathom/internal/echostore"
 )
 
 // RowWriter is the extension's face to the duckdb exporter, which finds it with
@@ -26,7 +26,7 @@ type RowWriter interface {
 // StorageError is what AppendRows returns when the file system under the store
 // refused the write (disk full, failed, read-only): nothing of the batch was stored,
 // and the same write can succeed only once the file system is back.
-type StorageError = store.StorageError
+type StorageError = echostore.StorageError
 
 // ErrNotStarted is returned to writers before Start or after Shutdown.
 var ErrNotStarted = errors.New("echo store is not open")
@@ -37,7 +37,7 @@ type echoExtension struct {
 	logger *zap.Logger
 
 	mu    sync.RWMutex
-	store *store.Store
+	store *echostore.Store
 
 	server        *apiServer
 	stopRetention context.CancelFunc
@@ -75,16 +75,16 @@ func newEchoExtension(set extension.Settings, cfg *Config) (*echoExtension, erro
 // observeMemory and observeUsed skip the observation when the store is closed or the
 // query fails: a scrape must never wait on, or fail because of, the store.
 func (e *echoExtension) observeMemory(ctx context.Context, o metric.Int64Observer) error {
-	e.observeStore(ctx, o, (*store.Store).MemoryBytes)
+	e.observeStore(ctx, o, (*echostore.Store).MemoryBytes)
 	return nil
 }
 
 func (e *echoExtension) observeUsed(ctx context.Context, o metric.Int64Observer) error {
-	e.observeStore(ctx, o, (*store.Store).UsedBytes)
+	e.observeStore(ctx, o, (*echostore.Store).UsedBytes)
 	return nil
 }
 
-func (e *echoExtension) observeStore(ctx context.Context, o metric.Int64Observer, read func(*store.Store, context.Context) (int64, error)) {
+func (e *echoExtension) observeStore(ctx context.Context, o metric.Int64Observer, read func(*echostore.Store, context.Context) (int64, error)) {
 	e.mu.RLock()
 	defer e.mu.RUnlock()
 	if e.store == nil {
@@ -98,7 +98,7 @@ func (e *echoExtension) observeStore(ctx context.Context, o metric.Int64Observer
 }
 
 func (e *echoExtension) Start(ctx context.Context, host component.Host) error {
-	st, err := store.Open(ctx, store.Options{Path: e.cfg.Path, MemoryLimit: e.cfg.MemoryLimit, Threads: e.cfg.Threads})
+	st, err := echostore.Open(ctx, echostore.Options{Path: e.cfg.Path, MemoryLimit: e.cfg.MemoryLimit, Threads: e.cfg.Threads})
 	if err != nil {
 		return fmt.Errorf("echo: %w", err)
 	}
@@ -149,36 +149,4 @@ func (e *echoExtension) AppendRows(ctx context.Context, rows []echoschema.Row) e
 		return ErrNotStarted
 	}
 	return e.store.Append(ctx, rows)
-}
-
-// retentionLoop runs beside ingest; a pass that fails is logged and retried next tick.
-func (e *echoExtension) retentionLoop(ctx context.Context) {
-	defer close(e.retentionDone)
-	tick := time.NewTicker(e.cfg.Retention.CheckInterval)
-	defer tick.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-		}
-		e.mu.RLock()
-		st := e.store
-		if st == nil {
-			e.mu.RUnlock()
-			return
-		}
-		res, err := st.ApplyRetention(ctx, time.Now(), e.cfg.Retention.MaxAge, e.cfg.Retention.MaxSizeMiB<<20)
-		e.mu.RUnlock()
-		if err != nil {
-			// Deletions committed before the failure still count.
-			e.logger.Warn("Echo retention pass failed", zap.Error(err))
-		}
-		if n := res.DeletedByAge + res.DeletedBySize; n > 0 {
-			e.retentionDeleted.Add(ctx, n)
-			e.logger.Info("Echo retention", zap.Int64("deleted_by_age", res.DeletedByAge),
-				zap.Int64("deleted_by_size", res.DeletedBySize), zap.Int64("used_bytes", res.UsedBytes),
-				zap.Bool("checkpoint_deferred_to_ingest", res.CheckpointDeferred))
-		}
-	}
 }

@@ -1,5 +1,9 @@
-// Package echoextension is the `echo` extension: it owns the Echo DuckDB store on the
-// gateway (schema, migrations, lock, retention) and serves MCP and HTTP+JSON over it.
+// Package echoextension is the `echo` extension: the collector component that opens
+// the Echo store (internal/echostore: schema, migrations, lock, ingest), runs its
+// retention, and serves the Echo API over it (internal/echoapi and internal/echotools,
+// on TCP with TLS and tokens, or on internal/echosocket). It turns the YAML into calls
+// on those packages; what they do is theirs, so that `fathom mcp` and `fathom explain`
+// use the same store and tools without the component.
 package echoextension
 
 //go:generate go tool mdatagen metadata.yaml
@@ -12,6 +16,7 @@ import (
 	"go.opentelemetry.io/collector/extension"
 
 	"github.com/fathom-gpu/fathom/extension/echoextension/internal/metadata"
+	"github.com/fathom-gpu/fathom/internal/echotools"
 )
 
 // NewFactory returns the factory of the `echo` extension.
@@ -26,10 +31,10 @@ func createDefaultConfig() component.Config {
 			RateLimit: RateLimitConfig{RequestsPerSecond: 20, Burst: 40},
 		},
 		SQL: SQLConfig{
-			MaxRows:       10_000,
-			MaxBytes:      8 << 20,
-			Timeout:       10 * time.Second,
-			MaxConcurrent: 2,
+			MaxRows:       echotools.DefaultSQLLimits.MaxRows,
+			MaxBytes:      echotools.DefaultSQLLimits.MaxBytes,
+			Timeout:       echotools.DefaultSQLLimits.Timeout,
+			MaxConcurrent: echotools.DefaultSQLConcurrency,
 		},
 	}
 }

@@ -17,9 +17,10 @@ import (
 	"go.opentelemetry.io/otel/metric"
 	"go.uber.org/zap"
 
-	"github.com/fathom-gpu/fathom/extension/echoextension/internal/api"
-	"github.com/fathom-gpu/fathom/extension/echoextension/internal/store"
-	"github.com/fathom-gpu/fathom/extension/echoextension/internal/tools"
+	"github.com/fathom-gpu/fathom/internal/echoapi"
+	"github.com/fathom-gpu/fathom/internal/echosocket"
+	"github.com/fathom-gpu/fathom/internal/echostore"
+	"github.com/fathom-gpu/fathom/internal/echotools"
 )
 
 type apiServer struct {
@@ -27,25 +28,10 @@ type apiServer struct {
 	auditFile *os.File
 }
 
-// newToolsEnv is the tools' view of an open store, shared by the gateway and
-// `fathom mcp --db`.
-func newToolsEnv(cfg *Config, st *store.Store) (*tools.Env, error) {
-	rates, err := tools.LoadRates(cfg.RatesFile)
-	if err != nil {
-		return nil, err
-	}
-	return &tools.Env{
-		Store:     st,
-		SQLLimits: store.QueryLimits{MaxRows: cfg.SQL.MaxRows, MaxBytes: cfg.SQL.MaxBytes, Timeout: cfg.SQL.Timeout},
-		SQLSlots:  make(chan struct{}, cfg.SQL.MaxConcurrent),
-		Rates:     rates,
-	}, nil
-}
-
 // readTokens reads each secret from its file or variable at start, so a missing one
 // fails the start with its name rather than every request later.
-func readTokens(cfg []TokenConfig) ([]api.TokenSpec, error) {
-	var specs []api.TokenSpec
+func readTokens(cfg []TokenConfig) ([]echoapi.TokenSpec, error) {
+	var specs []echoapi.TokenSpec
 	for _, t := range cfg {
 		var secret string
 		switch {
@@ -61,7 +47,7 @@ func readTokens(cfg []TokenConfig) ([]api.TokenSpec, error) {
 				return nil, fmt.Errorf("token %q: environment variable %s is empty or unset", t.Name, t.Env)
 			}
 		}
-		spec := api.TokenSpec{Name: t.Name, Secret: secret, Scopes: t.Scopes}
+		spec := echoapi.TokenSpec{Name: t.Name, Secret: secret, Scopes: t.Scopes}
 		if t.RateLimit != nil {
 			spec.RatePerSecond, spec.Burst = t.RateLimit.RequestsPerSecond, t.RateLimit.Burst
 		}
@@ -70,25 +56,25 @@ func readTokens(cfg []TokenConfig) ([]api.TokenSpec, error) {
 	return specs, nil
 }
 
-func newAPIServer(ctx context.Context, cfg *Config, st *store.Store, set extension.Settings, _ component.Host) (*apiServer, error) {
-	env, err := newToolsEnv(cfg, st)
+func newAPIServer(ctx context.Context, cfg *Config, st *echostore.Store, set extension.Settings, _ component.Host) (*apiServer, error) {
+	env, err := echotools.NewEnv(st, cfg.SQL.queryLimits(), cfg.SQL.MaxConcurrent, cfg.RatesFile)
 	if err != nil {
 		return nil, err
 	}
-	reg, err := tools.NewRegistry(env)
+	reg, err := echotools.NewRegistry(env)
 	if err != nil {
 		return nil, err
 	}
-	var auth *api.Authenticator
+	var auth *echoapi.Authenticator
 	if cfg.Server.UnixSocket.Path == "" {
 		specs, err := readTokens(cfg.Server.Tokens)
 		if err != nil {
 			return nil, err
 		}
-		if auth, err = api.NewAuthenticator(specs); err != nil {
+		if auth, err = echoapi.NewAuthenticator(specs); err != nil {
 			return nil, err
 		}
-	} else if auth, err = api.NewAuthenticator(nil); err != nil {
+	} else if auth, err = echoapi.NewAuthenticator(nil); err != nil {
 		return nil, err
 	}
 	meter := set.MeterProvider.Meter("github.com/fathom-gpu/fathom/extension/echoextension")
@@ -112,7 +98,7 @@ func newAPIServer(ctx context.Context, cfg *Config, st *store.Store, set extensi
 		}
 		s.auditFile, sink = f, f
 	}
-	audit := api.NewAuditLog(sink, func() { dropped.Add(context.Background(), 1) }, func(e api.AuditEntry) {
+	audit := echoapi.NewAuditLog(sink, func() { dropped.Add(context.Background(), 1) }, func(e echoapi.AuditEntry) {
 		code := e.Code
 		if code == "" {
 			code = "ok"
@@ -120,26 +106,26 @@ func newAPIServer(ctx context.Context, cfg *Config, st *store.Store, set extensi
 		requests.Add(context.Background(), 1, metric.WithAttributes(
 			attribute.String("transport", e.Transport), attribute.String("code", code)))
 	})
-	opts := api.Options{
+	opts := echoapi.Options{
 		Registry: reg, Auth: auth, Audit: audit,
 		RatePerSecond: cfg.Server.RateLimit.RequestsPerSecond, Burst: cfg.Server.RateLimit.Burst,
-		Version: set.BuildInfo.Version, SchemaVersion: store.SchemaVersion,
+		Version: set.BuildInfo.Version, SchemaVersion: echostore.SchemaVersion,
 	}
 	if path := cfg.Server.UnixSocket.Path; path != "" {
 		opts.LocalCaller = "local"
-		l, err := listenUnixSocket(path, cfg.Server.UnixSocket.fileMode())
+		l, err := echosocket.Listen(path, cfg.Server.UnixSocket.fileMode())
 		if err != nil {
 			s.close()
 			return nil, err
 		}
 		set.Logger.Info("Echo API serving on a Unix socket: its file permissions decide who may call",
 			zap.String("path", path), zap.Stringer("mode", cfg.Server.UnixSocket.fileMode()))
-		s.http = api.Serve(l, api.NewHandler(opts), func(err error) {
+		s.http = echoapi.Serve(l, echoapi.NewHandler(opts), func(err error) {
 			set.Logger.Error("Echo API socket stopped", zap.String("path", path), zap.Error(err))
 		})
 		return s, nil
 	}
-	handler := api.NewHandler(opts)
+	handler := echoapi.NewHandler(opts)
 
 	l, err := net.Listen("tcp", cfg.Server.Endpoint)
 	if err != nil {
@@ -158,7 +144,7 @@ func newAPIServer(ctx context.Context, cfg *Config, st *store.Store, set extensi
 		set.Logger.Warn("Echo API is serving plain HTTP (insecure_allow_plaintext): bearer tokens cross the network in the clear",
 			zap.String("endpoint", cfg.Server.Endpoint))
 	}
-	s.http = api.Serve(l, handler, func(err error) {
+	s.http = echoapi.Serve(l, handler, func(err error) {
 		set.Logger.Error("Echo API listener stopped", zap.String("endpoint", cfg.Server.Endpoint), zap.Error(err))
 	})
 	return s, nil

@@ -15,6 +15,7 @@ import (
 	"go.opentelemetry.io/collector/extension/extensiontest"
 
 	"github.com/fathom-gpu/fathom/extension/echoextension/internal/metadata"
+	"github.com/fathom-gpu/fathom/internal/echosocket"
 )
 
 func TestUnixSocketConfig(t *testing.T) {
@@ -96,7 +97,7 @@ func TestUnixSocketServesMCPAndCleansUp(t *testing.T) {
 	client := mcp.NewClient(&mcp.Implementation{Name: "fathom-test", Version: "1"}, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	s, err := client.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: SocketMCPEndpoint, HTTPClient: SocketHTTPClient(path)}, nil)
+	s, err := client.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: echosocket.MCPEndpoint, HTTPClient: echosocket.HTTPClient(path)}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fathom-gpu/fathom/extension/echoextension"
+	"github.com/fathom-gpu/fathom/internal/echotools"
 	"github.com/fathom-gpu/fathom/internal/timeline"
 	"github.com/fathom-gpu/fathom/internal/traceenginetest"
 )
@@ -47,7 +47,7 @@ func checkTimeline(t *testing.T, bin, dir string, until time.Time) {
 	}
 
 	// What the store holds, asked of the same tools' SQL.
-	lt, err := echoextension.OpenLocalTools(context.Background(), db, "")
+	lt, err := echotools.OpenLocal(context.Background(), db, "")
 	if err != nil {
 		t.Fatal(err)
 	}
