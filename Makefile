@@ -160,8 +160,8 @@ FUZZ_TARGETS := \
 	./internal/probes:FuzzNCCLAndVerbsArguments:30000x \
 	./exporter/echostoreexporter:FuzzLogRows:2000x \
 	./exporter/echostoreexporter:FuzzMetricRows:2000x \
-	./extension/echoextension/internal/store:FuzzQueryReadOnly:3000x \
-	./extension/echoextension/internal/tools:FuzzRegistryCall:20000x
+	./internal/echostore:FuzzQueryReadOnly:3000x \
+	./internal/echotools:FuzzRegistryCall:20000x
 
 fuzz:
 	@set -e; for t in $(FUZZ_TARGETS); do \

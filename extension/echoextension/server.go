@@ -23,6 +23,9 @@ import (
 	"github.com/fathom-gpu/fathom/internal/echotools"
 )
 
+// apiServer is the Echo API as this extension's YAML asks for it: the echoapi handler
+// over the echotools registry, on a TCP listener (TLS, tokens) or on the Unix socket,
+// and the audit file it holds open until shutdown.
 type apiServer struct {
 	http      *http.Server
 	auditFile *os.File
