@@ -2,6 +2,12 @@
 // read-write behind an exclusive lock, migrated to the current schema at start. The
 // writer (the Appender) and every reader are connections on that one instance, because
 // a second instance on the same file is refused or sees stale data.
+//
+// It is the store side of Echo: open and lock, schema and migrations, ingest,
+// retention. It knows nothing of tools, tokens or transports (internal/echotools,
+// echoapi, echostdio). QueryReadOnly lives here all the same: half of its guards are how
+// the instance is opened (external access and configuration changes off, see dsn), so
+// the guarantee that no user query can change anything is kept in one package.
 package echostore
 
 import (
