@@ -8,12 +8,17 @@ import (
 	"time"
 
 	"go.opentelemetry.io/collector/config/confighttp"
+
+	"github.com/fathom-gpu/fathom/extension/thresholdsextension/internal/gateway"
+	"github.com/fathom-gpu/fathom/extension/thresholdsextension/internal/node"
 )
 
-// Config of the thresholds extension. The same extension serves both ends: named in the
-// gateway's otlp receiver `middlewares`, it answers each export with the thresholds of
-// the cohorts in it; named in the node's otlp exporter `middlewares`, it reads them from
-// every answer and holds them for the node's straggler processor.
+// Config of the thresholds extension. One config for both ends, as the YAML has always
+// had it: named in the gateway's otlp receiver `middlewares`, the extension answers each
+// export with the thresholds of the cohorts in it (internal/gateway); named in the
+// node's otlp exporter `middlewares`, it reads them from every answer and holds them for
+// the node's straggler processor (internal/node). `server` is the gateway's alone,
+// `poll` the node's.
 type Config struct {
 	// TTL is how long the node keeps thresholds it received; past it, with no fresh
 	// answer (the gateway unreachable), it says it has none. On the gateway it is how
@@ -48,6 +53,26 @@ type PollConfig struct {
 }
 
 func (p *PollConfig) enabled() bool { return p.ClientConfig.Endpoint != "" }
+
+// gatewaySettings are the keys the gateway's side reads; server without an endpoint
+// leaves its GET fallback off.
+func (c *Config) gatewaySettings() gateway.Settings {
+	s := gateway.Settings{TTL: c.TTL, MaxResponseBytes: c.MaxResponseBytes, MaxHeld: c.MaxHeld}
+	if c.Server.NetAddr.Endpoint != "" {
+		s.Server = &c.Server
+	}
+	return s
+}
+
+// nodeSettings are the keys the node's side reads; poll without an endpoint leaves its
+// poller off.
+func (c *Config) nodeSettings() node.Settings {
+	s := node.Settings{TTL: c.TTL, MaxHeld: c.MaxHeld}
+	if c.Poll.enabled() {
+		s.Poll = &node.Poll{Client: c.Poll.ClientConfig, Interval: c.Poll.Interval, Jitter: c.Poll.Jitter}
+	}
+	return s
+}
 
 func createDefaultConfig() *Config {
 	poll := confighttp.NewDefaultClientConfig()

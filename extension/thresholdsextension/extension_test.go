@@ -10,12 +10,15 @@ import (
 	"testing"
 	"time"
 
+	"go.opentelemetry.io/collector/component/componenttest"
 	"go.opentelemetry.io/collector/extension/extensiontest"
 	"go.opentelemetry.io/collector/pdata/plog/plogotlp"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/fathom-gpu/fathom/extension/thresholdsextension/internal/metadata"
+	"github.com/fathom-gpu/fathom/extension/thresholdsextension/internal/thresholdstest"
+	"github.com/fathom-gpu/fathom/internal/collectortest"
 	"github.com/fathom-gpu/fathom/internal/configtest"
 	"github.com/fathom-gpu/fathom/internal/pushback"
 	"github.com/fathom-gpu/fathom/internal/wallclock"
@@ -30,7 +33,38 @@ func newExt(t *testing.T, cfg *Config) *thresholds {
 	return e.(*thresholds)
 }
 
-var line = pushback.Threshold{Cluster: "c1", Cohort: "comm-1", Signal: "fathom.rank.device_wait.time", Median: 0.3, Line: 0.23, Worse: "lower", At: 1}
+// The shared sample line.
+var line = thresholdstest.Line
+
+// startedExt creates and starts an extension whose telemetry the test can read; it is
+// shut down when the test ends.
+func startedExt(t *testing.T, cfg *Config) (*thresholds, *componenttest.Telemetry) {
+	t.Helper()
+	tel := componenttest.NewTelemetry()
+	set := extensiontest.NewNopSettings(metadata.Type)
+	set.TelemetrySettings = tel.NewTelemetrySettings()
+	ext, err := NewFactory().Create(context.Background(), set, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ext.Start(context.Background(), componenttest.NewNopHost()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := ext.Shutdown(context.Background()); err != nil {
+			t.Error(err)
+		}
+		_ = tel.Shutdown(context.Background())
+	})
+	return ext.(*thresholds), tel
+}
+
+// gatewayConfig turns the GET fallback on at a free loopback port.
+func gatewayConfig(t *testing.T) *Config {
+	cfg := createDefaultConfig()
+	cfg.Server.NetAddr.Endpoint = collectortest.Addr(t)
+	return cfg
+}
 
 // shiftNodeClock puts the node's clock (internal/wallclock, which the client side
 // stamps with) ahead of the gateway's, which reads time.Now, as if the node's host were
@@ -92,7 +126,7 @@ func TestHTTPAnswerCarriesThresholdsToTheNode(t *testing.T) {
 	if !ok || !reflect.DeepEqual(got, line) {
 		t.Fatalf("node holds %+v (%v), want %+v", got, ok, line)
 	}
-	if _, ok := node.Threshold(line.Key(), time.Now().Add(node.cfg.TTL+time.Second)); ok {
+	if _, ok := node.Threshold(line.Key(), time.Now().Add(createDefaultConfig().TTL+time.Second)); ok {
 		t.Error("a threshold older than the TTL is still held")
 	}
 	checkClock(t, node)
@@ -133,27 +167,6 @@ type logsServer struct {
 func (*logsServer) Export(ctx context.Context, _ plogotlp.ExportRequest) (plogotlp.ExportResponse, error) {
 	pushback.FromContext(ctx).Add(line)
 	return plogotlp.NewExportResponse(), nil
-}
-
-// A malformed value changes nothing the node holds; past max_held, new cohorts are
-// refused (counted) while the held ones are renewed.
-func TestTheNodeKeepsWhatItHasOnBadAnswers(t *testing.T) {
-	cfg := createDefaultConfig()
-	cfg.MaxHeld = 1
-	node := newExt(t, cfg)
-	good, _ := pushback.Encode([]pushback.Threshold{line}, 1024)
-	_ = node.take(context.Background(), good, true)
-	_ = node.take(context.Background(), "v1.garbage!", true)
-	other := line
-	other.Cohort = "comm-2"
-	both, _ := pushback.Encode([]pushback.Threshold{line, other}, 1024)
-	_ = node.take(context.Background(), both, true)
-	if _, ok := node.Threshold(line.Key(), time.Now()); !ok {
-		t.Error("the held threshold was lost")
-	}
-	if _, ok := node.Threshold(other.Key(), time.Now()); ok {
-		t.Error("a cohort past max_held was taken")
-	}
 }
 
 func TestLoadConfig(t *testing.T) {

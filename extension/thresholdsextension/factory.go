@@ -6,6 +6,11 @@
 // them, a GET fallback does the same: the gateway serves each cohort's lines over HTTP,
 // and the node polls it, with jitter, for the cohorts push-back does not bring. See
 // docs/straggler.md.
+//
+// Each side is its own type in its own package: internal/gateway (server middleware, GET
+// fallback) and internal/node (client middleware, clock exchange, poller). This package
+// holds what configs name: the `thresholds` type, its config, and the extension that
+// hands each side its part of that config.
 package thresholdsextension
 
 //go:generate go tool mdatagen metadata.yaml

@@ -10,6 +10,8 @@ import (
 	"go.opentelemetry.io/collector/config/configoptional"
 	"go.opentelemetry.io/collector/config/configtls"
 
+	"github.com/fathom-gpu/fathom/extension/thresholdsextension/internal/lines"
+	"github.com/fathom-gpu/fathom/extension/thresholdsextension/internal/thresholdstest"
 	"github.com/fathom-gpu/fathom/internal/collectortest"
 )
 
@@ -24,11 +26,11 @@ func TestGETOverMutualTLSServesOnlyCertifiedNodes(t *testing.T) {
 		ClientCAFile: certs.Gateway.CA,
 	})
 	gateway, _ := startedExt(t, cfg)
-	export(t, http.DefaultClient, otlpBehind(t, gateway, line))
-	base := "https://" + gateway.cfg.Server.NetAddr.Endpoint
+	thresholdstest.Export(t, http.DefaultClient, thresholdstest.OTLPBehind(t, gateway, line))
+	base := "https://" + cfg.Server.NetAddr.Endpoint
 
 	anonymous := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: certs.CA.Pool(), MinVersion: tls.VersionTLS12}}}
-	if resp, err := anonymous.Get(base + thresholdsPath + "?cluster=c1&cohort=comm-1"); err == nil {
+	if resp, err := anonymous.Get(base + lines.GETPath + "?cluster=c1&cohort=comm-1"); err == nil {
 		resp.Body.Close()
 		t.Fatalf("a client without a certificate was answered %d", resp.StatusCode)
 	}
@@ -46,7 +48,7 @@ func TestGETOverMutualTLSServesOnlyCertifiedNodes(t *testing.T) {
 	if got, _ := poller.Threshold(line.Key(), time.Now()); !reflect.DeepEqual(got, line) {
 		t.Fatalf("node holds %+v; want %+v", got, line)
 	}
-	if n := counted(t, tel, "otelcol_fathom_thresholds_polls", "outcome", pollFound); n < 1 {
+	if n := thresholdstest.Counted(t, tel, "otelcol_fathom_thresholds_polls", "outcome", "found"); n < 1 {
 		t.Fatalf("otelcol_fathom_thresholds_polls{outcome=found} = %d", n)
 	}
 }

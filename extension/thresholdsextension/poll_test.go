@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fathom-gpu/fathom/extension/thresholdsextension/internal/thresholdstest"
 	"github.com/fathom-gpu/fathom/internal/collectortest"
 	"github.com/fathom-gpu/fathom/internal/pushback"
 )
@@ -31,9 +32,9 @@ type getRecorder struct {
 	queries []string
 }
 
-func (r *getRecorder) start(t *testing.T, gateway *thresholds) string {
+func (r *getRecorder) start(t *testing.T, gatewayGET string) string {
 	t.Helper()
-	target, _ := url.Parse("http://" + gateway.cfg.Server.NetAddr.Endpoint)
+	target, _ := url.Parse("http://" + gatewayGET)
 	proxy := httputil.NewSingleHostReverseProxy(target)
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		r.mu.Lock()
@@ -85,15 +86,16 @@ func nodeClient(t *testing.T, node *thresholds) *http.Client {
 // While every export's answer carries the cohort's line, the node never polls: not one
 // GET over ten intervals, while its straggler processor keeps asking for the line.
 func TestPushbackPresentMeansNoPolls(t *testing.T) {
-	gateway, _ := startedExt(t, gatewayConfig(t))
-	exportURL := otlpBehind(t, gateway, line)
+	gatewayCfg := gatewayConfig(t)
+	gateway, _ := startedExt(t, gatewayCfg)
+	exportURL := thresholdstest.OTLPBehind(t, gateway, line)
 	var rec getRecorder
 	const interval = 100 * time.Millisecond
-	node, tel := startedExt(t, nodeConfig(rec.start(t, gateway), interval, 0.2))
+	node, tel := startedExt(t, nodeConfig(rec.start(t, gatewayCfg.Server.NetAddr.Endpoint), interval, 0.2))
 	client := nodeClient(t, node)
 
 	for end := time.Now().Add(10 * interval); time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
-		if resp := export(t, client, exportURL); resp.Header.Get(pushback.HTTPHeader) == "" {
+		if resp := thresholdstest.Export(t, client, exportURL); resp.Header.Get(pushback.HTTPHeader) == "" {
 			t.Fatal("the answer carries no push-back")
 		}
 		if got, ok := node.Threshold(line.Key(), time.Now()); !ok || !reflect.DeepEqual(got, line) {
@@ -103,7 +105,7 @@ func TestPushbackPresentMeansNoPolls(t *testing.T) {
 	if arrived, _ := rec.gets(); len(arrived) != 0 {
 		t.Errorf("%d GETs with push-back present; want none", len(arrived))
 	}
-	if n := counted(t, tel, "otelcol_fathom_thresholds_polls", "", ""); n != 0 {
+	if n := thresholdstest.Counted(t, tel, "otelcol_fathom_thresholds_polls", "", ""); n != 0 {
 		t.Errorf("otelcol_fathom_thresholds_polls = %d; want 0", n)
 	}
 }
@@ -112,17 +114,18 @@ func TestPushbackPresentMeansNoPolls(t *testing.T) {
 // cohort, each GET interval·(1±jitter) after the previous round, not in step; it then
 // holds exactly the gateway's line.
 func TestAbsentPushbackIsPolledWithJitter(t *testing.T) {
-	gateway, _ := startedExt(t, gatewayConfig(t))
-	stripped := headerStripper(t, otlpBehind(t, gateway, line))
+	gatewayCfg := gatewayConfig(t)
+	gateway, _ := startedExt(t, gatewayCfg)
+	stripped := headerStripper(t, thresholdstest.OTLPBehind(t, gateway, line))
 	var rec getRecorder
 	const (
 		interval = 150 * time.Millisecond
 		jitter   = 0.4
 		polls    = 7
 	)
-	node, tel := startedExt(t, nodeConfig(rec.start(t, gateway), interval, jitter))
+	node, tel := startedExt(t, nodeConfig(rec.start(t, gatewayCfg.Server.NetAddr.Endpoint), interval, jitter))
 	client := nodeClient(t, node)
-	if resp := export(t, client, stripped); resp.Header.Get(pushback.HTTPHeader) != "" {
+	if resp := thresholdstest.Export(t, client, stripped); resp.Header.Get(pushback.HTTPHeader) != "" {
 		t.Fatal("the proxy let the push-back through")
 	}
 	if _, ok := node.Threshold(line.Key(), time.Now()); ok {
@@ -134,7 +137,7 @@ func TestAbsentPushbackIsPolledWithJitter(t *testing.T) {
 		// The gateway records a GET when it arrives, the node counts it once the
 		// answer is read: wait for both, or the last poll's count may still be on its
 		// way (seen once in CI: 6 counted of 7 arrived).
-		return len(arrived) >= polls && counted(t, tel, "otelcol_fathom_thresholds_polls", "outcome", pollFound) >= polls
+		return len(arrived) >= polls && thresholdstest.Counted(t, tel, "otelcol_fathom_thresholds_polls", "outcome", "found") >= polls
 	})
 	arrived, queries := rec.gets()
 	for i, q := range queries {
@@ -161,7 +164,7 @@ func TestAbsentPushbackIsPolledWithJitter(t *testing.T) {
 	if got, ok := node.Threshold(line.Key(), time.Now()); !ok || !reflect.DeepEqual(got, line) {
 		t.Fatalf("node holds %+v (%v); want %+v", got, ok, line)
 	}
-	if found := counted(t, tel, "otelcol_fathom_thresholds_polls", "outcome", pollFound); found < polls {
+	if found := thresholdstest.Counted(t, tel, "otelcol_fathom_thresholds_polls", "outcome", "found"); found < polls {
 		t.Errorf("otelcol_fathom_thresholds_polls{outcome=found} = %d; want at least %d", found, polls)
 	}
 }
@@ -169,9 +172,10 @@ func TestAbsentPushbackIsPolledWithJitter(t *testing.T) {
 // With the gateway gone, polls fail (counted) and the node keeps the last line, exactly,
 // until its TTL; then it says it has none.
 func TestUnreachableGatewayKeepsLinesUntilTheirTTL(t *testing.T) {
-	gateway, _ := startedExt(t, gatewayConfig(t))
-	export(t, http.DefaultClient, otlpBehind(t, gateway, line)) // answered, but not to the node
-	cfg := nodeConfig("http://"+gateway.cfg.Server.NetAddr.Endpoint, 100*time.Millisecond, 0.2)
+	gatewayCfg := gatewayConfig(t)
+	gateway, _ := startedExt(t, gatewayCfg)
+	thresholdstest.Export(t, http.DefaultClient, thresholdstest.OTLPBehind(t, gateway, line)) // answered, but not to the node
+	cfg := nodeConfig("http://"+gatewayCfg.Server.NetAddr.Endpoint, 100*time.Millisecond, 0.2)
 	cfg.TTL = time.Second
 	node, tel := startedExt(t, cfg)
 	collectortest.WaitFor(t, "the node to hold the polled line", 5*time.Second, func() bool {
@@ -185,7 +189,7 @@ func TestUnreachableGatewayKeepsLinesUntilTheirTTL(t *testing.T) {
 	down := time.Now()
 	collectortest.WaitFor(t, "a failed poll", 5*time.Second, func() bool {
 		node.Threshold(line.Key(), time.Now())
-		return counted(t, tel, "otelcol_fathom_thresholds_polls", "outcome", pollFailed) > 0
+		return thresholdstest.Counted(t, tel, "otelcol_fathom_thresholds_polls", "outcome", "failed") > 0
 	})
 	// Polled no earlier than down - interval·1.2, so held at least until then + TTL.
 	time.Sleep(time.Until(down.Add(cfg.TTL / 2)))
@@ -195,45 +199,5 @@ func TestUnreachableGatewayKeepsLinesUntilTheirTTL(t *testing.T) {
 	time.Sleep(time.Until(down.Add(cfg.TTL + 100*time.Millisecond)))
 	if got, ok := node.Threshold(line.Key(), time.Now()); ok {
 		t.Fatalf("past the TTL the node still holds %+v", got)
-	}
-}
-
-// Each wait is drawn uniformly from interval·(1±jitter).
-func TestJitteredSpreadsOverTheRange(t *testing.T) {
-	for _, c := range []struct {
-		jitter, u float64
-		want      time.Duration
-	}{
-		{0.2, 0, 80 * time.Millisecond},
-		{0.2, 0.5, 100 * time.Millisecond},
-		{0.2, 0.75, 110 * time.Millisecond},
-		{0.5, 0.25, 75 * time.Millisecond},
-		{0, 0.9, 100 * time.Millisecond},
-	} {
-		if got := jittered(100*time.Millisecond, c.jitter, c.u); got != c.want {
-			t.Errorf("jittered(100ms, %v, %v) = %v; want %v", c.jitter, c.u, got, c.want)
-		}
-	}
-	if got := jittered(100*time.Millisecond, 0.2, 0.9999999); got >= 120*time.Millisecond {
-		t.Errorf("the longest wait is %v; want under 120ms", got)
-	}
-}
-
-// The node polls only the cohorts its straggler processor asked about, at most max_held
-// lines of them; one the processor stopped asking about is forgotten after the TTL.
-func TestWantedLinesAreBounded(t *testing.T) {
-	w := newWantedLines(2, time.Minute)
-	now := time.Now()
-	a, b, c := line.Key(), launchLine.Key(), otherCohortLine.Key()
-	w.ask(a, now)
-	w.ask(b, now)
-	w.ask(c, now)
-	if got := w.keys(now); len(got) != 2 || (got[0] != a && got[1] != a) || (got[0] != b && got[1] != b) {
-		t.Fatalf("wanted %v; want %v and %v", got, a, b)
-	}
-	w.ask(a, now.Add(time.Minute))
-	w.ask(c, now.Add(time.Minute+time.Second))
-	if got := w.keys(now.Add(time.Minute + time.Second)); len(got) != 2 || (got[0] != a && got[1] != a) || (got[0] != c && got[1] != c) {
-		t.Fatalf("after b was not asked for a TTL: wanted %v; want %v and %v", got, a, c)
 	}
 }

@@ -1,98 +1,65 @@
-package thresholdsextension
+package gateway
 
 import (
 	"context"
 	"io"
 	"net/http"
-	"net/http/httptest"
 	"reflect"
 	"strings"
 	"testing"
 	"time"
 
 	"go.opentelemetry.io/collector/component/componenttest"
-	"go.opentelemetry.io/collector/extension/extensiontest"
-	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+	"go.opentelemetry.io/collector/config/confighttp"
 
+	"github.com/fathom-gpu/fathom/extension/thresholdsextension/internal/lines"
 	"github.com/fathom-gpu/fathom/extension/thresholdsextension/internal/metadata"
+	"github.com/fathom-gpu/fathom/extension/thresholdsextension/internal/thresholdstest"
 	"github.com/fathom-gpu/fathom/internal/collectortest"
 	"github.com/fathom-gpu/fathom/internal/pushback"
 )
 
-// launchLine is a second signal of line's cohort, on the other side.
-var launchLine = pushback.Threshold{Cluster: "c1", Cohort: "comm-1", Signal: "fathom.rank.launch_rate", Median: 812.5, Line: 640.25, Worse: "lower", At: 2}
+// The shared sample lines.
+var line, launchLine, otherCohortLine = thresholdstest.Line, thresholdstest.LaunchLine, thresholdstest.OtherCohortLine
 
-// otherCohortLine is the same signal in another cohort of the same cluster.
-var otherCohortLine = pushback.Threshold{Cluster: "c1", Cohort: "comm-2", Signal: "fathom.rank.device_wait.time", Median: 0.5, Line: 0.4, Worse: "lower", At: 3}
+// defaultSettings are what the extension's default config gives the gateway.
+func defaultSettings() Settings {
+	return Settings{TTL: 2 * time.Minute, MaxResponseBytes: 1024, MaxHeld: 256}
+}
 
-// startedExt creates and starts an extension whose telemetry the test can read; it is
-// shut down when the test ends.
-func startedExt(t *testing.T, cfg *Config) (*thresholds, *componenttest.Telemetry) {
+// withGETServer turns the GET fallback on at a free loopback port.
+func withGETServer(t *testing.T, s Settings) Settings {
+	server := confighttp.NewDefaultServerConfig()
+	server.NetAddr.Endpoint = collectortest.Addr(t)
+	s.Server = &server
+	return s
+}
+
+// startedPublisher creates and starts a gateway side whose telemetry the test can read;
+// it is shut down when the test ends.
+func startedPublisher(t *testing.T, s Settings) (*Publisher, *componenttest.Telemetry) {
 	t.Helper()
 	tel := componenttest.NewTelemetry()
-	set := extensiontest.NewNopSettings(metadata.Type)
-	set.TelemetrySettings = tel.NewTelemetrySettings()
-	ext, err := NewFactory().Create(context.Background(), set, cfg)
+	set := tel.NewTelemetrySettings()
+	tb, err := metadata.NewTelemetryBuilder(set)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := ext.Start(context.Background(), componenttest.NewNopHost()); err != nil {
+	p := NewPublisher(s, set, tb)
+	if err := p.Start(t.Context(), componenttest.NewNopHost()); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		if err := ext.Shutdown(context.Background()); err != nil {
+		if err := p.Shutdown(context.Background()); err != nil {
 			t.Error(err)
 		}
 		_ = tel.Shutdown(context.Background())
 	})
-	return ext.(*thresholds), tel
+	return p, tel
 }
 
-// gatewayConfig turns the GET fallback on at a free loopback port.
-func gatewayConfig(t *testing.T) *Config {
-	cfg := createDefaultConfig()
-	cfg.Server.NetAddr.Endpoint = collectortest.Addr(t)
-	return cfg
-}
-
-// otlpBehind stands in for the gateway's otlp receiver and straggler processor behind
-// the extension's server middleware: every export is answered with lines, as the
-// processor adds them to the request's context. It returns the export URL.
-func otlpBehind(t *testing.T, gateway *thresholds, lines ...pushback.Threshold) string {
-	t.Helper()
-	wrap, err := gateway.GetHTTPHandler(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	h, err := wrap(context.Background(), http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		for _, l := range lines {
-			pushback.FromContext(r.Context()).Add(l)
-		}
-		w.Header().Set("Content-Type", "application/x-protobuf")
-		_, _ = w.Write([]byte{})
-	}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewServer(h)
-	t.Cleanup(srv.Close)
-	return srv.URL + "/v1/metrics"
-}
-
-func export(t *testing.T, client *http.Client, url string) *http.Response {
-	t.Helper()
-	resp, err := client.Post(url, "application/x-protobuf", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, _ = io.Copy(io.Discard, resp.Body)
-	resp.Body.Close()
-	return resp
-}
-
-func getURL(gateway *thresholds) string {
-	return "http://" + gateway.cfg.Server.NetAddr.Endpoint + thresholdsPath
+func getURL(gateway *Publisher) string {
+	return "http://" + gateway.settings.Server.NetAddr.Endpoint + lines.GETPath
 }
 
 func httpGet(t *testing.T, method, url string) (int, string, http.Header) {
@@ -119,35 +86,18 @@ func encoded(t *testing.T, maxBytes int, ts ...pushback.Threshold) string {
 	return v
 }
 
-// counted sums a counter of the extension's telemetry over the points whose attribute
-// key has value ("" key: all points); a counter never added to counts 0.
-func counted(t *testing.T, tel *componenttest.Telemetry, name, key, value string) int64 {
-	t.Helper()
-	m, err := tel.GetMetric(name)
-	if err != nil {
-		return 0
-	}
-	var n int64
-	for _, dp := range m.Data.(metricdata.Sum[int64]).DataPoints {
-		if v, ok := dp.Attributes.Value(attribute.Key(key)); key == "" || (ok && v.AsString() == value) {
-			n += dp.Value
-		}
-	}
-	return n
-}
-
 // After the middleware has answered an export with a cohort's lines, a GET of that
 // cohort returns exactly them, in the push-back's wire form, sorted by signal; a signal
 // narrows it to one line; another cohort gets its own.
 func TestGETServesTheLinesTheAnswersCarried(t *testing.T) {
-	gateway, tel := startedExt(t, gatewayConfig(t))
-	exportURL := otlpBehind(t, gateway, launchLine, line, otherCohortLine)
+	gateway, tel := startedPublisher(t, withGETServer(t, defaultSettings()))
+	exportURL := thresholdstest.OTLPBehind(t, gateway, launchLine, line, otherCohortLine)
 	base := getURL(gateway)
 
-	if code, body, _ := httpGet(t, http.MethodGet, base+"?cluster=c1&cohort=comm-1"); code != http.StatusNotFound || !strings.HasPrefix(body, noThresholdsFor) {
+	if code, body, _ := httpGet(t, http.MethodGet, base+"?cluster=c1&cohort=comm-1"); code != http.StatusNotFound || !strings.HasPrefix(body, lines.NoLinesFor) {
 		t.Fatalf("before any export: %d %q; want 404", code, body)
 	}
-	export(t, http.DefaultClient, exportURL)
+	thresholdstest.Export(t, http.DefaultClient, exportURL)
 
 	code, body, header := httpGet(t, http.MethodGet, base+"?cluster=c1&cohort=comm-1")
 	if want := encoded(t, 1024, line, launchLine) + "\n"; code != http.StatusOK || body != want {
@@ -166,10 +116,10 @@ func TestGETServesTheLinesTheAnswersCarried(t *testing.T) {
 	if code, body, _ := httpGet(t, http.MethodGet, base+"?cluster=c1&cohort=comm-2"); code != http.StatusOK || body != encoded(t, 1024, otherCohortLine)+"\n" {
 		t.Fatalf("comm-2: %d %q", code, body)
 	}
-	if n := counted(t, tel, "otelcol_fathom_thresholds_served", "outcome", servedFound); n != 3 {
+	if n := thresholdstest.Counted(t, tel, "otelcol_fathom_thresholds_served", "outcome", servedFound); n != 3 {
 		t.Errorf("otelcol_fathom_thresholds_served{outcome=found} = %d; want 3", n)
 	}
-	if n := counted(t, tel, "otelcol_fathom_thresholds_served", "outcome", servedNotFound); n != 1 {
+	if n := thresholdstest.Counted(t, tel, "otelcol_fathom_thresholds_served", "outcome", servedNotFound); n != 1 {
 		t.Errorf("otelcol_fathom_thresholds_served{outcome=not_found} = %d; want 1", n)
 	}
 }
@@ -177,8 +127,8 @@ func TestGETServesTheLinesTheAnswersCarried(t *testing.T) {
 // A query it cannot read is a 400 that says why; a cohort (or a signal) it has no line
 // of is a 404 that names it; other methods and paths are not served.
 func TestGETRefusesWhatItCannotAnswer(t *testing.T) {
-	gateway, tel := startedExt(t, gatewayConfig(t))
-	export(t, http.DefaultClient, otlpBehind(t, gateway, line))
+	gateway, tel := startedPublisher(t, withGETServer(t, defaultSettings()))
+	thresholdstest.Export(t, http.DefaultClient, thresholdstest.OTLPBehind(t, gateway, line))
 	base := getURL(gateway)
 	for _, c := range []struct {
 		method, query string
@@ -199,10 +149,10 @@ func TestGETRefusesWhatItCannotAnswer(t *testing.T) {
 			t.Errorf("%s %s: %d %q; want %d starting %q", c.method, c.query, code, body, c.code, c.body)
 		}
 	}
-	if code, _, _ := httpGet(t, http.MethodGet, "http://"+gateway.cfg.Server.NetAddr.Endpoint+"/v1/metrics"); code != http.StatusNotFound {
+	if code, _, _ := httpGet(t, http.MethodGet, "http://"+gateway.settings.Server.NetAddr.Endpoint+"/v1/metrics"); code != http.StatusNotFound {
 		t.Errorf("another path: %d; want 404", code)
 	}
-	if bad, none := counted(t, tel, "otelcol_fathom_thresholds_served", "outcome", servedBadRequest), counted(t, tel, "otelcol_fathom_thresholds_served", "outcome", servedNotFound); bad != 4 || none != 3 {
+	if bad, none := thresholdstest.Counted(t, tel, "otelcol_fathom_thresholds_served", "outcome", servedBadRequest), thresholdstest.Counted(t, tel, "otelcol_fathom_thresholds_served", "outcome", servedNotFound); bad != 4 || none != 3 {
 		t.Errorf("otelcol_fathom_thresholds_served: bad_request %d, not_found %d; want 4 and 3", bad, none)
 	}
 }
@@ -210,20 +160,20 @@ func TestGETRefusesWhatItCannotAnswer(t *testing.T) {
 // A line no answer renewed for the TTL is no longer served; the next export brings it
 // back.
 func TestGETForgetsLinesNoAnswerRenewed(t *testing.T) {
-	cfg := gatewayConfig(t)
-	cfg.TTL = 300 * time.Millisecond
-	gateway, _ := startedExt(t, cfg)
-	exportURL := otlpBehind(t, gateway, line)
+	s := withGETServer(t, defaultSettings())
+	s.TTL = 300 * time.Millisecond
+	gateway, _ := startedPublisher(t, s)
+	exportURL := thresholdstest.OTLPBehind(t, gateway, line)
 	url := getURL(gateway) + "?cluster=c1&cohort=comm-1"
-	export(t, http.DefaultClient, exportURL)
+	thresholdstest.Export(t, http.DefaultClient, exportURL)
 	if code, _, _ := httpGet(t, http.MethodGet, url); code != http.StatusOK {
 		t.Fatalf("fresh: %d", code)
 	}
-	time.Sleep(cfg.TTL + 100*time.Millisecond)
+	time.Sleep(s.TTL + 100*time.Millisecond)
 	if code, body, _ := httpGet(t, http.MethodGet, url); code != http.StatusNotFound || !strings.Contains(body, "within the last 300ms") {
 		t.Fatalf("past the TTL: %d %q; want 404", code, body)
 	}
-	export(t, http.DefaultClient, exportURL)
+	thresholdstest.Export(t, http.DefaultClient, exportURL)
 	if code, body, _ := httpGet(t, http.MethodGet, url); code != http.StatusOK || body != encoded(t, 1024, line)+"\n" {
 		t.Fatalf("renewed: %d %q", code, body)
 	}
@@ -232,17 +182,17 @@ func TestGETForgetsLinesNoAnswerRenewed(t *testing.T) {
 // The answer to a GET is bounded by max_response_bytes like the push-back: lines past
 // it are left out whole, and counted.
 func TestGETAnswerIsBoundedByMaxResponseBytes(t *testing.T) {
-	cfg := gatewayConfig(t)
-	cfg.MaxResponseBytes = 256
-	gateway, tel := startedExt(t, cfg)
+	s := withGETServer(t, defaultSettings())
+	s.MaxResponseBytes = 256
+	gateway, tel := startedPublisher(t, s)
 	var lines []pushback.Threshold
 	for _, s := range []string{"a", "b", "c", "d", "e", "f"} {
 		l := line
 		l.Signal = "fathom.rank.signal_" + s
 		lines = append(lines, l)
 	}
-	export(t, http.DefaultClient, otlpBehind(t, gateway, lines...))
-	leftByExport := counted(t, tel, "otelcol_fathom_thresholds_left_out", "", "")
+	thresholdstest.Export(t, http.DefaultClient, thresholdstest.OTLPBehind(t, gateway, lines...))
+	leftByExport := thresholdstest.Counted(t, tel, "otelcol_fathom_thresholds_left_out", "", "")
 	want, left := pushback.Encode(lines, 256)
 	if left == 0 || left == len(lines) {
 		t.Fatalf("the test needs some lines to fit and some not: %d left out", left)
@@ -251,7 +201,7 @@ func TestGETAnswerIsBoundedByMaxResponseBytes(t *testing.T) {
 	if code != http.StatusOK || body != want+"\n" || len(want) > 256 {
 		t.Fatalf("%d %q (%d bytes); want %q", code, body, len(body), want)
 	}
-	if n := counted(t, tel, "otelcol_fathom_thresholds_left_out", "", "") - leftByExport; n != int64(left) {
+	if n := thresholdstest.Counted(t, tel, "otelcol_fathom_thresholds_left_out", "", "") - leftByExport; n != int64(left) {
 		t.Errorf("the GET left out %d lines uncounted or miscounted: counted %d", left, n)
 	}
 }

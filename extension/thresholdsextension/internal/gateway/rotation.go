@@ -1,4 +1,4 @@
-package thresholdsextension
+package gateway
 
 import (
 	"sync"

@@ -1,4 +1,4 @@
-package thresholdsextension
+package gateway
 
 import (
 	"context"
@@ -21,11 +21,11 @@ func TestAnswersTakeTurnsAmongLinesThatDoNotFit(t *testing.T) {
 		l.Cohort = fmt.Sprintf("nccl:%016x", 0x9e3779b97f4a7c15*uint64(i+1))
 		lines = append(lines, l)
 	}
-	gateway := newExt(t, createDefaultConfig())
-	_, fit := pushback.Encode(lines, gateway.cfg.MaxResponseBytes)
+	gateway, _ := startedPublisher(t, defaultSettings())
+	_, fit := pushback.Encode(lines, gateway.settings.MaxResponseBytes)
 	fit = len(lines) - fit
 	if fit < 2 || fit >= len(lines) {
-		t.Fatalf("%d of %d lines fit in %d bytes: the test needs some, not all", fit, len(lines), gateway.cfg.MaxResponseBytes)
+		t.Fatalf("%d of %d lines fit in %d bytes: the test needs some, not all", fit, len(lines), gateway.settings.MaxResponseBytes)
 	}
 	wrap, _ := gateway.GetHTTPHandler(context.Background())
 	h, _ := wrap(context.Background(), http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

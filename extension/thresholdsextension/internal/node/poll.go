@@ -1,4 +1,4 @@
-package thresholdsextension
+package node
 
 import (
 	"context"
@@ -17,10 +17,11 @@ import (
 	"go.opentelemetry.io/otel/metric"
 	"go.uber.org/zap"
 
+	"github.com/fathom-gpu/fathom/extension/thresholdsextension/internal/lines"
 	"github.com/fathom-gpu/fathom/internal/pushback"
 )
 
-// wantedLines are the lines the node's straggler processor asks this extension for:
+// wantedLines are the lines the node's straggler processor asks the Subscriber for:
 // the cohorts of the node's own ranks, and so what the poller may fetch. They are
 // bounded by max_held like the lines themselves (a line that could not be wanted could
 // not be held either), and forgotten a TTL after the processor last asked.
@@ -77,7 +78,7 @@ func jittered(d time.Duration, jitter, u float64) time.Duration {
 
 // poller is the node's GET fallback.
 type poller struct {
-	e      *thresholds
+	n      *Subscriber
 	url    string
 	client *http.Client
 	cancel context.CancelFunc
@@ -89,7 +90,7 @@ type poller struct {
 
 func (p *poller) run(ctx context.Context) {
 	defer close(p.done)
-	cfg := p.e.cfg.Poll
+	cfg := p.n.settings.Poll
 	// The first wait too: a node that has just started gives push-back one interval
 	// to arrive before it asks.
 	wait := time.NewTimer(jittered(cfg.Interval, cfg.Jitter, rand.Float64()))
@@ -115,20 +116,20 @@ func (p *poller) run(ctx context.Context) {
 // cohortsToPoll are the cohorts with a wanted line that no export's answer carried
 // within the poll interval: those push-back does not bring. With push-back present
 // there are none, and the gateway gets no GET at all.
-func (p *poller) cohortsToPoll(now time.Time) []cohortID {
-	since := now.Add(-p.e.cfg.Poll.Interval)
-	var out []cohortID
-	for _, k := range p.e.wanted.keys(now) {
-		id := cohortID{k.Cluster, k.Cohort}
-		if !slices.Contains(out, id) && !p.e.held.pushedSince(k, since) {
+func (p *poller) cohortsToPoll(now time.Time) []lines.CohortID {
+	since := now.Add(-p.n.settings.Poll.Interval)
+	var out []lines.CohortID
+	for _, k := range p.n.wanted.keys(now) {
+		id := lines.CohortID{Cluster: k.Cluster, Cohort: k.Cohort}
+		if !slices.Contains(out, id) && !p.n.held.PushedSince(k, since) {
 			out = append(out, id)
 		}
 	}
-	slices.SortFunc(out, func(a, b cohortID) int {
-		if c := strings.Compare(a.cluster, b.cluster); c != 0 {
+	slices.SortFunc(out, func(a, b lines.CohortID) int {
+		if c := strings.Compare(a.Cluster, b.Cluster); c != 0 {
 			return c
 		}
-		return strings.Compare(a.cohort, b.cohort)
+		return strings.Compare(a.Cohort, b.Cohort)
 	})
 	return out
 }
@@ -143,28 +144,28 @@ const (
 // poll asks the gateway for one cohort's lines and keeps what it answers, with the same
 // TTL as pushed lines. A failure changes nothing held: the node keeps the last lines
 // until their TTL, then says it has none.
-func (p *poller) poll(ctx context.Context, c cohortID) {
+func (p *poller) poll(ctx context.Context, c lines.CohortID) {
 	outcome, err := p.fetch(ctx, c)
 	if ctx.Err() != nil { // shutting down: a poll cut short is no failure of the gateway
 		return
 	}
-	p.e.polls.Add(ctx, 1, metric.WithAttributes(attribute.String("outcome", outcome)))
+	p.n.polls.Add(ctx, 1, metric.WithAttributes(attribute.String("outcome", outcome)))
 	switch {
 	case err == nil:
 		p.failing = false
 	case !p.failing:
 		p.failing = true
-		p.e.logger.Warn("thresholds poll failed; the node keeps the lines it holds until their ttl (further failures are logged at debug level until a poll succeeds)",
-			zap.String("endpoint", p.url), zap.String("cohort", c.cohort), zap.Error(err))
+		p.n.telemetry.Logger.Warn("thresholds poll failed; the node keeps the lines it holds until their ttl (further failures are logged at debug level until a poll succeeds)",
+			zap.String("endpoint", p.url), zap.String("cohort", c.Cohort), zap.Error(err))
 	default:
-		p.e.logger.Debug("thresholds poll failed", zap.String("cohort", c.cohort), zap.Error(err))
+		p.n.telemetry.Logger.Debug("thresholds poll failed", zap.String("cohort", c.Cohort), zap.Error(err))
 	}
 }
 
-func (p *poller) fetch(ctx context.Context, c cohortID) (string, error) {
-	q := url.Values{"cohort": {c.cohort}}
-	if c.cluster != "" {
-		q.Set("cluster", c.cluster)
+func (p *poller) fetch(ctx context.Context, c lines.CohortID) (string, error) {
+	q := url.Values{"cohort": {c.Cohort}}
+	if c.Cluster != "" {
+		q.Set("cluster", c.Cluster)
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, p.url+"?"+q.Encode(), http.NoBody)
 	if err != nil {
@@ -183,13 +184,13 @@ func (p *poller) fetch(ctx context.Context, c cohortID) (string, error) {
 	}
 	switch {
 	case resp.StatusCode == http.StatusOK:
-		if err := p.e.take(ctx, strings.TrimSpace(string(body)), false); err != nil {
+		if err := p.n.take(ctx, strings.TrimSpace(string(body)), false); err != nil {
 			return pollFailed, err
 		}
 		return pollFound, nil
 	// A 404 of the thresholds server itself says the gateway has no line for the
 	// cohort (yet): not a failure. Any other 404 is a wrong endpoint.
-	case resp.StatusCode == http.StatusNotFound && strings.HasPrefix(string(body), noThresholdsFor):
+	case resp.StatusCode == http.StatusNotFound && strings.HasPrefix(string(body), lines.NoLinesFor):
 		return pollNone, nil
 	}
 	return pollFailed, fmt.Errorf("%s answered %s: %s", p.url, resp.Status, firstLine(body))

@@ -1,4 +1,8 @@
-package thresholdsextension
+// Package lines keeps straggler lines, one per cohort and signal, each until its TTL:
+// the node keeps those it receives, the gateway those it wrote into answers (for the GET
+// fallback). It also names the GET fallback's path and its 404, which both sides must
+// read alike.
+package lines
 
 import (
 	"slices"
@@ -9,20 +13,20 @@ import (
 	"github.com/fathom-gpu/fathom/internal/pushback"
 )
 
-// cohortID names one cohort: what the GET fallback is asked for.
-type cohortID struct{ cluster, cohort string }
+// CohortID names one cohort: what the GET fallback is asked for.
+type CohortID struct{ Cluster, Cohort string }
 
-// lineStore keeps at most max lines, one per cohort and signal, each until ttl after it
+// Store keeps at most max lines, one per cohort and signal, each until ttl after it
 // was last renewed. The node keeps the lines it receives in one; the gateway keeps the
 // lines it wrote into answers in another, which the GET fallback serves.
-type lineStore struct {
+type Store struct {
 	max int
 	ttl time.Duration
 
 	mu sync.Mutex
 	// byCohort is indexed by cohort first, so that a GET finds a cohort's lines without
 	// knowing its signals or walking every line.
-	byCohort map[cohortID]map[string]storedLine
+	byCohort map[CohortID]map[string]storedLine
 	n        int
 }
 
@@ -36,18 +40,19 @@ type storedLine struct {
 	pushed time.Time
 }
 
-func newLineStore(maxLines int, ttl time.Duration) *lineStore {
-	return &lineStore{max: maxLines, ttl: ttl, byCohort: map[cohortID]map[string]storedLine{}}
+// NewStore keeps at most maxLines lines, each for ttl after it was last renewed.
+func NewStore(maxLines int, ttl time.Duration) *Store {
+	return &Store{max: maxLines, ttl: ttl, byCohort: map[CohortID]map[string]storedLine{}}
 }
 
-// put keeps ts, renewed at now; pushed says they came in an answer to an export. A line
+// Put keeps ts, renewed at now; pushed says they came in an answer to an export. A line
 // of a new cohort and signal is refused once max lines are held and none has expired;
-// put returns how many were.
-func (s *lineStore) put(ts []pushback.Threshold, now time.Time, pushed bool) (refused int) {
+// Put returns how many were.
+func (s *Store) Put(ts []pushback.Threshold, now time.Time, pushed bool) (refused int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, t := range ts {
-		id := cohortID{t.Cluster, t.Cohort}
+		id := CohortID{t.Cluster, t.Cohort}
 		old, ok := s.byCohort[id][t.Signal]
 		if !ok && s.n >= s.max {
 			s.dropExpired(now)
@@ -73,7 +78,7 @@ func (s *lineStore) put(ts []pushback.Threshold, now time.Time, pushed bool) (re
 	return refused
 }
 
-func (s *lineStore) dropExpired(now time.Time) {
+func (s *Store) dropExpired(now time.Time) {
 	for id, signals := range s.byCohort {
 		for signal, l := range signals {
 			if now.Sub(l.renewed) > s.ttl {
@@ -87,27 +92,27 @@ func (s *lineStore) dropExpired(now time.Time) {
 	}
 }
 
-// get returns the line of k if one was renewed within the TTL at now.
-func (s *lineStore) get(k pushback.Key, now time.Time) (pushback.Threshold, bool) {
+// Get returns the line of k if one was renewed within the TTL at now.
+func (s *Store) Get(k pushback.Key, now time.Time) (pushback.Threshold, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	l, ok := s.byCohort[cohortID{k.Cluster, k.Cohort}][k.Signal]
+	l, ok := s.byCohort[CohortID{k.Cluster, k.Cohort}][k.Signal]
 	if !ok || now.Sub(l.renewed) > s.ttl {
 		return pushback.Threshold{}, false
 	}
 	return l.t, true
 }
 
-// pushedSince says whether an export's answer carried the line of k at or after since.
-func (s *lineStore) pushedSince(k pushback.Key, since time.Time) bool {
+// PushedSince says whether an export's answer carried the line of k at or after since.
+func (s *Store) PushedSince(k pushback.Key, since time.Time) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	l, ok := s.byCohort[cohortID{k.Cluster, k.Cohort}][k.Signal]
+	l, ok := s.byCohort[CohortID{k.Cluster, k.Cohort}][k.Signal]
 	return ok && !l.pushed.IsZero() && !l.pushed.Before(since)
 }
 
-// cohort returns the lines of one cohort renewed within the TTL at now, by signal.
-func (s *lineStore) cohort(id cohortID, now time.Time) []pushback.Threshold {
+// Cohort returns the lines of one cohort renewed within the TTL at now, by signal.
+func (s *Store) Cohort(id CohortID, now time.Time) []pushback.Threshold {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var out []pushback.Threshold
