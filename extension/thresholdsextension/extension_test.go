@@ -4,7 +4,6 @@ import (
 	"context"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"reflect"
 	"strings"
 	"testing"
@@ -47,15 +46,7 @@ func startedExt(t *testing.T, cfg *Config) (*thresholds, *componenttest.Telemetr
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := ext.Start(context.Background(), componenttest.NewNopHost()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := ext.Shutdown(context.Background()); err != nil {
-			t.Error(err)
-		}
-		_ = tel.Shutdown(context.Background())
-	})
+	thresholdstest.Start(t, ext, tel)
 	return ext.(*thresholds), tel
 }
 
@@ -92,24 +83,14 @@ func checkClock(t *testing.T, node *thresholds) {
 func TestHTTPAnswerCarriesThresholdsToTheNode(t *testing.T) {
 	shiftNodeClock(t, 50*time.Millisecond)
 	gateway, node := newExt(t, createDefaultConfig()), newExt(t, createDefaultConfig())
-	wrap, _ := gateway.GetHTTPHandler(context.Background())
-	h, err := wrap(context.Background(), http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		pushback.FromContext(r.Context()).Add(line)
-		w.Header().Set("Content-Type", "application/x-protobuf")
-		_, _ = w.Write([]byte{}) // the receiver writes the body without WriteHeader
-	}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewServer(h)
-	defer srv.Close()
+	exportURL := thresholdstest.OTLPBehind(t, gateway, line)
 	wrapRT, _ := node.GetHTTPRoundTripper(context.Background())
 	rt, _ := wrapRT(context.Background(), http.DefaultTransport)
 	if !node.LastAnswer().IsZero() {
 		t.Fatal("a node that sent nothing says the gateway answered")
 	}
 	before := time.Now()
-	resp, err := (&http.Client{Transport: rt}).Post(srv.URL+"/v1/metrics", "application/x-protobuf", nil)
+	resp, err := (&http.Client{Transport: rt}).Post(exportURL, "application/x-protobuf", nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,7 +1,6 @@
 package gateway
 
 import (
-	"context"
 	"io"
 	"net/http"
 	"reflect"
@@ -46,15 +45,7 @@ func startedPublisher(t *testing.T, s Settings) (*Publisher, *componenttest.Tele
 		t.Fatal(err)
 	}
 	p := NewPublisher(s, set, tb)
-	if err := p.Start(t.Context(), componenttest.NewNopHost()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := p.Shutdown(context.Background()); err != nil {
-			t.Error(err)
-		}
-		_ = tel.Shutdown(context.Background())
-	})
+	thresholdstest.Start(t, p, tel)
 	return p, tel
 }
 

@@ -10,6 +10,7 @@ import (
 	"net/http/httptest"
 	"testing"
 
+	"go.opentelemetry.io/collector/component"
 	"go.opentelemetry.io/collector/component/componenttest"
 	"go.opentelemetry.io/collector/extension/extensionmiddleware"
 	"go.opentelemetry.io/otel/attribute"
@@ -62,6 +63,21 @@ func Export(t testing.TB, client *http.Client, url string) *http.Response {
 	_, _ = io.Copy(io.Discard, resp.Body)
 	resp.Body.Close()
 	return resp
+}
+
+// Start starts c, whole extension or one side, and shuts it and its telemetry down
+// when the test ends.
+func Start(t testing.TB, c component.Component, tel *componenttest.Telemetry) {
+	t.Helper()
+	if err := c.Start(context.Background(), componenttest.NewNopHost()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := c.Shutdown(context.Background()); err != nil {
+			t.Error(err)
+		}
+		_ = tel.Shutdown(context.Background())
+	})
 }
 
 // Counted sums a counter of the extension's telemetry over the points whose attribute
