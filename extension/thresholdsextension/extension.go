@@ -15,11 +15,12 @@ import (
 )
 
 // thresholds is the component: the gateway's side and the node's side, each its own
-// type. Nothing here asks which side it is on; the config says where the extension is
-// named, and the collector calls only that side's hooks: a receiver's `middlewares` the
-// Publisher's server middleware, an exporter's `middlewares` the Subscriber's client
-// middleware, the node's straggler processor the Subscriber's lines. The side not named
-// holds empty maps and starts nothing.
+// type, both built here because a config names `thresholds` alike on either end (no key
+// says which). Nothing asks which side it is on: the collector calls only the hooks of
+// the side a config wires it to, a receiver's `middlewares` the Publisher's server
+// middleware, an exporter's `middlewares` the Subscriber's client middleware, the node's
+// straggler processor the Subscriber's lines. The side left unwired holds empty maps and
+// starts nothing (its fallback needs an endpoint).
 type thresholds struct {
 	*gateway.Publisher
 	*node.Subscriber
