@@ -138,8 +138,8 @@ func TestSoak(t *testing.T) {
 			s.goroutines[i] = goroutines(t, p.pprof)
 		}
 		gwMetrics, ndMetrics := scrape(t, gw.metricsURL()), scrape(t, nd.metricsURL())
-		s.duckdbMemory = promValue(gwMetrics, "fathom_echo_duckdb_memory_bytes", "")
-		s.storeUsed = promValue(gwMetrics, "fathom_echo_store_used_bytes", "")
+		s.duckdbMemory = promValue(gwMetrics, "otelcol_fathom_echo_duckdb_memory_bytes", "")
+		s.storeUsed = promValue(gwMetrics, "otelcol_fathom_echo_store_used_bytes", "")
 		// Log records over the receiver's rate limit are dropped by design
 		// (logs.max_per_second); every other reason is lost data.
 		s.nodeDrops = promValue(ndMetrics, "otelcol_receiver_gpuebpf_drops", "") -

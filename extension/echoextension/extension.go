@@ -12,6 +12,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 	"go.uber.org/zap"
 
+	"github.com/fathom-gpu/fathom/extension/echoextension/internal/metadata"
 	"github.com/fathom-gpu/fathom/internal/echoschema"
 	"github.com/fathom-gpu/fathom/internal/echostore"
 )
@@ -43,30 +44,24 @@ type echoExtension struct {
 	stopRetention context.CancelFunc
 	retentionDone chan struct{}
 
-	retentionDeleted metric.Int64Counter
+	// telemetry is the extension's own metrics (metadata.yaml); the API server and
+	// the retention loop count into it.
+	telemetry *metadata.TelemetryBuilder
 }
 
 var _ RowWriter = (*echoExtension)(nil)
 
 func newEchoExtension(set extension.Settings, cfg *Config) (*echoExtension, error) {
-	meter := set.MeterProvider.Meter("github.com/fathom-gpu/fathom/extension/echoextension")
-	deleted, err := meter.Int64Counter("fathom_echo_retention_deleted_rows",
-		metric.WithDescription("Rows removed from the Echo store by retention (age or size)."),
-		metric.WithUnit("{row}"))
+	telemetry, err := metadata.NewTelemetryBuilder(set.TelemetrySettings)
 	if err != nil {
 		return nil, err
 	}
-	e := &echoExtension{cfg: cfg, set: set, logger: set.Logger, retentionDeleted: deleted}
+	e := &echoExtension{cfg: cfg, set: set, logger: set.Logger, telemetry: telemetry}
 	// Read when the collector's telemetry is scraped, so an operator (and `make soak`)
 	// sees what the store holds in memory and on disk without a SQL token.
-	if _, err := meter.Int64ObservableGauge("fathom_echo_duckdb_memory_bytes",
-		metric.WithDescription("Memory DuckDB holds for the Echo store (sum of duckdb_memory()), bounded by memory_limit."),
-		metric.WithUnit("By"), metric.WithInt64Callback(e.observeMemory)); err != nil {
-		return nil, err
-	}
-	if _, err := meter.Int64ObservableGauge("fathom_echo_store_used_bytes",
-		metric.WithDescription("Data blocks in use in the Echo store file (what retention.max_size_mib bounds; the file itself never shrinks)."),
-		metric.WithUnit("By"), metric.WithInt64Callback(e.observeUsed)); err != nil {
+	if err := errors.Join(telemetry.RegisterFathomEchoDuckdbMemoryBytesCallback(e.observeMemory),
+		telemetry.RegisterFathomEchoStoreUsedBytesCallback(e.observeUsed)); err != nil {
+		telemetry.Shutdown()
 		return nil, err
 	}
 	return e, nil
@@ -112,7 +107,7 @@ func (e *echoExtension) Start(ctx context.Context, host component.Host) error {
 		go e.retentionLoop(rctx)
 	}
 	if e.cfg.Server.Endpoint != "" || e.cfg.Server.UnixSocket.Path != "" {
-		srv, err := newAPIServer(ctx, e.cfg, st, e.set, host)
+		srv, err := newAPIServer(ctx, e.cfg, st, e.set, e.telemetry, host)
 		if err != nil {
 			return fmt.Errorf("echo: %w", err)
 		}
@@ -138,6 +133,7 @@ func (e *echoExtension) Shutdown(ctx context.Context) error {
 		errs = append(errs, e.store.Close())
 		e.store = nil
 	}
+	e.telemetry.Shutdown()
 	return errors.Join(errs...)
 }
 

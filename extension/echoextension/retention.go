@@ -31,7 +31,7 @@ func (e *echoExtension) retentionLoop(ctx context.Context) {
 			e.logger.Warn("Echo retention pass failed", zap.Error(err))
 		}
 		if n := res.DeletedByAge + res.DeletedBySize; n > 0 {
-			e.retentionDeleted.Add(ctx, n)
+			e.telemetry.FathomEchoRetentionDeletedRows.Add(ctx, n)
 			e.logger.Info("Echo retention", zap.Int64("deleted_by_age", res.DeletedByAge),
 				zap.Int64("deleted_by_size", res.DeletedBySize), zap.Int64("used_bytes", res.UsedBytes),
 				zap.Bool("checkpoint_deferred_to_ingest", res.CheckpointDeferred))

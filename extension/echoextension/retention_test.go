@@ -72,7 +72,7 @@ func TestRetentionLoopDeletesAndCounts(t *testing.T) {
 func deletedRows(rm metricdata.ResourceMetrics) int64 {
 	for _, sm := range rm.ScopeMetrics {
 		for _, m := range sm.Metrics {
-			if sum, ok := m.Data.(metricdata.Sum[int64]); ok && m.Name == "fathom_echo_retention_deleted_rows" {
+			if sum, ok := m.Data.(metricdata.Sum[int64]); ok && m.Name == "otelcol_fathom_echo_retention_deleted_rows" {
 				var n int64
 				for _, dp := range sum.DataPoints {
 					n += dp.Value
@@ -129,12 +129,12 @@ func TestStoreGaugesReadTheOpenStore(t *testing.T) {
 		return got
 	}
 	got := gauges()
-	if got["fathom_echo_store_used_bytes"] != wantUsed {
-		t.Errorf("fathom_echo_store_used_bytes = %d, want %d", got["fathom_echo_store_used_bytes"], wantUsed)
+	if got["otelcol_fathom_echo_store_used_bytes"] != wantUsed {
+		t.Errorf("otelcol_fathom_echo_store_used_bytes = %d, want %d", got["otelcol_fathom_echo_store_used_bytes"], wantUsed)
 	}
 	// DuckDB holds at least the blocks just written in its buffer pool.
-	if mem := got["fathom_echo_duckdb_memory_bytes"]; mem < 256<<10 {
-		t.Errorf("fathom_echo_duckdb_memory_bytes = %d, want the store's buffers (at least 256 KiB)", mem)
+	if mem := got["otelcol_fathom_echo_duckdb_memory_bytes"]; mem < 256<<10 {
+		t.Errorf("otelcol_fathom_echo_duckdb_memory_bytes = %d, want the store's buffers (at least 256 KiB)", mem)
 	}
 	if err := ext.Shutdown(context.Background()); err != nil {
 		t.Fatal(err)

@@ -17,6 +17,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 	"go.uber.org/zap"
 
+	"github.com/fathom-gpu/fathom/extension/echoextension/internal/metadata"
 	"github.com/fathom-gpu/fathom/internal/echoapi"
 	"github.com/fathom-gpu/fathom/internal/echosocket"
 	"github.com/fathom-gpu/fathom/internal/echostore"
@@ -59,7 +60,7 @@ func readTokens(cfg []TokenConfig) ([]echoapi.TokenSpec, error) {
 	return specs, nil
 }
 
-func newAPIServer(ctx context.Context, cfg *Config, st *echostore.Store, set extension.Settings, _ component.Host) (*apiServer, error) {
+func newAPIServer(ctx context.Context, cfg *Config, st *echostore.Store, set extension.Settings, telemetry *metadata.TelemetryBuilder, _ component.Host) (*apiServer, error) {
 	env, err := echotools.NewEnv(st, cfg.SQL.queryLimits(), cfg.SQL.MaxConcurrent, cfg.RatesFile)
 	if err != nil {
 		return nil, err
@@ -80,18 +81,6 @@ func newAPIServer(ctx context.Context, cfg *Config, st *echostore.Store, set ext
 	} else if auth, err = echoapi.NewAuthenticator(nil); err != nil {
 		return nil, err
 	}
-	meter := set.MeterProvider.Meter("github.com/fathom-gpu/fathom/extension/echoextension")
-	dropped, err := meter.Int64Counter("fathom_echo_audit_dropped_entries",
-		metric.WithDescription("Audit log entries that could not be written."), metric.WithUnit("{entry}"))
-	if err != nil {
-		return nil, err
-	}
-	requests, err := meter.Int64Counter("fathom_echo_api_requests",
-		metric.WithDescription("Echo API requests and MCP tool calls by transport and outcome code (ok, unauthenticated, forbidden, rate_limited, ...)."),
-		metric.WithUnit("{request}"))
-	if err != nil {
-		return nil, err
-	}
 	s := &apiServer{}
 	var sink io.Writer = zapWriter{set.Logger.With(zap.String("log", "echo.audit"))}
 	if cfg.Server.AuditLog != "" {
@@ -101,12 +90,12 @@ func newAPIServer(ctx context.Context, cfg *Config, st *echostore.Store, set ext
 		}
 		s.auditFile, sink = f, f
 	}
-	audit := echoapi.NewAuditLog(sink, func() { dropped.Add(context.Background(), 1) }, func(e echoapi.AuditEntry) {
+	audit := echoapi.NewAuditLog(sink, func() { telemetry.FathomEchoAuditDroppedEntries.Add(context.Background(), 1) }, func(e echoapi.AuditEntry) {
 		code := e.Code
 		if code == "" {
 			code = "ok"
 		}
-		requests.Add(context.Background(), 1, metric.WithAttributes(
+		telemetry.FathomEchoAPIRequests.Add(context.Background(), 1, metric.WithAttributes(
 			attribute.String("transport", e.Transport), attribute.String("code", code)))
 	})
 	opts := echoapi.Options{
