@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -106,7 +107,12 @@ func TestRecordRankSignals(t *testing.T) {
 		for i, v := range r {
 			rec[i] = fmt.Sprint(v)
 			if f, ok := v.(float64); ok {
-				rec[i] = fmt.Sprintf("%.10g", f)
+				// Times (µs since the epoch) whole, values to ten significant digits: a
+				// %g of a 16-digit time rounds it to the second.
+				rec[i] = strconv.FormatFloat(f, 'f', -1, 64)
+				if i == len(r)-1 {
+					rec[i] = strconv.FormatFloat(f, 'g', 10, 64)
+				}
 			}
 		}
 		w.Write(rec)
