@@ -435,7 +435,7 @@ func (d *detector) evaluateSignal(c *cohort, sig int, now time.Time, out *evalua
 	}
 	threshold := median + worse*cfg.K*spread
 	windows := d.drawWindowLines(fresh, sig, spread, worse)
-	rule := d.evidenceRule(c, sig)
+	rule := d.evidenceRule(c, sig).floored(spread, signal.MADFloor)
 	c.evaluations[sig]++
 	c.lines[sig] = line{median: median, threshold: threshold, at: now, ok: true, windows: windows}
 	if cfg.windowed(sig) {
@@ -624,6 +624,7 @@ func (d *detector) evaluateAgainst(src pushback.Source, now time.Time) evaluatio
 					// share its sampling's noise, which may be the cohort's loudest.
 					rule = newEvidenceRule(t.Noise, d.cfg.K, d.cfg.MinDuration)
 				}
+				rule = rule.floored(worse*(t.Line-t.Median)/d.cfg.K, signal.MADFloor)
 				judged := 0
 				for _, sm := range s.unjudged {
 					if waitsForLine(t, sm.received, s.waitingSince, now, away) {

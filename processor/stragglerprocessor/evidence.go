@@ -107,6 +107,26 @@ func newEvidenceRule(sigma, line float64, minDuration time.Duration) evidenceRul
 	return evidenceRule{drift: max(evidenceDriftFloor, evidenceDriftNoise*sigma), height: h, line: line, perSecond: h / minDuration.Seconds()}
 }
 
+// evidenceFloorDrift is the least drift, in spreads, where the signal's own MAD floor
+// sets its cohort's spread: its ranks barely run on that signal (a job whose host work
+// sleeps uses a few per cent of a CPU), and a difference of about a floor is noise by
+// the signal's own definition. A healthy rank of such a job ran 7 ms/s more CPU time
+// than its cohort's 45 from its start, one floor of 1.4826 × 5 ms, and its evidence
+// flagged it with the drift at 0.3 (TestARankOnAFailingLinkIsNamedWithTheFabricCause
+// in CI). Where the MAD or the relative floor set the spread the drift is left alone:
+// raised there too, it slowed the 10% slowdown of the 8-rank recording from 5.3 to
+// 28.5 s.
+const evidenceFloorDrift = 1.25
+
+// floored raises the drift to evidenceFloorDrift when the signal's MAD floor (madFloor,
+// in its units) is what set a line's spread (spread).
+func (r evidenceRule) floored(spread, madFloor float64) evidenceRule {
+	if floor := series.MADScale * madFloor; spread > 0 && floor > 0 && floor >= spread*(1-1e-6) {
+		r.drift = max(r.drift, evidenceFloorDrift)
+	}
+	return r
+}
+
 // evidenceVerdict is what a rank's evidence says after a sample.
 type evidenceVerdict struct {
 	// beyond: the total reached the height; held: it is above half of it; pastDrift:
