@@ -435,13 +435,14 @@ func (d *detector) evaluateSignal(c *cohort, sig int, now time.Time, out *evalua
 	}
 	threshold := median + worse*cfg.K*spread
 	windows := d.drawWindowLines(fresh, sig, spread, worse)
-	rule := d.evidenceRule(c, sig).floored(spread, signal.MADFloor)
-	c.evaluations[sig]++
-	c.lines[sig] = line{median: median, threshold: threshold, at: now, ok: true, windows: windows}
+	var noise float64
 	if cfg.windowed(sig) {
 		// Only a signal with windows has evidence, and only its noise is sent.
-		c.lines[sig].noise = c.noise[sig].measured()
+		noise = c.noise[sig].measured()
 	}
+	rule := d.evidenceRule(sig, noise).floored(spread, signal.MADFloor)
+	c.evaluations[sig]++
+	c.lines[sig] = line{median: median, threshold: threshold, at: now, ok: true, windows: windows, noise: noise}
 	warm := c.evaluations[sig] > cfg.Warmup
 	out.groups = append(out.groups, cohortGauge{cohort: c.key, signal: sig, median: median, threshold: threshold, ranks: len(values)})
 
@@ -602,6 +603,16 @@ func (d *detector) evaluateAgainst(src pushback.Source, now time.Time) evaluatio
 			if t.Worse == WorseLower {
 				worse = -1
 			}
+			// The line's spread, and the evidence's rule: by the gateway's noise, from
+			// every rank of the cohort, where it sent one (a node's few ranks share its
+			// sampling's noise, which may be the cohort's loudest), else by this
+			// node's own ranks'.
+			spread := worse * (t.Line - t.Median) / d.cfg.K
+			noise := t.Noise
+			if !(noise > 0) && d.cfg.windowed(sig) {
+				noise = c.noise[sig].measured()
+			}
+			rule := d.evidenceRule(sig, noise).floored(spread, signal.MADFloor)
 			for rank, r := range c.ranks {
 				s := &r.series[sig]
 				if s.latest.received.IsZero() || now.Sub(s.latest.received) > d.cfg.SilentAfter {
@@ -618,13 +629,6 @@ func (d *detector) evaluateAgainst(src pushback.Source, now time.Time) evaluatio
 				if n := len(s.unjudged); n > 0 && !waitsForLine(t, s.unjudged[n-1].received, s.waitingSince, now, away) {
 					wv = s.judgeWindows(windows, worse, d.cfg.K, d.cfg.ResolveWithin, &d.scratch)
 				}
-				rule := d.evidenceRule(c, sig)
-				if t.Noise > 0 && rule.height > 0 {
-					// The gateway's, from every rank of the cohort: a node's few ranks
-					// share its sampling's noise, which may be the cohort's loudest.
-					rule = newEvidenceRule(t.Noise, d.cfg.K, d.cfg.MinDuration)
-				}
-				rule = rule.floored(worse*(t.Line-t.Median)/d.cfg.K, signal.MADFloor)
 				judged := 0
 				for _, sm := range s.unjudged {
 					if waitsForLine(t, sm.received, s.waitingSince, now, away) {
@@ -632,9 +636,10 @@ func (d *detector) evaluateAgainst(src pushback.Source, now time.Time) evaluatio
 					}
 					judged++
 					var evid evidenceVerdict
-					if spread := worse * (t.Line - t.Median) / d.cfg.K; spread > 0 {
-						evid = s.accumulate(worse*(sm.value-t.Median)/spread, sm.span, sm.at, rule, &c.noise[sig])
-						evid.score = worse * (sm.value - t.Median) / spread
+					if spread > 0 {
+						score := worse * (sm.value - t.Median) / spread
+						evid = s.accumulate(score, sm.span, sm.at, rule, &c.noise[sig])
+						evid.score = score
 					}
 					ev := event{cohort: c.key, job: r.job, node: r.node, rank: rank, signal: sig, value: sm.value,
 						median: t.Median, threshold: t.Line, at: now, gauge: sm.gauge, detail: sm.detail}

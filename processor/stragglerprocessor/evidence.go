@@ -73,17 +73,9 @@ func (n *scoreNoise) add(d float64) {
 	n.next = (n.next + 1) % noiseRing
 }
 
-// sigma is the spread of one score, from its differences (a difference of two
-// independent scores has √2 of it); 1 until noiseWarmup of them are in.
-func (n *scoreNoise) sigma() float64 {
-	if m := n.measured(); m > 0 {
-		return m
-	}
-	return 1
-}
-
-// measured is sigma once noiseWarmup differences are in, 0 before (nothing to push
-// back to the nodes).
+// measured is the spread of one score, from its differences (a difference of two
+// independent scores has √2 of it), once noiseWarmup of them are in; 0 before (nothing
+// to push back to the nodes). It sorts the ring: taken once an evaluation.
 func (n *scoreNoise) measured() float64 {
 	if len(n.diffs) < noiseWarmup {
 		return 0
@@ -172,11 +164,15 @@ const (
 	ruleEvidence = "evidence"
 )
 
-// evidenceRule is the rule for signal sig of cohort c now: none for a signal judged by
-// its samples only (windows off, or min_duration 0).
-func (d *detector) evidenceRule(c *cohort, sig int) evidenceRule {
+// evidenceRule is the rule for signal sig with scores whose noise is sigma (0: not
+// measured yet, taken as one spread): none for a signal judged by its samples only
+// (windows off, or min_duration 0).
+func (d *detector) evidenceRule(sig int, sigma float64) evidenceRule {
 	if !d.cfg.windowed(sig) {
 		return evidenceRule{}
 	}
-	return newEvidenceRule(c.noise[sig].sigma(), d.cfg.K, d.cfg.MinDuration)
+	if !(sigma > 0) {
+		sigma = 1
+	}
+	return newEvidenceRule(sigma, d.cfg.K, d.cfg.MinDuration)
 }
