@@ -68,7 +68,11 @@ type DDPOptions struct {
 	// Gate makes StartDDP return once every rank waits at its gate, before any CUDA or
 	// NCCL call; Release starts them all.
 	Gate bool
-	Env  []string
+	// GateAfterInit puts the gate after each rank has made its communicator (and asked
+	// NCCL its rank and size), before the first step: a job already running when its
+	// collector starts.
+	GateAfterInit bool
+	Env           []string
 	// RankEnv is NAME=VALUE set in each rank's environment by the launcher, %r in VALUE
 	// replaced by the rank (as a wrapper script sets a per-rank NCCL_IB_HCA).
 	RankEnv string
@@ -250,6 +254,9 @@ func LaunchDDP(p Paths, o DDPOptions, gateDir string) (*DDPRun, error) {
 		run.gate = gate{waitFile: filepath.Join(gateDir, "go"), ready: filepath.Join(gateDir, "ready")}
 		_ = os.Remove(run.gate.waitFile)
 		args = append(args, run.gate.args()...)
+		if o.GateAfterInit {
+			args = append(args, "--gate-after-init")
+		}
 	}
 	bin := p.DDP
 	if o.HIP {

@@ -21,9 +21,13 @@ type Process struct {
 	ContainerID string
 	PodUID      string
 	Job         string
-	Rank        int
-	LocalRank   int
-	WorldSize   int
+	// Rendezvous is MASTER_ADDR:MASTER_PORT, where the job's ranks met: torchrun and
+	// most launchers set it, and it tells apart two runs of one job name (torchrun's
+	// static rendezvous names every run "none"). Empty when either is unset.
+	Rendezvous string
+	Rank       int
+	LocalRank  int
+	WorldSize  int
 	// IBHCAs is NCCL_IB_HCA: the RDMA ports the rank's traffic may use.
 	IBHCAs HCAs
 	// VisibleDevices is CUDA_VISIBLE_DEVICES: the GPUs its device ordinals name.
@@ -103,6 +107,9 @@ func (p *Process) fillFromEnviron(env []byte) {
 	p.IBHCAs = ParseHCAs(vars["NCCL_IB_HCA"])
 	visible, set := vars["CUDA_VISIBLE_DEVICES"]
 	p.VisibleDevices = ParseVisibleDevices(visible, set)
+	if addr, port := vars["MASTER_ADDR"], vars["MASTER_PORT"]; addr != "" && port != "" {
+		p.Rendezvous = addr + ":" + port
+	}
 	for _, k := range jobVars {
 		if v, ok := vars[k]; ok && v != "" {
 			p.Job = v

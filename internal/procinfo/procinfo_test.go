@@ -33,13 +33,17 @@ func TestParseKubernetesCgroup(t *testing.T) {
 // A real child process with launcher variables: torchrun's names win over SLURM's.
 func TestReadRealProcess(t *testing.T) {
 	cmd := exec.Command("sleep", "5")
-	cmd.Env = append(os.Environ(), "RANK=5", "SLURM_PROCID=9", "SLURM_LOCALID=1", "WORLD_SIZE=8", "TORCHELASTIC_RUN_ID=job-42")
+	cmd.Env = append(os.Environ(), "RANK=5", "SLURM_PROCID=9", "SLURM_LOCALID=1", "WORLD_SIZE=8", "TORCHELASTIC_RUN_ID=job-42",
+		"MASTER_ADDR=10.0.0.7", "MASTER_PORT=29500")
 	p := startAndRead(t, cmd)
 	if p.Executable != "sleep" || p.CommandLine != "sleep 5" {
 		t.Errorf("executable %q command line %q", p.Executable, p.CommandLine)
 	}
 	if p.Rank != 5 || p.LocalRank != 1 || p.WorldSize != 8 || p.Job != "job-42" {
 		t.Errorf("rank %d local %d world %d job %q", p.Rank, p.LocalRank, p.WorldSize, p.Job)
+	}
+	if p.Rendezvous != "10.0.0.7:29500" {
+		t.Errorf("rendezvous %q, want 10.0.0.7:29500", p.Rendezvous)
 	}
 	if p.CgroupPath == "" {
 		t.Errorf("no cgroup v2 path read")

@@ -132,28 +132,29 @@ const (
 	// stored sum and histogram row, which has no column for the point's temporality.
 	MetricTemporality = "fathom.metric.temporality"
 
-	NCCLCommID       = "nccl.comm.id"
-	NCCLRank         = "nccl.rank"
-	NCCLNRanks       = "nccl.nranks"
-	NCCLOp           = "nccl.op"
-	NCCLSeq          = "nccl.seq"
-	NCCLPeer         = "nccl.peer"
-	NCCLCount        = "nccl.count"
-	NCCLBytes        = "nccl.bytes"
-	NCCLDataType     = "nccl.datatype"
-	NCCLReduceOp     = "nccl.reduce_op"
-	NCCLStream       = "nccl.stream"
-	NCCLGroupDepth   = "nccl.group.depth"
-	NCCLResult       = "nccl.result"
-	NCCLEntryTime    = "nccl.entry.time_unix_nano"
-	NCCLReturnTime   = "nccl.return.time_unix_nano"
-	RDMADevice       = "rdma.device"
-	RDMAPort         = "rdma.port"
-	RDMATransport    = "rdma.transport"
-	RDMACounter      = "rdma.counter"
-	NetworkDirection = "network.io.direction"
-	RDMAEventType    = "rdma.async_event.type"
-	RDMAFabricError  = "rdma.async_event.fabric_error"
+	NCCLCommID        = "nccl.comm.id"
+	NCCLCommRecovered = "nccl.comm.recovered"
+	NCCLRank          = "nccl.rank"
+	NCCLNRanks        = "nccl.nranks"
+	NCCLOp            = "nccl.op"
+	NCCLSeq           = "nccl.seq"
+	NCCLPeer          = "nccl.peer"
+	NCCLCount         = "nccl.count"
+	NCCLBytes         = "nccl.bytes"
+	NCCLDataType      = "nccl.datatype"
+	NCCLReduceOp      = "nccl.reduce_op"
+	NCCLStream        = "nccl.stream"
+	NCCLGroupDepth    = "nccl.group.depth"
+	NCCLResult        = "nccl.result"
+	NCCLEntryTime     = "nccl.entry.time_unix_nano"
+	NCCLReturnTime    = "nccl.return.time_unix_nano"
+	RDMADevice        = "rdma.device"
+	RDMAPort          = "rdma.port"
+	RDMATransport     = "rdma.transport"
+	RDMACounter       = "rdma.counter"
+	NetworkDirection  = "network.io.direction"
+	RDMAEventType     = "rdma.async_event.type"
+	RDMAFabricError   = "rdma.async_event.fabric_error"
 )
 
 // GPU state the gpuebpf receiver reads from NVML: per GPU on the node's resource, and
@@ -354,6 +355,7 @@ var Attributes = []Doc{
 	{ReceiverDropCause, "point", "", "why events (or what they carry) were lost: ringbuf_full, entry_missing, traced_set_full, call_stats_full (a call of a process with no kernel statistics slot, sent as a record instead: counted, not lost), call_stats_read, log_rate, nccl_log_rate, cardinality, decode, consumer_refused (records the next component refused), attach_failed (a library that could not be probed), rescan_queue_full (an exec not followed by scans), attach_queue_full (a library mapping left to the scans: attach on first use fell behind), first_load_hold_expired (a process held at its first load of a library file continued at discovery.first_load_hold before its probes were on: its calls until then are not seen), first_load_hold_overflow (a process held past the 4,096 held at once, or while the collector stopped, continued at once), python_queue_full (a new process not looked at for a Python interpreter: its records carry no Python frames), python_stacks (a CPython process whose frames cannot be read: an unsupported or free-threaded version, a stripped interpreter, no memory access; its records carry none), python_frames (a record whose captured frames could not all be read from the process: a code object freed meanwhile), stack_cap (a CUDA call record of a process that already sent 256 distinct stacks whole in the minute: it carries no stack), rdma_sysfs (an unreadable RDMA counter poll), cgroup_unresolved (a process gone from /proc whose cgroup could not be found by id: removed, or no CAP_DAC_READ_SEARCH), program_recursion (runs of a BPF program the kernel skipped because it was already running on that CPU, e.g. a block completion in an interrupt over another: what they would have counted is lost), nvml_read (a reading of the GPUs in which NVML could not read some GPU or field: what it read is kept), rocm_smi_read (the same for ROCm SMI, AMD's), preemptor_processes (a CUDA thread's wait for a CPU behind a process its preemptor name's set of 64 distinct processes had no room for: the wait and its time are counted, host.thread.preemptor.processes stays at 64), preemptor_names (a CUDA thread's wait behind a name its table of an interval's 32 names not yet holding a series had to let go for a new one, the name with the least estimated time (Space-Saving): the wait and its time are counted under other, the name is not), waker_names (a CUDA thread's voluntary wait ended by a waker name its table of an interval's 32 candidates let go, as for preemptor_names: counted under other), waker_threads (a waker thread a waker series' set of 64 distinct threads had no room for: the wait is counted, host.thread.waker.threads stays at 64)"},
 	{MetricTemporality, "stored row", "", "on Echo store rows of sums and histograms: the point's aggregation temporality, cumulative (a total since the series began) or delta (this interval only), written by the duckdb exporter; Echo tools total a window with it"},
 	{NCCLCommID, "point/log", "", "communicator: 16 hex digits of FNV-1a 64 over its 128-byte ncclUniqueId, the same on every rank"},
+	{NCCLCommRecovered, "point/log", "", "true on a communicator whose setup the collector did not see (the job made it before the collector ran): its nccl.comm.id is made from the job (fathom.job.name and the rendezvous address), its size and the shapes of its collectives, the same on every rank, not from the unique id; it carries no nccl.seq (docs/gpuebpf.md, Communicators made before the collector)"},
 	{NCCLRank, "point/log", "", "rank in the communicator (-1: unknown, e.g. after ncclCommSplit)"},
 	{NCCLNRanks, "point/log", "", "ranks in the communicator (-1: unknown)"},
 	{NCCLOp, "point/log", "", "all_reduce, all_gather, reduce_scatter, broadcast, bcast, reduce, send, recv, group_start, group_end, comm_init_rank, comm_init_rank_config, comm_init_all, comm_split, comm_destroy, comm_abort"},

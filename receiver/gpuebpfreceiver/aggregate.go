@@ -427,6 +427,13 @@ type processSeries struct {
 	// processor compares it with). 0 until a call names one.
 	worldComm  uint64
 	worldRanks int32
+	// worldCommRecovered says worldComm was named by commrecovery (unnamedComms).
+	worldCommRecovered bool
+	// unnamedComms are the communicators whose setup was not seen, by comm pointer.
+	unnamedComms map[uint64]*unnamedComm
+	// recoveredCollectives counts its collectives on recovered communicators, whose
+	// records are sampled by it (they have no nccl.seq).
+	recoveredCollectives uint64
 	// hostLead sums, over the process's collectives, the time from its thread's last
 	// return from a device wait to its entry into the collective (seconds).
 	hostLead     float64

@@ -229,7 +229,10 @@ func (a *aggregator) emit(now time.Time, lastEmit pcommon.Timestamp, host hostTo
 		return &metricSet{metrics: sm.Metrics(), start: start, ts: ts, interval: max(start, lastEmit), delta: delta, byName: map[string]pmetric.Metric{}}
 	}
 	gpuOf := gpuOfProcess(host.gpus, a.processes, host.selectedDevices)
+	mono := monotonicNow()
 	for pid, p := range a.processes {
+		last := p.exited && p.exitRead < a.kernel.merged
+		a.settleUnnamedComms(p, mono, last)
 		rm := md.ResourceMetrics().AppendEmpty()
 		fillProcessResource(rm.Resource(), p, hostResource)
 		set := newSet(rm, p.start)
@@ -237,7 +240,7 @@ func (a *aggregator) emit(now time.Time, lastEmit pcommon.Timestamp, host hostTo
 		emitRankGPU(set, gpuOf[pid])
 		emitRankGPUErrors(set, p, gpuOf[pid])
 		emitRankFabric(set, p, host.rdmaPorts)
-		if p.exited && p.exitRead < a.kernel.merged {
+		if last {
 			// Its series end with this export, which carries the last counts the
 			// kernel kept for it (a reading begun after its exit); its slot is freed.
 			delete(a.processes, pid)

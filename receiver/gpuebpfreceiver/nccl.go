@@ -24,6 +24,8 @@ type ncclKey struct {
 	comm         uint64 // communicator hash, 0 for calls without a communicator (groups)
 	rank, nranks int32
 	api          uint32
+	// recovered marks a communicator named by commrecovery, not by its unique id.
+	recovered bool
 }
 
 type ncclSeries struct {
@@ -84,14 +86,20 @@ func (a *aggregator) ncclCall(ev *probes.NCCLCall, frames []pyframes.Frame, trun
 		p.worldComm, p.worldRanks = ev.CommHash, ev.Nranks
 	}
 	k := ncclKey{comm: ev.CommHash, rank: ev.Rank, nranks: ev.Nranks, api: ev.Api}
-	s := p.nccl[k]
+	var s *ncclSeries
+	if ev.CommHash == 0 && ev.Comm != 0 {
+		// A communicator whose setup was not seen: its calls wait for a name.
+		var recovered bool
+		if s, k, recovered = a.unnamedCommCall(p, ev); recovered {
+			named := *ev
+			named.CommHash, named.Rank, named.Nranks = k.comm, k.rank, k.nranks
+			ev = &named
+		}
+	}
 	if s == nil {
-		if len(p.nccl) >= maxNCCLSeriesPerProcess {
-			a.drops.add("cardinality", 1)
+		if s = a.ncclSeriesOf(p, k); s == nil {
 			return
 		}
-		s = &ncclSeries{}
-		p.nccl[k] = s
 	}
 	if isCollective[ev.Api] && ev.HostLeadNs > 0 {
 		p.hostLead += float64(ev.HostLeadNs) / 1e9
@@ -105,7 +113,22 @@ func (a *aggregator) ncclCall(ev *probes.NCCLCall, frames []pyframes.Frame, trun
 		s.errors++
 	}
 	native := a.nativeOf(ev.Hdr.Pid, ev.NativeFrames, ev.Native[:])
-	a.logs.ncclCall(p, ev, seconds, callStack{python: frames, truncated: truncated, native: native})
+	a.logs.ncclCall(p, ev, k.recovered, seconds, callStack{python: frames, truncated: truncated, native: native})
+}
+
+// ncclSeriesOf returns the process's series k, creating it within the process's cap
+// (nil past it, counted).
+func (a *aggregator) ncclSeriesOf(p *processSeries, k ncclKey) *ncclSeries {
+	s := p.nccl[k]
+	if s == nil {
+		if len(p.nccl) >= maxNCCLSeriesPerProcess {
+			a.drops.add("cardinality", 1)
+			return nil
+		}
+		s = &ncclSeries{}
+		p.nccl[k] = s
+	}
+	return s
 }
 
 func (a *aggregator) RDMAAsync(ev *probes.RDMAAsyncEvent) {
@@ -140,6 +163,9 @@ func putNCCLSeries(attrs pcommon.Map, k ncclKey) pcommon.Map {
 	attrs.PutStr(semconv.NCCLOp, ncclOps[k.api])
 	if k.comm != 0 {
 		attrs.PutStr(semconv.NCCLCommID, commID(k.comm))
+		if k.recovered {
+			attrs.PutBool(semconv.NCCLCommRecovered, true)
+		}
 	}
 	if k.rank >= 0 {
 		attrs.PutInt(semconv.NCCLRank, int64(k.rank))
@@ -224,7 +250,11 @@ func isCommLifecycle(api uint32) bool {
 // ncclCall logs one NCCL call. Under the notable policy the collectives kept are those
 // whose sequence number is a multiple of sample_every: every rank keeps the same
 // instances, so the gateway can match each kept instance across all of its ranks.
-func (s *logSink) ncclCall(p *processSeries, ev *probes.NCCLCall, seconds float64, stack callStack) {
+//
+// A recovered communicator's calls have no sequence number its ranks agree on: a
+// process's collectives on it are kept one in sample_every by its own count, so the
+// store has its records, which the gateway does not match across ranks.
+func (s *logSink) ncclCall(p *processSeries, ev *probes.NCCLCall, recovered bool, seconds float64, stack callStack) {
 	collective := probes.IsCollective(ev.Api) || ev.Api == probes.NCCLSend || ev.Api == probes.NCCLRecv
 	reason := ""
 	switch {
@@ -234,6 +264,10 @@ func (s *logSink) ncclCall(p *processSeries, ev *probes.NCCLCall, seconds float6
 		reason = "communicator"
 	case collective && ev.HasSeq != 0 && ev.Seq%s.ncclSampleEvery == 0:
 		reason = "sampled"
+	case collective && recovered:
+		if p.recoveredCollectives++; (p.recoveredCollectives-1)%s.ncclSampleEvery == 0 {
+			reason = "sampled"
+		}
 	}
 	if s.policy == LogsNone || (s.policy == LogsNotable && reason == "") {
 		return
@@ -254,7 +288,7 @@ func (s *logSink) ncclCall(p *processSeries, ev *probes.NCCLCall, seconds float6
 	attrs := lr.Attributes()
 	attrs.PutStr(semconv.EventName, name)
 	lr.SetEventName(name)
-	putNCCLSeries(attrs, ncclKey{comm: ev.CommHash, rank: ev.Rank, nranks: ev.Nranks, api: ev.Api})
+	putNCCLSeries(attrs, ncclKey{comm: ev.CommHash, rank: ev.Rank, nranks: ev.Nranks, api: ev.Api, recovered: recovered})
 	if ev.HasSeq != 0 {
 		attrs.PutInt(semconv.NCCLSeq, int64(ev.Seq))
 	}

@@ -57,7 +57,7 @@ static struct {
 	double kernel_us, host_compute_us, slow_us;
 	long slow_rank, slow_ms, slow_from_step, slow_threads, host_compute_sleep;
 	const char *slow_mode, *slow_while_file, *threads;
-	long ring_bytes, ib, no_nccl, wait_timeout_ms;
+	long ring_bytes, ib, no_nccl, wait_timeout_ms, gate_after_init;
 	const char *wait_file, *ready_file, *rank_env;
 	long help;
 } opt = {
@@ -108,6 +108,9 @@ static const struct flag flags[] = {
 	 "(a wrapper's per-rank NCCL_IB_HCA==mlx5_%r:1)"},
 	{"wait-file", OPT_STRING, &opt.wait_file, "start gate: each rank waits for this path before any CUDA/NCCL call"},
 	{"ready-file", OPT_STRING, &opt.ready_file, "each rank writes PATH.RANK ({\"pid\":..,\"tid\":..}) at the gate"},
+	{"gate-after-init", OPT_FLAG, &opt.gate_after_init,
+	 "the start gate comes after the communicator is made and queried, before the first step: "
+	 "a job already running when its collector starts"},
 	{"wait-timeout-ms", OPT_LONG, &opt.wait_timeout_ms, "give up on the gate after this long (exit status 3)"},
 	{"help", OPT_FLAG, &opt.help, "print this help"},
 };
@@ -203,6 +206,10 @@ static int spawn_ranks(int argc, char **argv)
 			snprintf(v, sizeof(v), "%d", n);
 			setenv("WORLD_SIZE", v, 1);
 			setenv("FAKENCCL_UNIQUE_ID", hex, 1);
+			/* Where the ranks met, as torchrun says it: one port per launch. */
+			setenv("MASTER_ADDR", "127.0.0.1", 1);
+			snprintf(v, sizeof(v), "%d", 20000 + (int)(getppid() % 40000));
+			setenv("MASTER_PORT", v, 1);
 			if (opt.rank_env)
 				set_rank_env(opt.rank_env, r);
 			execv(self, child_argv);
@@ -548,7 +555,8 @@ static int run_rank(void)
 		die(2, "rank %d: FAKENCCL_UNIQUE_ID must hold the launcher's unique id (use --spawn)", rank);
 	}
 
-	gate();
+	if (!opt.gate_after_init)
+		gate();
 	uint64_t start = now_ns();
 	int slow = rank == opt.slow_rank && opt.slow_us > 0;
 	size_t count = (size_t)opt.bucket_bytes / sizeof(float), bucket = count * sizeof(float);
@@ -623,6 +631,8 @@ static int run_rank(void)
 		if (comm_size != world || comm_rank != rank)
 			die(1, "rank %d: communicator says rank %d of %d", rank, comm_rank, comm_size);
 	}
+	if (opt.gate_after_init)
+		gate();
 
 	long steps = opt.steps;
 	uint64_t *times = calloc((size_t)steps * 5, sizeof(uint64_t));
