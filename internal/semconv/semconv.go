@@ -286,7 +286,7 @@ var Attributes = []Doc{
 	{WorldSize, "resource", "", "number of ranks (WORLD_SIZE, SLURM_NTASKS, OMPI_COMM_WORLD_SIZE)"},
 	{CgroupPath, "resource", "", "cgroup v2 path of the process"},
 	{Synthetic, "resource", "", "true on everything the receiver's synthetic mode made up"},
-	{Cohort, "resource", "", "group of ranks compared with each other (a job's communicator, or a set the operator names)"},
+	{Cohort, "resource", "", "group of ranks compared with each other: nccl:<nccl.comm.id> (a job's communicator), nccl-recovered:<id> (one the node named from its calls, nccl.comm.recovered), or a set the operator names"},
 	{GPUModel, "resource", "", "GPU model, e.g. H100-SXM; prices straggler time in the Echo store's get_cost"},
 	{GPUVendor, "resource", "", "whose GPU runtime the process calls: `nvidia` (CUDA runtime or driver API) or `amd` (HIP); `cuda.*` names and metrics cover both, with HIP's function names in cuda.api.name"},
 	{CloudProvider, "resource", "", "cloud provider (OTel name); prices straggler time with fathom.gpu.model"},

@@ -92,7 +92,7 @@ func TestStragglerDetectionReport(t *testing.T) {
 	}
 }
 
-const matrixTableHead = "| dimension | value | found | p50 onset to flag | p95 | false flags | gateway CPU |\n|---|---|---|---|---|---|---|\n"
+const matrixTableHead = "| dimension | value | node found | p50 onset to flag | p95 | gateway found | p50 | p95 | false flags | gateway CPU |\n|---|---|---|---|---|---|---|---|---|---|\n"
 
 // TestStragglerDetectionMatrix runs the detection matrix (matrix_test.go): every row,
 // FATHOM_BENCH_TRIALS trials (default 20) with healthy windows of

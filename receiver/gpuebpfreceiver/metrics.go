@@ -77,7 +77,7 @@ func fillProcessResource(r pcommon.Resource, p *processSeries, host func(pcommon
 	putIfSet(a, semconv.JobName, info.Job)
 	putIfSet(a, semconv.GPUVendor, p.gpuVendor())
 	if p.worldComm != 0 {
-		a.PutStr(semconv.Cohort, commCohort(p.worldComm))
+		a.PutStr(semconv.Cohort, commCohort(p.worldComm, p.worldCommRecovered))
 	}
 	putIntIfKnown(a, semconv.Rank, info.Rank)
 	putIntIfKnown(a, semconv.LocalRank, info.LocalRank)

@@ -64,8 +64,16 @@ var isCollective = func() (c [probes.NCCLAPICount]bool) {
 // commID is the nccl.comm.id value: the communicator hash in hex, the same on all ranks.
 func commID(hash uint64) string { return fmt.Sprintf("%016x", hash) }
 
-// commCohort is the fathom.cohort of a process whose world communicator is hash.
-func commCohort(hash uint64) string { return "nccl:" + commID(hash) }
+// commCohort is the fathom.cohort of a process whose world communicator is hash:
+// nccl:<id>, or nccl-recovered:<id> when the communicator was named by commrecovery
+// (the straggler processor lets a communicator named by its unique id win over it, for
+// the ranks of one job whose nodes saw its setup and those that did not).
+func commCohort(hash uint64, recovered bool) string {
+	if recovered {
+		return "nccl-recovered:" + commID(hash)
+	}
+	return "nccl:" + commID(hash)
+}
 
 // NCCLCall takes an NCCL call; every call is a record from the kernel.
 func (a *aggregator) NCCLCall(ev *probes.NCCLCall) { a.ncclCall(ev, nil, false) }
@@ -82,8 +90,9 @@ func (a *aggregator) ncclCall(ev *probes.NCCLCall, frames []pyframes.Frame, trun
 		a.drops.add("decode", 1)
 		return
 	}
-	if ev.CommHash != 0 && ev.Nranks > p.worldRanks {
-		p.worldComm, p.worldRanks = ev.CommHash, ev.Nranks
+	if ev.CommHash != 0 && (ev.Nranks > p.worldRanks || (p.worldCommRecovered && ev.Nranks == p.worldRanks)) {
+		// A communicator named by its unique id wins over a recovered one of its size.
+		p.worldComm, p.worldRanks, p.worldCommRecovered = ev.CommHash, ev.Nranks, false
 	}
 	k := ncclKey{comm: ev.CommHash, rank: ev.Rank, nranks: ev.Nranks, api: ev.Api}
 	var s *ncclSeries

@@ -82,8 +82,8 @@ func TestAJobStartedBeforeItsCollectorGetsOneCommunicator(t *testing.T) {
 				t.Errorf("rank %d: series %s, want %s", r.Rank, k, want)
 			}
 		}
-		if c, _ := v.resource.Get(semconv.Cohort); c.Str() != "nccl:"+comm {
-			t.Errorf("rank %d: cohort %q, want nccl:%s", r.Rank, c.Str(), comm)
+		if c, _ := v.resource.Get(semconv.Cohort); c.Str() != "nccl-recovered:"+comm {
+			t.Errorf("rank %d: cohort %q, want nccl-recovered:%s", r.Rank, c.Str(), comm)
 		}
 		for k := range v.series {
 			if strings.HasPrefix(k, semconv.MetricNCCLCalls+"{") && strings.Contains(k, "all_reduce") && !strings.Contains(k, semconv.NCCLCommRecovered) {

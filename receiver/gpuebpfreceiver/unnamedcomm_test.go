@@ -116,6 +116,18 @@ func TestCallsOnACommunicatorMadeBeforeTheCollectorCountOnOneName(t *testing.T) 
 	if named == 0 {
 		t.Errorf("no record of the recovered communicator was kept")
 	}
+	// The cohort says it was recovered; a communicator of the job's size named by its
+	// unique id (made after the collector began) takes its place.
+	p := j.agg.processes[uint32(syntheticPIDBase)]
+	if got := commCohort(p.worldComm, p.worldCommRecovered); got != "nccl-recovered:"+commID(comm) {
+		t.Errorf("cohort %s, want nccl-recovered:%s", got, commID(comm))
+	}
+	var ev probes.NCCLCall
+	ev.Hdr.Pid, ev.Api, ev.CommHash, ev.Comm, ev.Rank, ev.Nranks = uint32(syntheticPIDBase), probes.NCCLAllReduce, 0xfeed, 0x9000, 0, 4
+	j.agg.NCCLCall(&ev)
+	if got := commCohort(p.worldComm, p.worldCommRecovered); got != "nccl:000000000000feed" {
+		t.Errorf("cohort %s after a call on a communicator named by its unique id, want nccl:000000000000feed", got)
+	}
 }
 
 // A shape the named set did not hold (a long step's late bucket) renames the
