@@ -10,6 +10,7 @@ import (
 
 	"github.com/fathom-gpu/fathom/internal/echoschema"
 	"github.com/fathom-gpu/fathom/internal/echostore"
+	"github.com/fathom-gpu/fathom/internal/echostore/echostoretest"
 )
 
 // fuzzEnv is a small real store with a gauge series over two nodes, CUDA call logs and
@@ -26,12 +27,12 @@ func fuzzEnv(tb testing.TB) *Env {
 		r := echoschema.NewRow()
 		r.Time = t0.Add(time.Duration(i) * time.Second)
 		r.Kind, r.Name, r.Unit, r.Value = echoschema.KindGauge, "nccl.allreduce.duration", "ms", float64(10+i%2*15)
-		r.Cluster, r.Node, r.Rank, r.WorldSize = "c1", nodeName(i%2), int32(i%2), 2
+		r.Cluster, r.Node, r.Rank, r.WorldSize = "c1", echostoretest.Node(i%2), int32(i%2), 2
 		rows = append(rows, r)
 		l := echoschema.NewRow()
 		l.Time = r.Time
 		l.Kind, l.Name, l.API, l.Value, l.Unit = echoschema.KindLog, "cuda.api.call", "cudaMemcpy", float64(i), "us"
-		l.Cluster, l.Node, l.PID, l.Process = "c1", nodeName(i%2), 100, "train.py"
+		l.Cluster, l.Node, l.PID, l.Process = "c1", echostoretest.Node(i%2), 100, "train.py"
 		rows = append(rows, l)
 	}
 	c := echoschema.NewRow()

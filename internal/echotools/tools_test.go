@@ -13,72 +13,18 @@ import (
 
 	"github.com/fathom-gpu/fathom/internal/echoschema"
 	"github.com/fathom-gpu/fathom/internal/echostore"
+	"github.com/fathom-gpu/fathom/internal/echostore/echostoretest"
 	"github.com/fathom-gpu/fathom/internal/semconv"
 )
 
 var t0 = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 
-// plantedStore: 8 nodes of cluster c1 report nccl.allreduce.duration; gpu-5 is 2.5x
-// slower than its peers, gpu-2 a little slow but within the threshold.
+// plantedStore is the tools over echostoretest's planted store (8 nodes of cluster c1,
+// gpu-5 2.5x slower than its peers), priced at $4 per H100 hour on aws, half an hour
+// after the rows began.
 func plantedStore(t *testing.T) *Env {
 	t.Helper()
-	st, err := echostore.Open(context.Background(), echostore.Options{Path: filepath.Join(t.TempDir(), "echo.duckdb"), Threads: 2})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
-	nodeValue := []float64{9.6, 9.8, 11, 10.0, 10.2, 25, 10.4, 10.0}
-	var rows []echoschema.Row
-	for n, v := range nodeValue {
-		for i := range 100 {
-			r := echoschema.NewRow()
-			r.Time = t0.Add(time.Duration(i) * time.Second)
-			r.Kind, r.Name, r.Unit, r.Value = echoschema.KindGauge, "nccl.allreduce.duration", "ms", v
-			r.Cluster, r.Node, r.Rank, r.WorldSize = "c1", nodeName(n), int32(n), 8
-			r.Attributes = `{"cloud.provider":"aws","fathom.gpu.model":"H100"}`
-			rows = append(rows, r)
-		}
-	}
-	for i := 1; i <= 100; i++ {
-		r := echoschema.NewRow()
-		r.Time = t0.Add(time.Duration(i) * time.Millisecond)
-		r.Kind, r.Name, r.API, r.Value, r.Unit = echoschema.KindLog, "cuda.api.call", "cudaMemcpy", float64(i), "us"
-		r.Cluster, r.Node = "c1", "gpu-0"
-		rows = append(rows, r)
-	}
-	// Python stacks of gpu-1's rank 1: 60 syncs from forward() taking 1..60 ms, and 40
-	// from the loop's sync taking 100 ms each (by time the loop's comes first, by count
-	// forward's); one call without a stack, not counted.
-	forward := stackRow{"a1b2c3d4e5f60001", "Net.forward", "/job/train.py", 33, "Net.forward (/job/train.py:33) < main (/job/train.py:54)"}
-	loop := stackRow{"a1b2c3d4e5f60002", "main", "/job/train.py", 59, "main (/job/train.py:59)"}
-	for i := 1; i <= 100; i++ {
-		r := echoschema.NewRow()
-		r.Time = t0.Add(time.Duration(i) * 10 * time.Millisecond)
-		r.Kind, r.Name, r.API = echoschema.KindLog, "cuda.api.call", "cudaStreamSynchronize"
-		r.Cluster, r.Node, r.Rank, r.PID, r.Process = "c1", "gpu-1", 1, 4242, "python3.11"
-		if i <= 60 {
-			r.Attributes = forward.attributes(float64(i) / 1000)
-		} else {
-			r.Attributes = loop.attributes(0.1)
-		}
-		rows = append(rows, r)
-	}
-	unstacked := echoschema.NewRow()
-	unstacked.Time, unstacked.Kind, unstacked.Name, unstacked.API = t0, echoschema.KindLog, "cuda.api.call", "cudaStreamSynchronize"
-	unstacked.Cluster, unstacked.Node, unstacked.Rank, unstacked.PID = "c1", "gpu-1", 1, 4242
-	unstacked.Attributes = `{"fathom.duration_s":5}`
-	rows = append(rows, unstacked)
-	for i, cause := range []string{"run_queue_wait", "page_fault", "run_queue_wait"} {
-		r := echoschema.NewRow()
-		r.Time = t0.Add(time.Duration(i) * time.Minute)
-		r.Kind, r.Name, r.Cluster, r.Node, r.Rank = echoschema.KindLog, echoschema.EventCausalChain, "c1", "gpu-5", 5
-		r.SeverityNumber, r.Severity = 17, "ERROR"
-		r.Attributes = `{"fathom.chain.root_cause":"` + cause + `","fathom.chain.severity":"high","fathom.chain.fix":"pin the data loader","extra":1}`
-		rows = append(rows, r)
-	}
-	if err := st.Append(context.Background(), rows); err != nil {
-		t.Fatal(err)
-	}
+	st := echostoretest.Planted(t, t0)
 	ratesPath := filepath.Join(t.TempDir(), "rates.yaml")
 	if err := os.WriteFile(ratesPath, []byte("rates:\n  - {provider: aws, gpu_model: H100, usd_per_gpu_hour: 4}\n"), 0o600); err != nil {
 		t.Fatal(err)
@@ -94,23 +40,6 @@ func plantedStore(t *testing.T) *Env {
 		Rates:     rates,
 		Now:       func() time.Time { return t0.Add(30 * time.Minute) },
 	}
-}
-
-func nodeName(i int) string { return "gpu-" + string(rune('0'+i)) }
-
-// stackRow is a Python stack as a CUDA call record carries it.
-type stackRow struct {
-	id, function, file string
-	line               int
-	frames             string
-}
-
-func (s stackRow) attributes(seconds float64) string {
-	b, _ := json.Marshal(map[string]any{
-		semconv.StackID: s.id, semconv.CodeFunction: s.function, semconv.CodeFilepath: s.file,
-		semconv.CodeLineno: s.line, semconv.PythonStack: s.frames, semconv.DurationSeconds: seconds,
-	})
-	return string(b)
 }
 
 // get_stacks ranks the planted stacks by time and by count, with each stack's calls,
