@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"runtime/debug"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -58,7 +59,7 @@ func NewMCPServer(reg *echotools.Registry, version string, authorize Authorize, 
 			entry.Principal = principal
 			var result any
 			if err == nil {
-				result, err = tool.Call(ctx, req.Params.Arguments)
+				result, err = runTool(func() (any, error) { return tool.Call(ctx, req.Params.Arguments) })
 			}
 			if err != nil {
 				entry.Status, entry.Code = classify(err)
@@ -103,6 +104,20 @@ func NewMCPServer(reg *echotools.Registry, version string, authorize Authorize, 
 			return &mcp.ReadResourceResult{Contents: []*mcp.ResourceContents{{URI: SchemaURI, MIMEType: "text/plain", Text: echostore.SchemaDDL() + columnNotes}}}, nil
 		})
 	return srv
+}
+
+// runTool runs one tool call so that a panic in it is that call's internal error. The
+// MCP SDK runs tool handlers on goroutines of its own that do not recover, so a tool
+// that panicked (a store closed under it, a nil the tool did not expect) ended the whole
+// collector or `fathom mcp`; over HTTP, net/http dropped the connection with no answer
+// and no audit line.
+func runTool(call func() (any, error)) (result any, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("the tool panicked: %v\n%s", p, debug.Stack())
+		}
+	}()
+	return call()
 }
 
 func toolError(err error) *mcp.CallToolResult {

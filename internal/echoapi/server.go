@@ -269,7 +269,7 @@ func (h *Handler) callTool(w http.ResponseWriter, r *http.Request) {
 		fail(w, err)
 		return
 	}
-	res, err := h.opts.Registry.Call(r.Context(), r.PathValue("name"), body)
+	res, err := runTool(func() (any, error) { return h.opts.Registry.Call(r.Context(), r.PathValue("name"), body) })
 	if err != nil {
 		fail(w, err)
 		return
@@ -284,7 +284,7 @@ func (h *Handler) sql(w http.ResponseWriter, r *http.Request) {
 		fail(w, err)
 		return
 	}
-	res, err := h.opts.Registry.Call(r.Context(), "run_analysis", body)
+	res, err := runTool(func() (any, error) { return h.opts.Registry.Call(r.Context(), "run_analysis", body) })
 	if err != nil {
 		fail(w, err)
 		return
