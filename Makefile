@@ -185,6 +185,10 @@ lint:
 # (docs/causalchain.md), written to build/causalchain-bench.md.
 BENCH_TRIALS ?= 20
 BENCH_SLOWDOWNS ?= 20,10,5
+# The cohort-size rows of the matrix (processor/stragglerprocessor/cohort_bench_test.go):
+# cohorts of 3 to 64 ranks made from the recorded jobs, replayed, written to
+# build/straggler-cohorts.md; no root, about 3 minutes. COHORT_SIZES picks the sizes.
+COHORT_SIZES ?= 3,4,8,16,32,64
 # The detection matrix (processor/stragglerprocessor/matrix_test.go), written to
 # build/straggler-matrix.md: 13 rows of 20 trials with 30 s healthy windows, about 15
 # minutes a row. BENCH_MATRIX_ROWS="base,step=" runs only the rows whose names hold one.
@@ -193,6 +197,9 @@ bench: build vendor-libs
 	$(GO) test -p 1 -run '^$$' -bench . -benchmem ./...
 	FATHOM_CHAIN_REPORT=$(abspath $(BUILD_DIR))/causalchain-bench.md FATHOM_BIN=$(abspath $(BIN)) \
 	  $(GO) test -count=1 -v -run '^TestScenariosYieldTheirRootCauseOverMCP$$' ./processor/causalchainprocessor
+	FATHOM_BENCH_TRIALS=$(BENCH_TRIALS) FATHOM_BENCH_SLOWDOWNS=$(BENCH_SLOWDOWNS) FATHOM_COHORT_SIZES=$(COHORT_SIZES) \
+	  FATHOM_COHORT_REPORT=$(abspath $(BUILD_DIR))/straggler-cohorts.md \
+	  $(GO) test -tags duckdb_arrow,bench -count=1 -v -run '^TestStragglerCohortMatrix$$' -timeout 0 ./processor/stragglerprocessor
 	FATHOM_BENCH_TRIALS=$(BENCH_TRIALS) FATHOM_BENCH_SLOWDOWNS=$(BENCH_SLOWDOWNS) FATHOM_BIN=$(abspath $(BIN)) \
 	  $(GO) test -tags duckdb_arrow,bench -count=1 -v -run '^TestStragglerDetectionReport$$' -timeout 0 ./processor/stragglerprocessor
 	FATHOM_BENCH_THREADS=pytorch FATHOM_BENCH_TRIALS=$(BENCH_TRIALS) FATHOM_BENCH_SLOWDOWNS=$(BENCH_SLOWDOWNS) FATHOM_BIN=$(abspath $(BIN)) \
