@@ -2,6 +2,7 @@ package stragglerprocessor
 
 import (
 	"cmp"
+	"maps"
 	"math"
 	"slices"
 	"time"
@@ -101,8 +102,13 @@ type rankState struct {
 }
 
 type cohort struct {
-	key         cohortKey
-	ranks       map[int64]*rankState
+	key   cohortKey
+	ranks map[int64]*rankState
+	// order is ranks' keys in ascending order, nil when membership changed since it
+	// was made: the loops that feed the noise ring go in it, so which differences the
+	// ring keeps, and so every verdict, does not depend on map order (a replay gives
+	// the same answer twice).
+	order       []int64
 	evaluations []int // per signal: evaluations with a quorum, for the warm-up
 	lastSeen    time.Time
 	// lines are each signal's last median and line (gateway), pushed back to nodes.
@@ -114,6 +120,14 @@ type cohort struct {
 	// evaluation (node), so that losing it is said once; heldAt is when it last was.
 	pushed []bool
 	heldAt []time.Time
+}
+
+// rankOrder returns the cohort's ranks in ascending order.
+func (c *cohort) rankOrder() []int64 {
+	if c.order == nil {
+		c.order = slices.Sorted(maps.Keys(c.ranks))
+	}
+	return c.order
 }
 
 type line struct {
@@ -248,6 +262,7 @@ func (d *detector) observe(p point, now time.Time) {
 		}
 		r = &rankState{series: make([]signalSeries, len(d.cfg.Signals))}
 		c.ranks[p.rank] = r
+		c.order = nil
 	}
 	r.node, r.job, r.lastSeen = p.node, p.job, now
 	s := &r.series[p.signal]
@@ -381,6 +396,7 @@ func (d *detector) live(now time.Time) []*cohort {
 		for rank, r := range c.ranks {
 			if now.Sub(r.lastSeen) > d.cfg.ForgetAfter {
 				delete(c.ranks, rank)
+				c.order = nil
 				d.drops["forgotten"]++
 			}
 		}
@@ -450,7 +466,8 @@ func (d *detector) evaluateSignal(c *cohort, sig int, now time.Time, out *evalua
 	// went quiet: a job that ended leaves every rank quiet at once.
 	var kept time.Time
 	keptKnown := false
-	for rank, r := range c.ranks {
+	for _, rank := range c.rankOrder() {
+		r := c.ranks[rank]
 		s := &r.series[sig]
 		if s.latest.received.IsZero() {
 			continue
@@ -613,7 +630,8 @@ func (d *detector) evaluateAgainst(src pushback.Source, now time.Time) evaluatio
 				noise = c.noise[sig].measured()
 			}
 			rule := d.evidenceRule(sig, noise).floored(spread, signal.MADFloor)
-			for rank, r := range c.ranks {
+			for _, rank := range c.rankOrder() {
+				r := c.ranks[rank]
 				s := &r.series[sig]
 				if s.latest.received.IsZero() || now.Sub(s.latest.received) > d.cfg.SilentAfter {
 					continue
