@@ -2,6 +2,7 @@ package stragglerprocessor
 
 import (
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"slices"
 	"testing"
@@ -231,5 +232,25 @@ func TestWindowsCoverTheirLengthAndStartAnewWithTheProcess(t *testing.T) {
 	}
 	if len(s.history) != 48 || drops["window_cap"] != 0 {
 		t.Errorf("history of %d samples (%d dropped), want the 12 s of the longest window", len(s.history), drops["window_cap"])
+	}
+}
+
+// The window lines' k is k up to windowKRanks ranks, then grows so that one of n
+// healthy ranks crosses by chance as often as one of windowKRanks does at k.
+func TestWindowLinesMoveOutInLargeCohorts(t *testing.T) {
+	tail := func(z float64) float64 { return 0.5 * math.Erfc(z/math.Sqrt2) }
+	for _, c := range []struct {
+		n    int
+		want float64
+	}{{3, 3}, {8, 3}, {16, 3.205}, {64, 3.585}, {16384, 4.837}} {
+		got := windowK(3, c.n)
+		if math.Abs(got-c.want) > 0.001 {
+			t.Errorf("windowK(3, %d) = %.4f, want %.3f", c.n, got, c.want)
+		}
+		if c.n > windowKRanks {
+			if family, ref := float64(c.n)*tail(got), windowKRanks*tail(3); math.Abs(family-ref) > 1e-9 {
+				t.Errorf("%d ranks: chance that one crosses %.6f, want %.6f", c.n, family, ref)
+			}
+		}
 	}
 }
