@@ -350,3 +350,61 @@ func TestRankSamplesCarryOnlyTheRankSignalsOfRanks(t *testing.T) {
 		t.Errorf("launches in the collection %d (present %v), want 15", got, ok)
 	}
 }
+
+// A rank of an NCCL job samples once at least minCollectivesPerSample collectives are
+// in since its last point (a sample or a collection): with steps longer than a sample,
+// a sample would hold part of a step. A process with no collectives samples every time.
+func TestARankWhoseStepIsLongerThanASampleSamplesWholeSteps(t *testing.T) {
+	const rankPID, replicaPID = 4747, 4848
+	cfg := createDefaultConfig()
+	cfg.Discovery.ProcRoot = t.TempDir()
+	a := newTestAggregator(cfg, false)
+	sync := func(pid uint32) {
+		ev := probes.CUDACall{Api: apiID("cudaStreamSynchronize"), DurationNs: 1e6, MemcpyKind: uint8(probes.MemcpyNone)}
+		ev.Hdr.Pid, ev.Hdr.Tid = pid, pid
+		a.CUDACall(&ev)
+	}
+	allReduce := func() {
+		ev := probes.NCCLCall{Api: probes.NCCLAllReduce, CommHash: 0xc0ffee, Rank: 0, Nranks: 2, Peer: -1, DurationNs: 1000}
+		ev.Hdr.Pid = rankPID
+		a.NCCLCall(&ev)
+	}
+	sync(rankPID)
+	sync(replicaPID)
+	a.process(rankPID).info.Rank = 0
+	a.process(replicaPID).info.Rank = 1
+	sampled := func() (pids []int64) {
+		md := a.emitRankSamples(time.Now(), hostIdentity("", false))
+		for i := range md.ResourceMetrics().Len() {
+			pid, _ := md.ResourceMetrics().At(i).Resource().Attributes().Get(semconv.ProcessPID)
+			pids = append(pids, pid.Int())
+		}
+		slices.Sort(pids)
+		return pids
+	}
+	// Each tick of the sampler, after the collectives its step made by then.
+	for i, c := range []struct {
+		collectives int
+		want        []int64
+	}{
+		{0, []int64{rankPID, replicaPID}}, // no collective yet: sampled as any process
+		{1, []int64{replicaPID}},          // one: mid-step
+		{0, []int64{replicaPID}},
+		{1, []int64{rankPID, replicaPID}}, // two since its last point
+		{3, []int64{rankPID, replicaPID}}, // short steps: every tick
+		{1, []int64{replicaPID}},
+	} {
+		for range c.collectives {
+			allReduce()
+		}
+		if got := sampled(); !slices.Equal(got, c.want) {
+			t.Errorf("tick %d, %d collectives: sampled %v, want %v", i, c.collectives, got, c.want)
+		}
+	}
+	// A collection is a point too: the count starts again after it.
+	a.emitProcess(&metricSet{metrics: pmetric.NewMetricSlice(), byName: map[string]pmetric.Metric{}}, a.process(rankPID), nil)
+	allReduce()
+	if got := sampled(); !slices.Equal(got, []int64{replicaPID}) {
+		t.Errorf("one collective after a collection: sampled %v, want the replica alone", got)
+	}
+}
