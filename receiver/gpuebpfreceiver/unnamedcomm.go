@@ -95,7 +95,7 @@ func (a *aggregator) nameComm(p *processSeries, c *unnamedComm) {
 		rank, nranks = int32(p.info.Rank), int32(p.info.WorldSize)
 	}
 	job := p.info.Job + "@" + p.info.Rendezvous
-	c.name = ncclKey{comm: c.seen.ID(job, nranks), rank: rank, nranks: nranks, recovered: true}
+	c.name = ncclKey{comm: c.seen.ID(job), rank: rank, nranks: nranks, recovered: true}
 	c.named = true
 	if nranks > 0 && (p.worldComm == 0 || p.worldCommRecovered) {
 		p.worldComm, p.worldRanks, p.worldCommRecovered = c.name.comm, nranks, true

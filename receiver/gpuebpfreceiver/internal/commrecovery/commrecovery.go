@@ -9,7 +9,7 @@
 // all-reduce needs the same count, type and operation on every rank, so a training
 // step's buckets give all of them the same set of call shapes. Each rank's collector
 // waits until that set has stopped growing, then names the communicator by its job and
-// size and the set, with no private NCCL layout read.
+// the set, with no private NCCL layout read.
 //
 // Why a set and not the sequence: the collectors of a job start at different moments,
 // so each rank sees the sequence from a different call; the set of shapes of whole
@@ -109,10 +109,12 @@ func (c *Communicator) Hopeless(r Rule, since, now int64) bool {
 	return c.overflow || now-since >= r.GiveUpNS
 }
 
-// ID names the communicator: FNV-1a 64 over the job, its size and its sorted shapes.
-// Every rank computes the same one from what it saw alone. job is what tells the
-// job's runs apart (its name and rendezvous address); nranks is -1 when unknown.
-func (c *Communicator) ID(job string, nranks int32) uint64 {
+// ID names the communicator: FNV-1a 64 over the job and the sorted shapes. Every rank
+// computes the same one from what it saw alone. job is what tells the job's runs apart
+// (its name and rendezvous address). The communicator's size is not in it: a rank knows
+// it only from its launcher, and only while the communicator is its process's one, which
+// depends on when each rank's collector began.
+func (c *Communicator) ID(job string) uint64 {
 	shapes := make([]Shape, 0, len(c.shapes))
 	for s := range c.shapes {
 		shapes = append(shapes, s)
@@ -125,8 +127,6 @@ func (c *Communicator) ID(job string, nranks int32) uint64 {
 	h.Write([]byte(job))
 	h.Write([]byte{0})
 	var b [16]byte
-	binary.LittleEndian.PutUint32(b[:4], uint32(nranks))
-	h.Write(b[:4])
 	for _, s := range shapes {
 		binary.LittleEndian.PutUint32(b[0:4], s.API)
 		b[4], b[5], b[6], b[7] = s.DataType, s.RedOp, 0, 0
