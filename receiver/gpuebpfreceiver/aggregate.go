@@ -434,10 +434,6 @@ type processSeries struct {
 	// recoveredCollectives counts its collectives on recovered communicators, whose
 	// records are sampled by it (they have no nccl.seq).
 	recoveredCollectives uint64
-	// makesCollectives says it has made NCCL collectives; collectivesSincePoint
-	// counts them since its last rank-signal point (emitRankSamples).
-	makesCollectives      bool
-	collectivesSincePoint int
 	// hostLead sums, over the process's collectives, the time from its thread's last
 	// return from a device wait to its entry into the collective (seconds).
 	hostLead     float64

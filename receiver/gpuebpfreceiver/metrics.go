@@ -299,7 +299,6 @@ func (a *aggregator) emitProcess(set *metricSet, p *processSeries, pageAllocs ma
 	}
 	a.refreshCPUTime(p)
 	emitRankSignals(set, p)
-	p.collectivesSincePoint = 0
 	set.sum(semconv.MetricRankTCPRetransmits, "{segment}", "TCP segments retransmitted from sockets the process holds", p.tcpRetransmits)
 	if p.hasSched {
 		for tid, t := range p.threads {
@@ -343,21 +342,6 @@ func emitRankSignals(set *metricSet, p *processSeries) {
 	}
 }
 
-// minCollectivesPerSample is the fewest collectives a rank of an NCCL job makes between
-// two of its rank-signal points. A rank's step is where its signals come from, and a
-// sample shorter than a step is mostly where in the step it fell: with steps of 640 ms
-// (200 ms of host work, six ranks on two cores), a rank 20% slow ran its extra 40 ms at
-// the end of each step, alone, so two quarter-second samples in three showed nothing
-// and the third 10 spreads: past the line too seldom for the samples' rule, neutral
-// to the evidence, under the windows' medians. The slow rank was found in 1 of 5
-// trials within a minute, and a healthy one was flagged. Where a step makes one
-// collective (one bucket, or one all-reduce of the loss), two hold a whole step between
-// them; a step of several buckets is sampled by its buckets, and its phase shows as
-// before. A rank whose step is longer than its samples skips sampling until its step is
-// in (the collection's point, every collection_interval, goes whatever it holds); one
-// with short steps samples as before.
-const minCollectivesPerSample = 2
-
 // emitRankSamples builds one rank-signal sample between collections (cumulative
 // temporality only, see RankSignalsConfig): the rank signals of every live process
 // whose rank is known, as they stand now, each process under its own resource and the
@@ -370,16 +354,12 @@ func (a *aggregator) emitRankSamples(now time.Time, hostResource func(pcommon.Re
 		if p.info.Rank < 0 || p.exited {
 			continue
 		}
-		if p.makesCollectives && p.collectivesSincePoint < minCollectivesPerSample {
-			continue // its step is longer than the sample: the next point covers it
-		}
 		sm := pmetric.NewScopeMetrics()
 		a.refreshCPUTime(p)
 		emitRankSignals(&metricSet{metrics: sm.Metrics(), start: p.start, ts: ts, byName: map[string]pmetric.Metric{}}, p)
 		if sm.Metrics().Len() == 0 {
 			continue // no signal yet (no device wait, launch or CUDA thread seen)
 		}
-		p.collectivesSincePoint = 0
 		sm.Scope().SetName(semconv.RankSignalsScope)
 		rm := md.ResourceMetrics().AppendEmpty()
 		fillProcessResource(rm.Resource(), p, hostResource)

@@ -110,10 +110,6 @@ func (a *aggregator) ncclCall(ev *probes.NCCLCall, frames []pyframes.Frame, trun
 			return
 		}
 	}
-	if isCollective[ev.Api] {
-		p.makesCollectives = true
-		p.collectivesSincePoint++
-	}
 	if isCollective[ev.Api] && ev.HostLeadNs > 0 {
 		p.hostLead += float64(ev.HostLeadNs) / 1e9
 		p.hostLeadSeen = true
