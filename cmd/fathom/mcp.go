@@ -5,6 +5,8 @@ import (
 	"os"
 
 	"github.com/spf13/cobra"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 
 	"github.com/fathom-gpu/fathom/internal/echostdio"
 )
@@ -37,11 +39,17 @@ func mcpCommand() *cobra.Command {
 			case db == "":
 				return fmt.Errorf("--db FILE (a store file to investigate) or --socket PATH (a running standalone collector's Echo socket) is required")
 			}
-			return echostdio.ServeStoreCopy(cmd.Context(), db, rates, version, os.Stderr)
+			return echostdio.ServeStoreCopy(cmd.Context(), db, rates, version, os.Stderr, stderrLogger())
 		},
 	}
 	cmd.Flags().StringVar(&db, "db", "", "Echo store file (DuckDB) to serve a copy of")
 	cmd.Flags().StringVar(&socket, "socket", "", "Unix socket of a running collector's Echo API (e.g. /run/fathom/echo.sock)")
 	cmd.Flags().StringVar(&rates, "rates", "", "GPU-hour rates file for get_cost (YAML)")
 	return cmd
+}
+
+// stderrLogger writes JSON lines to stderr, beside the audit lines: stdout is the MCP
+// stream, and stderr is where an agent's MCP host keeps a server's diagnostics.
+func stderrLogger() *zap.Logger {
+	return zap.New(zapcore.NewCore(zapcore.NewJSONEncoder(zap.NewProductionEncoderConfig()), zapcore.Lock(os.Stderr), zapcore.InfoLevel))
 }

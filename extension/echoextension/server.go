@@ -102,6 +102,7 @@ func newAPIServer(ctx context.Context, cfg *Config, st *echostore.Store, set ext
 		Registry: reg, Auth: auth, Audit: audit,
 		RatePerSecond: cfg.Server.RateLimit.RequestsPerSecond, Burst: cfg.Server.RateLimit.Burst,
 		Version: set.BuildInfo.Version, SchemaVersion: echostore.SchemaVersion,
+		Logger: set.Logger,
 	}
 	if path := cfg.Server.UnixSocket.Path; path != "" {
 		opts.LocalCaller = "local"

@@ -8,6 +8,8 @@ import (
 	"errors"
 	"net/http"
 
+	"go.uber.org/zap"
+
 	"github.com/fathom-gpu/fathom/internal/echostore"
 	"github.com/fathom-gpu/fathom/internal/echotools"
 )
@@ -38,6 +40,9 @@ var classification = []struct {
 	{echostore.ErrQueryFailed, http.StatusBadRequest, "query_failed"},
 	{echostore.ErrResultTooLarge, http.StatusUnprocessableEntity, "result_too_large"},
 	{echostore.ErrQueryTimeout, http.StatusGatewayTimeout, "query_timeout"},
+	// The collector is stopping: a client that retries reaches it, or its successor,
+	// once it is back.
+	{echostore.ErrClosed, http.StatusServiceUnavailable, "store_closed"},
 }
 
 func classify(err error) (int, string) {
@@ -47,6 +52,13 @@ func classify(err error) (int, string) {
 		}
 	}
 	return http.StatusInternalServerError, "internal"
+}
+
+// logInternal keeps an internal error's details in the log, where the operator looks
+// for what the client was told only "internal error" about.
+func logInternal(logger *zap.Logger, transport, tool, principal string, err error, fields ...zap.Field) {
+	logger.Error("Echo API internal error", append([]zap.Field{zap.String("transport", transport),
+		zap.String("tool", tool), zap.String("principal", principal), zap.Error(err)}, fields...)...)
 }
 
 // ErrorBody is the JSON of every HTTP error answer.

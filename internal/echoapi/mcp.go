@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"go.uber.org/zap"
 
 	"github.com/fathom-gpu/fathom/internal/echostore"
 	"github.com/fathom-gpu/fathom/internal/echotools"
@@ -41,8 +42,12 @@ func MCPTools(reg *echotools.Registry) []*mcp.Tool {
 }
 
 // NewMCPServer builds the MCP server over the registry: every tool, the `investigate`
-// prompt and the schema resource.
-func NewMCPServer(reg *echotools.Registry, version string, authorize Authorize, audit *AuditLog) *mcp.Server {
+// prompt and the schema resource. logger receives each internal error's details, which
+// the caller is told only as "internal error"; nil discards them.
+func NewMCPServer(reg *echotools.Registry, version string, authorize Authorize, audit *AuditLog, logger *zap.Logger) *mcp.Server {
+	if logger == nil {
+		logger = zap.NewNop()
+	}
 	srv := mcp.NewServer(&mcp.Implementation{Name: "fathom-echo", Title: "Fathom Echo store", Version: version},
 		&mcp.ServerOptions{Instructions: "Fathom's Echo store: events and metrics of a GPU cluster. Start with the investigate prompt or cluster_summary."})
 	for _, desc := range MCPTools(reg) {
@@ -61,13 +66,15 @@ func NewMCPServer(reg *echotools.Registry, version string, authorize Authorize, 
 			if err == nil {
 				result, err = runTool(func() (any, error) { return tool.Call(ctx, req.Params.Arguments) })
 			}
-			if err != nil {
-				entry.Status, entry.Code = classify(err)
-				return toolError(err), nil
+			var text []byte
+			if err == nil {
+				text, err = json.Marshal(result)
 			}
-			text, err := json.Marshal(result)
 			if err != nil {
 				entry.Status, entry.Code = classify(err)
+				if entry.Code == "internal" {
+					logInternal(logger, "mcp", tool.Name, principal, err)
+				}
 				return toolError(err), nil
 			}
 			return &mcp.CallToolResult{

@@ -31,7 +31,7 @@ var statusMeaning = map[int]string{
 	http.StatusUnprocessableEntity: "the result is over the configured byte cap (result_too_large)",
 	http.StatusTooManyRequests:     "the token's rate limit is exceeded (rate_limited); retry after Retry-After seconds",
 	http.StatusInternalServerError: "internal error; the details are in the gateway's log (internal)",
-	http.StatusServiceUnavailable:  "every SQL slot is taken (busy); retry after Retry-After seconds",
+	http.StatusServiceUnavailable:  "every SQL slot is taken (busy), or the collector is stopping (store_closed); retry after Retry-After seconds",
 	http.StatusGatewayTimeout:      "the query ran past the configured timeout (query_timeout)",
 }
 

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"go.uber.org/zap"
 	"golang.org/x/time/rate"
 
 	"github.com/fathom-gpu/fathom/internal/echotools"
@@ -34,6 +35,9 @@ type Options struct {
 	// token: the handler serves a Unix socket, whose file permissions already decided
 	// who may connect. The audit log names the caller's uid and pid (SO_PEERCRED).
 	LocalCaller string
+	// Logger receives each internal error with its details, which the client is not
+	// told; nil discards them.
+	Logger *zap.Logger
 }
 
 // Handler serves /api/... and /mcp.
@@ -55,6 +59,9 @@ const (
 // identify → audit → authorize → rate limit → handler, so a refusal (401, 403) and a 429
 // are audited like any answer.
 func NewHandler(opts Options) *Handler {
+	if opts.Logger == nil {
+		opts.Logger = zap.NewNop()
+	}
 	h := &Handler{opts: opts, limiters: map[string]*rate.Limiter{}, mux: http.NewServeMux(), mcpTools: MCPTools(opts.Registry)}
 	for _, t := range opts.Auth.tokens {
 		perSecond, burst := opts.RatePerSecond, opts.Burst
@@ -66,7 +73,7 @@ func NewHandler(opts Options) *Handler {
 	if opts.LocalCaller != "" {
 		h.limiters[opts.LocalCaller] = rate.NewLimiter(rate.Limit(opts.RatePerSecond), opts.Burst)
 	}
-	mcpServer := NewMCPServer(opts.Registry, opts.Version, h.authorizeMCP, opts.Audit)
+	mcpServer := NewMCPServer(opts.Registry, opts.Version, h.authorizeMCP, opts.Audit, opts.Logger)
 	mcpHandler := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return mcpServer },
 		// Stateless: no per-client session table to grow; JSON answers, no streams.
 		&mcp.StreamableHTTPOptions{Stateless: true, JSONResponse: true, MaxRequestBodyBytes: maxBodyBytes})
@@ -154,30 +161,43 @@ func recorderOf(w http.ResponseWriter) *statusRecorder {
 	return rec
 }
 
-func fail(w http.ResponseWriter, err error) {
+// fail answers err. An internal error's details go to the log only: the client gets
+// "internal error", as its text may name files, SQL or a stack.
+func (h *Handler) fail(w http.ResponseWriter, r *http.Request, err error) {
+	_, code := classify(err)
 	if rec := recorderOf(w); rec != nil {
-		_, rec.code = classify(err)
+		rec.code = code
+	}
+	if code == "internal" {
+		logInternal(h.opts.Logger, "http", r.PathValue("name"), principalOf(r), err, zap.String("path", r.URL.Path))
 	}
 	writeError(w, err)
+}
+
+func principalOf(r *http.Request) string {
+	if p, ok := r.Context().Value(principalKey).(*Principal); ok {
+		return p.Name
+	}
+	return ""
 }
 
 func (h *Handler) authorize(scope func(*http.Request) string, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if scope == nil { // optional authentication: only a wrong token is refused
 			if err, ok := r.Context().Value(authErrKey).(error); ok && r.Header.Get("Authorization") != "" {
-				fail(w, err)
+				h.fail(w, r, err)
 				return
 			}
 			next.ServeHTTP(w, r)
 			return
 		}
 		if err, ok := r.Context().Value(authErrKey).(error); ok {
-			fail(w, err)
+			h.fail(w, r, err)
 			return
 		}
 		p := r.Context().Value(principalKey).(*Principal)
 		if need := scope(r); need != "" && !p.Scopes[need] {
-			fail(w, errorf(ErrForbidden, "token %q lacks scope %q", p.Name, need))
+			h.fail(w, r, errorf(ErrForbidden, "token %q lacks scope %q", p.Name, need))
 			return
 		}
 		next.ServeHTTP(w, r)
@@ -188,7 +208,7 @@ func (h *Handler) rateLimit(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if p, ok := r.Context().Value(principalKey).(*Principal); ok {
 			if l := h.limiters[p.Name]; l != nil && !l.Allow() {
-				fail(w, errorf(ErrRateLimited, "%s may make %g requests per second (burst %d)", p.Name, float64(l.Limit()), l.Burst()))
+				h.fail(w, r, errorf(ErrRateLimited, "%s may make %g requests per second (burst %d)", p.Name, float64(l.Limit()), l.Burst()))
 				return
 			}
 		}
@@ -266,12 +286,12 @@ func readBody(w http.ResponseWriter, r *http.Request) (json.RawMessage, error) {
 func (h *Handler) callTool(w http.ResponseWriter, r *http.Request) {
 	body, err := readBody(w, r)
 	if err != nil {
-		fail(w, err)
+		h.fail(w, r, err)
 		return
 	}
 	res, err := runTool(func() (any, error) { return h.opts.Registry.Call(r.Context(), r.PathValue("name"), body) })
 	if err != nil {
-		fail(w, err)
+		h.fail(w, r, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, res)
@@ -281,12 +301,12 @@ func (h *Handler) callTool(w http.ResponseWriter, r *http.Request) {
 func (h *Handler) sql(w http.ResponseWriter, r *http.Request) {
 	body, err := readBody(w, r)
 	if err != nil {
-		fail(w, err)
+		h.fail(w, r, err)
 		return
 	}
 	res, err := runTool(func() (any, error) { return h.opts.Registry.Call(r.Context(), "run_analysis", body) })
 	if err != nil {
-		fail(w, err)
+		h.fail(w, r, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, res)

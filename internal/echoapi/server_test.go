@@ -22,6 +22,9 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/fathom-gpu/fathom/internal/echoapi"
 	"github.com/fathom-gpu/fathom/internal/echostore"
@@ -73,6 +76,8 @@ type api struct {
 	store *echostore.Store
 	reg   *echotools.Registry
 	audit *auditLines
+	// logs is what the handler logged.
+	logs *observer.ObservedLogs
 }
 
 // startAPI serves three tokens: reader (tools), analyst (tools and sql) and script
@@ -96,10 +101,12 @@ func startAPI(t *testing.T, limits echostore.QueryLimits) *api {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a := &api{env: env, store: st, reg: reg, audit: &auditLines{}}
+	logCore, logs := observer.New(zapcore.DebugLevel)
+	a := &api{env: env, store: st, reg: reg, audit: &auditLines{}, logs: logs}
 	srv := httptest.NewServer(echoapi.NewHandler(echoapi.Options{
 		Registry: reg, Auth: auth, Audit: echoapi.NewAuditLog(a.audit, nil, nil),
 		RatePerSecond: 1000, Burst: 1000, Version: version, SchemaVersion: echostore.SchemaVersion,
+		Logger: zap.New(logCore),
 	}))
 	t.Cleanup(srv.Close)
 	a.url = srv.URL
@@ -410,29 +417,34 @@ func TestOpenAPIDescribesTheRegistry(t *testing.T) {
 		t.Errorf("run_analysis and /api/v1/sql must need the sql scope")
 	}
 	codes := []string{"bad_request", "busy", "forbidden", "internal", "invalid_argument", "not_read_only", "query_failed",
-		"query_timeout", "rate_limited", "result_too_large", "unauthenticated", "unknown_tool"}
+		"query_timeout", "rate_limited", "result_too_large", "store_closed", "unauthenticated", "unknown_tool"}
 	if got := doc.Components.Schemas.Error.Properties.Error.Properties.Code.Enum; !slices.Equal(got, codes) {
 		t.Errorf("error codes %v, want %v", got, codes)
 	}
 }
 
 // A store that fails underneath a tool is an internal error: a 500 that says so and
-// nothing of the store's own message, over HTTP and MCP alike, audited like any answer.
-// A closed store makes the tools panic (its DB is gone): over MCP that panic ended the
-// whole process, over HTTP the client got EOF.
-func TestInternalErrorsKeepTheirDetails(t *testing.T) {
+// nothing of the store's own message, over HTTP and MCP alike, audited like any answer;
+// the store's message is in the log, once per call, with the call's transport, tool
+// and caller.
+func TestInternalErrorsKeepTheirDetailsInTheLog(t *testing.T) {
 	a := startAPI(t, testLimits)
 	s := mcpSession(t, a.url, readerSecret)
-	if err := a.store.Close(); err != nil {
+	// find_outlier_nodes reads the rollup; DuckDB names the table it cannot find.
+	if _, err := a.store.DB().Exec(`DROP TABLE signal_rollup`); err != nil {
 		t.Fatal(err)
 	}
+	const detail = "Table with name signal_rollup does not exist"
 	res := callTool(t, s, "find_outlier_nodes", outlierArgs)
 	if text := resultText(t, res); !res.IsError || text != "internal: internal error" {
-		t.Errorf("a closed store over MCP: %v %q", res.IsError, text)
+		t.Errorf("a failing store over MCP: %v %q", res.IsError, text)
 	}
 	got := a.do(t, "POST", "/api/v1/tools/find_outlier_nodes", readerSecret, outlierArgs)
 	if e := got.errorBody(t); got.status != http.StatusInternalServerError || e.Error.Code != "internal" || e.Error.Message != "internal error" {
-		t.Errorf("a closed store over HTTP: %d %s", got.status, got.body)
+		t.Errorf("a failing store over HTTP: %d %s", got.status, got.body)
+	}
+	if strings.Contains(string(got.body), "signal_rollup") {
+		t.Errorf("the HTTP answer names the store's internals: %s", got.body)
 	}
 	internal := 0
 	for _, e := range a.audit.all() {
@@ -443,6 +455,148 @@ func TestInternalErrorsKeepTheirDetails(t *testing.T) {
 	if internal != 2 {
 		t.Errorf("%d audited internal errors, want the MCP call and the HTTP request: %+v", internal, a.audit.all())
 	}
+
+	logged := a.logs.All()
+	if len(logged) != 2 {
+		t.Fatalf("%d log entries, want one per internal error: %+v", len(logged), logged)
+	}
+	for i, want := range []map[string]any{
+		{"transport": "mcp", "tool": "find_outlier_nodes", "principal": "reader"},
+		{"transport": "http", "tool": "find_outlier_nodes", "principal": "reader", "path": "/api/v1/tools/find_outlier_nodes"},
+	} {
+		e := logged[i]
+		fields := e.ContextMap()
+		errText, _ := fields["error"].(string)
+		delete(fields, "error")
+		if e.Level != zapcore.ErrorLevel || e.Message != "Echo API internal error" || !maps.Equal(fields, want) ||
+			!strings.HasPrefix(errText, "find_outlier_nodes: ") || !strings.Contains(errText, detail) {
+			t.Errorf("log entry %d: %s %q %v error %q; want an error entry with %v and the store's %q", i, e.Level, e.Message, fields, errText, want, detail)
+		}
+	}
+}
+
+// Calls racing the store's Close, over HTTP and MCP, are answered: with the planted
+// data while the store is open, and with 503 store_closed (Retry-After) or the MCP
+// error "store_closed: ..." once it closes, never an internal error. After Close every
+// call is store_closed, audited so, and nothing is logged as internal.
+func TestCallsRacingCloseAreAnsweredStoreClosed(t *testing.T) {
+	a := startAPI(t, testLimits)
+	s := mcpSession(t, a.url, readerSecret)
+	type outcome struct {
+		transport, what string
+	}
+	var (
+		mu       sync.Mutex
+		outcomes []outcome
+		wg       sync.WaitGroup
+	)
+	record := func(transport, what string) {
+		mu.Lock()
+		defer mu.Unlock()
+		outcomes = append(outcomes, outcome{transport, what})
+	}
+	for range 4 {
+		wg.Go(func() {
+			for {
+				what := callOverHTTP(a.url+"/api/v1/tools/find_outlier_nodes", readerSecret, outlierArgs)
+				record("http", what)
+				if what != "answered" {
+					return
+				}
+			}
+		})
+		wg.Go(func() {
+			for {
+				res, err := s.CallTool(context.Background(), &mcp.CallToolParams{Name: "find_outlier_nodes", Arguments: json.RawMessage(outlierArgs)})
+				what := fmt.Sprintf("%+v %v", res, err)
+				if err == nil && len(res.Content) == 1 {
+					text := res.Content[0].(*mcp.TextContent).Text
+					switch {
+					case !res.IsError && strings.Contains(text, `"node":"gpu-5"`):
+						what = "answered"
+					case res.IsError && strings.HasPrefix(text, "store_closed: echo store is closed"):
+						what = "closed"
+					default:
+						what = text
+					}
+				}
+				record("mcp", what)
+				if what != "answered" {
+					return
+				}
+			}
+		})
+	}
+	// Let every caller be answered at least once before the store goes.
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		mu.Lock()
+		n := len(outcomes)
+		mu.Unlock()
+		if n >= 16 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if err := a.store.Close(); err != nil {
+		t.Fatal(err)
+	}
+	wg.Wait()
+	closed := map[string]int{}
+	for _, o := range outcomes {
+		switch o.what {
+		case "answered":
+		case "closed":
+			closed[o.transport]++
+		default:
+			t.Errorf("a call over %s racing Close: %s", o.transport, o.what)
+		}
+	}
+	if closed["http"] != 4 || closed["mcp"] != 4 {
+		t.Errorf("callers told store_closed: %v, want 4 over each transport", closed)
+	}
+
+	got := a.do(t, "POST", "/api/v1/sql", analystSecret, countEventsSQL)
+	if e := got.errorBody(t); got.status != http.StatusServiceUnavailable || e.Error.Code != "store_closed" || e.Error.Message != "echo store is closed" {
+		t.Errorf("SQL after Close: %d %s", got.status, got.body)
+	}
+	audited := a.audit.all()
+	if !slices.ContainsFunc(audited, func(e echoapi.AuditEntry) bool {
+		return e.Path == "/api/v1/sql" && e.Status == http.StatusServiceUnavailable && e.Code == "store_closed" && e.Principal == "analyst"
+	}) {
+		t.Errorf("no audit line for the refused SQL: %+v", audited)
+	}
+	if logged := a.logs.FilterMessage("Echo API internal error").All(); len(logged) != 0 {
+		t.Errorf("a closed store was logged as an internal error: %+v", logged)
+	}
+}
+
+// callOverHTTP calls find_outlier_nodes from a goroutine of its own, where a test may
+// not stop: "answered" with the planted straggler, "closed" for 503 store_closed with
+// Retry-After, else what came back.
+func callOverHTTP(url, secret, body string) string {
+	req, err := http.NewRequest("POST", url, strings.NewReader(body))
+	if err != nil {
+		return err.Error()
+	}
+	req.Header.Set("Authorization", "Bearer "+secret)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err.Error()
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return err.Error()
+	}
+	var e echoapi.ErrorBody
+	switch {
+	case resp.StatusCode == http.StatusOK && strings.Contains(string(raw), `"node":"gpu-5"`):
+		return "answered"
+	case resp.StatusCode == http.StatusServiceUnavailable && json.Unmarshal(raw, &e) == nil && e.Error.Code == "store_closed" && resp.Header.Get("Retry-After") == "1":
+		return "closed"
+	}
+	return fmt.Sprintf("%d %s", resp.StatusCode, raw)
 }
 
 // A client that hangs up during a long query frees its SQL slot: with one slot, the

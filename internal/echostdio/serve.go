@@ -8,6 +8,7 @@ import (
 	"io"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"go.uber.org/zap"
 
 	"github.com/fathom-gpu/fathom/internal/echoapi"
 	"github.com/fathom-gpu/fathom/internal/echotools"
@@ -16,13 +17,15 @@ import (
 // ServeStoreCopy serves the Echo tools over MCP on stdin/stdout, on a private copy of a
 // store file: `fathom mcp --db FILE` for offline investigation of a file copied off a
 // gateway. The copy (file and WAL) is migrated and queried; the original is never
-// opened, so it may belong to a running gateway. audit receives the tool-call lines.
-func ServeStoreCopy(ctx context.Context, dbPath, ratesFile, version string, audit io.Writer) error {
+// opened, so it may belong to a running gateway. audit receives the tool-call lines,
+// logger the details of internal errors, which the agent is told only as "internal
+// error".
+func ServeStoreCopy(ctx context.Context, dbPath, ratesFile, version string, audit io.Writer, logger *zap.Logger) error {
 	local, err := echotools.OpenLocal(ctx, dbPath, ratesFile)
 	if err != nil {
 		return err
 	}
 	defer local.Close()
-	srv := echoapi.NewMCPServer(local.Registry(), version, echoapi.AllowLocal, echoapi.NewAuditLog(audit, nil, nil))
+	srv := echoapi.NewMCPServer(local.Registry(), version, echoapi.AllowLocal, echoapi.NewAuditLog(audit, nil, nil), logger)
 	return srv.Run(ctx, &mcp.StdioTransport{})
 }

@@ -19,6 +19,9 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest"
 
 	"github.com/fathom-gpu/fathom/internal/echoapi"
 	"github.com/fathom-gpu/fathom/internal/echosocket/echosockettest"
@@ -39,7 +42,8 @@ const (
 
 func TestMain(m *testing.M) {
 	if db := os.Getenv(serveDBVariable); db != "" {
-		if err := echostdio.ServeStoreCopy(context.Background(), db, os.Getenv(serveRatesVariable), "0.4.2", os.Stderr); err != nil {
+		if err := echostdio.ServeStoreCopy(context.Background(), db, os.Getenv(serveRatesVariable), "0.4.2", os.Stderr,
+			zap.New(zapcore.NewCore(zapcore.NewJSONEncoder(zap.NewProductionEncoderConfig()), zapcore.Lock(os.Stderr), zapcore.InfoLevel))); err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			os.Exit(1)
 		}
@@ -353,7 +357,8 @@ func TestServeStoreCopyServesAPrivateCopyOverStdio(t *testing.T) {
 }
 
 // A store that cannot be served is refused before anything is served, with the
-// reason, and leaves no copy behind and the file as it was.
+// reason and the path the user gave (never the private copy's), and leaves no copy
+// behind and the file as it was.
 func TestServeStoreCopyRefusesWhatItCannotServe(t *testing.T) {
 	tmp := t.TempDir()
 	t.Setenv("TMPDIR", tmp)
@@ -370,15 +375,17 @@ func TestServeStoreCopyRefusesWhatItCannotServe(t *testing.T) {
 	}
 	for _, c := range []struct{ name, db, rates, want string }{
 		{"missing file", missing, "", "store file: stat " + missing + ": no such file or directory"},
-		{"not a store", notAStore, "", "notes.duckdb\" exists, but it is not a valid DuckDB database file"},
+		// The user's path, not the private copy's, which is gone by the time they read it.
+		{"not a store", notAStore, "", "open echo store " + notAStore + ": database/sql/driver: could not connect to database: IO Error: The file \"" +
+			notAStore + "\" exists, but it is not a valid DuckDB database file!"},
 		{"bad rates file", planted, badRates, "rates file " + badRates + ": yaml: line 1: "},
 		{"missing rates file", planted, filepath.Join(dir, "none.yaml"), "rates file: open " + filepath.Join(dir, "none.yaml") + ": no such file or directory"},
 	} {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		err := echostdio.ServeStoreCopy(ctx, c.db, c.rates, "0.4.2", io.Discard)
+		err := echostdio.ServeStoreCopy(ctx, c.db, c.rates, "0.4.2", io.Discard, zaptest.NewLogger(t))
 		cancel()
-		if err == nil || !strings.Contains(err.Error(), c.want) {
-			t.Errorf("%s: %v, want an error mentioning %q", c.name, err, c.want)
+		if err == nil || !strings.Contains(err.Error(), c.want) || strings.Contains(err.Error(), tmp) {
+			t.Errorf("%s: %v, want an error mentioning %q and not TMPDIR %s", c.name, err, c.want, tmp)
 		}
 		if names := dirNames(t, tmp); len(names) != 0 {
 			t.Errorf("%s: left %v in TMPDIR", c.name, names)

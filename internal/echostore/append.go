@@ -67,7 +67,7 @@ func (s *Store) Append(ctx context.Context, rows []echoschema.Row) error {
 	}
 	defer func() { s.appenders <- a }()
 	if s.closed.Load() {
-		return errors.New("echo store is closed")
+		return ErrClosed
 	}
 	if err := s.ensureAppender(ctx, a); err != nil {
 		return err

@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 )
 
 // OpenCopy copies the store file at path (and its WAL) into a private temporary
@@ -29,7 +30,7 @@ func OpenCopy(ctx context.Context, path string) (*Store, error) {
 	s, err := Open(ctx, Options{Path: copyPath})
 	if err != nil {
 		os.RemoveAll(dir)
-		return nil, err
+		return nil, &copyOpenError{msg: strings.ReplaceAll(err.Error(), copyPath, path), err: err}
 	}
 	s.copyDir = dir
 	return s, nil
@@ -63,3 +64,15 @@ func copyFile(from, to string) error {
 	}
 	return out.Close()
 }
+
+// copyOpenError is a failed open of the copy told in the words of the file the user
+// gave: the copy's path is a temporary one, gone by the time anyone reads the message,
+// and DuckDB and the migrations name the file they opened. It unwraps to the open's
+// own error, so ErrNewerSchema and the like still match.
+type copyOpenError struct {
+	msg string
+	err error
+}
+
+func (e *copyOpenError) Error() string { return e.msg }
+func (e *copyOpenError) Unwrap() error { return e.err }

@@ -57,7 +57,19 @@ type QueryResult struct {
 //   - it runs inside a READ ONLY transaction that is rolled back;
 //   - it is wrapped in a subquery with a LIMIT of MaxRows+1, under a context timeout
 //     that interrupts DuckDB, and the encoded rows are capped at MaxBytes.
+//
+// It is one Read of the store: after Close began it answers ErrClosed.
 func (s *Store) QueryReadOnly(ctx context.Context, query string, lim QueryLimits) (*QueryResult, error) {
+	var res *QueryResult
+	err := s.Read(ctx, func(ctx context.Context) error {
+		var err error
+		res, err = s.queryReadOnly(ctx, query, lim)
+		return err
+	})
+	return res, err
+}
+
+func (s *Store) queryReadOnly(ctx context.Context, query string, lim QueryLimits) (*QueryResult, error) {
 	query = strings.TrimSpace(query)
 	for strings.HasSuffix(query, ";") {
 		query = strings.TrimSpace(strings.TrimSuffix(query, ";"))

@@ -26,6 +26,16 @@ type RetentionResult struct {
 // later appends; the file itself does not shrink. Zero disables a limit.
 func (s *Store) ApplyRetention(ctx context.Context, now time.Time, maxAge time.Duration, maxBytes int64) (RetentionResult, error) {
 	var res RetentionResult
+	err := s.Read(ctx, func(ctx context.Context) error {
+		var err error
+		res, err = s.applyRetention(ctx, now, maxAge, maxBytes)
+		return err
+	})
+	return res, err
+}
+
+func (s *Store) applyRetention(ctx context.Context, now time.Time, maxAge time.Duration, maxBytes int64) (RetentionResult, error) {
+	var res RetentionResult
 	if maxAge > 0 {
 		cutoff := now.Add(-maxAge).UTC()
 		r, err := s.db.ExecContext(ctx, `DELETE FROM events WHERE ts < ?`, cutoff)
@@ -96,8 +106,10 @@ func (s *Store) checkpointUnlessBusy(ctx context.Context) (deferred bool, err er
 // shrinks.
 func (s *Store) UsedBytes(ctx context.Context) (int64, error) {
 	var used int64
-	err := s.db.QueryRowContext(ctx,
-		`SELECT used_blocks * block_size FROM pragma_database_size() WHERE database_name = current_database()`).Scan(&used)
+	err := s.Read(ctx, func(ctx context.Context) error {
+		return s.db.QueryRowContext(ctx,
+			`SELECT used_blocks * block_size FROM pragma_database_size() WHERE database_name = current_database()`).Scan(&used)
+	})
 	if err != nil {
 		return 0, fmt.Errorf("database size: %w", err)
 	}
@@ -108,7 +120,10 @@ func (s *Store) UsedBytes(ctx context.Context) (int64, error) {
 // staging and query state (the sum of duckdb_memory()).
 func (s *Store) MemoryBytes(ctx context.Context) (int64, error) {
 	var n int64
-	if err := s.db.QueryRowContext(ctx, `SELECT coalesce(sum(memory_usage_bytes), 0)::BIGINT FROM duckdb_memory()`).Scan(&n); err != nil {
+	err := s.Read(ctx, func(ctx context.Context) error {
+		return s.db.QueryRowContext(ctx, `SELECT coalesce(sum(memory_usage_bytes), 0)::BIGINT FROM duckdb_memory()`).Scan(&n)
+	})
+	if err != nil {
 		return 0, fmt.Errorf("duckdb memory: %w", err)
 	}
 	return n, nil

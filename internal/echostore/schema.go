@@ -150,6 +150,10 @@ const signalRollupBackfillSQL = `INSERT INTO signal_rollup
 // RebuildRollup recomputes both rollups from the events table, for rows written with
 // plain SQL (bulk imports, benchmark fixtures) rather than through Append.
 func (s *Store) RebuildRollup(ctx context.Context) error {
+	return s.Read(ctx, s.rebuildRollup)
+}
+
+func (s *Store) rebuildRollup(ctx context.Context) error {
 	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
 		return err

@@ -21,7 +21,9 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/duckdb/duckdb-go/v2"
 	"golang.org/x/sys/unix"
@@ -29,6 +31,15 @@ import (
 
 // ErrLocked means another process (or another store in this process) has the file open.
 var ErrLocked = errors.New("echo store is locked by another writer")
+
+// ErrClosed is the answer to a read or write that came after Close began, or a read
+// that Close interrupted because it ran past the close grace.
+var ErrClosed = errors.New("echo store is closed")
+
+// DefaultCloseGrace is how long Close lets reads in flight finish before it interrupts
+// them: a tool call takes milliseconds, run_analysis at most its sql.timeout, and a
+// collector being stopped should not wait on a forgotten 10^10-row join.
+const DefaultCloseGrace = 5 * time.Second
 
 // Options configure how the file is opened.
 type Options struct {
@@ -40,6 +51,9 @@ type Options struct {
 	Threads int
 	// Writers is how many Appenders write in parallel; 0 means 2.
 	Writers int
+	// CloseGrace is how long Close waits for reads in flight before it interrupts them,
+	// and then again for the interrupted ones to return; 0 means DefaultCloseGrace.
+	CloseGrace time.Duration
 }
 
 // Store is an open Echo file.
@@ -52,7 +66,21 @@ type Store struct {
 	// appenders is the pool of writers; taking one from the channel is the right to
 	// write with it.
 	appenders chan *appenderConn
-	closed    atomic.Bool
+	// closed is set, under readsMu, when Close begins: from then on Read and Append
+	// answer ErrClosed.
+	closed atomic.Bool
+
+	// readsMu orders a read's start against Close, so that Close's count of reads in
+	// flight cannot miss one that is about to start.
+	readsMu sync.Mutex
+	reads   sync.WaitGroup
+	// readsRunning is the count of reads in flight, for Close's error when some will
+	// not stop.
+	readsRunning atomic.Int64
+	// interruptReads cancels, with ErrClosed as the cause, every read in flight.
+	readsCtx       context.Context
+	interruptReads context.CancelCauseFunc
+	closeGrace     time.Duration
 	// readPolicy decides which user queries only read the store; see QueryReadOnly.
 	readPolicy *readPolicy
 	// copyDir is the private directory of a store opened by OpenCopy, removed on Close.
@@ -79,7 +107,11 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 	if opts.Threads <= 0 {
 		opts.Threads = DefaultThreads(runtime.NumCPU(), writers)
 	}
-	s := &Store{path: opts.Path, lockFile: lock, appenders: make(chan *appenderConn, writers)}
+	s := &Store{path: opts.Path, lockFile: lock, appenders: make(chan *appenderConn, writers), closeGrace: opts.CloseGrace}
+	if s.closeGrace <= 0 {
+		s.closeGrace = DefaultCloseGrace
+	}
+	s.readsCtx, s.interruptReads = context.WithCancelCause(context.Background())
 	for range writers {
 		s.appenders <- &appenderConn{}
 	}
@@ -170,28 +202,102 @@ func (s *Store) open(ctx context.Context, opts Options) error {
 }
 
 // DB is a pool of connections on the store's own instance, for fixed, parameterised
-// queries. User SQL never goes through it: see QueryReadOnly.
+// queries inside Read, which keeps Close from closing the pool under them. User SQL
+// never goes through it: see QueryReadOnly. After Close it is a closed pool, whose
+// every call fails with sql's "database is closed", never a nil one.
 func (s *Store) DB() *sql.DB { return s.db }
 
 // Path is the DuckDB file.
 func (s *Store) Path() string { return s.path }
 
+// Read runs read as one reader of the store: Close does not close the database while
+// read runs. A read that starts after Close began gets ErrClosed without running. One
+// still running when the close grace is over has its context cancelled (DuckDB
+// interrupts its query) and its error becomes ErrClosed, so its caller learns why.
+// Retention passes and rollup rebuilds run as Reads too: they use the pool outside
+// the Appenders, and an interrupted one is rolled back.
+func (s *Store) Read(ctx context.Context, read func(ctx context.Context) error) error {
+	s.readsMu.Lock()
+	if s.closed.Load() {
+		s.readsMu.Unlock()
+		return ErrClosed
+	}
+	s.reads.Add(1)
+	s.readsRunning.Add(1)
+	s.readsMu.Unlock()
+	defer s.reads.Done()
+	defer s.readsRunning.Add(-1)
+
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	stopInterrupt := context.AfterFunc(s.readsCtx, func() { cancel(ErrClosed) })
+	defer stopInterrupt()
+	err := read(ctx)
+	if err != nil && errors.Is(context.Cause(ctx), ErrClosed) {
+		return fmt.Errorf("%w: the read was interrupted because the store is shutting down", ErrClosed)
+	}
+	return err
+}
+
 // Close flushes the Appender, checkpoints (so the next start does not replay the WAL)
-// and releases the lock.
+// and releases the lock. It refuses new reads and writes at once, waits for the writes
+// in flight (each is committed or rolled back, and answers its sender either way), and
+// gives the reads in flight the close grace before it interrupts them. The database is
+// closed only once no read is left: closing it under a running query would crash the
+// process. When interrupted reads still have not returned after another grace, Close
+// answers an error and the last of them finishes the close; every committed row is in
+// the WAL meanwhile, so nothing is lost however the process ends. A second Close
+// answers nil at once.
 func (s *Store) Close() error {
-	if s.closed.Swap(true) {
+	s.readsMu.Lock()
+	alreadyClosed := s.closed.Swap(true)
+	s.readsMu.Unlock()
+	if alreadyClosed {
 		return nil
 	}
 	var errs []error
-	// Taking every writer back waits for in-flight appends to finish.
+	// Taking every writer back waits for in-flight appends to finish. The closed ones
+	// go back into the pool, where an Append still waiting for one finds it and
+	// answers ErrClosed instead of waiting for ever.
+	closedWriters := make([]*appenderConn, 0, cap(s.appenders))
 	for range cap(s.appenders) {
-		errs = append(errs, (<-s.appenders).close())
+		a := <-s.appenders
+		errs = append(errs, a.close())
+		closedWriters = append(closedWriters, a)
 	}
-	if s.db != nil {
-		_, err := s.db.Exec("CHECKPOINT")
-		errs = append(errs, err, s.db.Close())
-		s.db = nil
+	for _, a := range closedWriters {
+		s.appenders <- a
 	}
+	readsDone := make(chan struct{})
+	go func() {
+		s.reads.Wait()
+		close(readsDone)
+	}()
+	select {
+	case <-readsDone:
+	case <-time.After(s.closeGrace):
+		s.interruptReads(ErrClosed)
+		select {
+		case <-readsDone:
+		case <-time.After(s.closeGrace):
+			go func() {
+				<-readsDone
+				_ = s.closeDatabase()
+			}()
+			return errors.Join(append(errs, fmt.Errorf("close echo store %s: reads still running %s after they were interrupted: %d; the last of them closes the store",
+				s.path, s.closeGrace, s.readsRunning.Load()))...)
+		}
+	}
+	errs = append(errs, s.closeDatabase())
+	return errors.Join(errs...)
+}
+
+// closeDatabase checkpoints and closes the database once no reader or writer is left,
+// then releases the lock and removes a copy's directory.
+func (s *Store) closeDatabase() error {
+	s.interruptReads(ErrClosed)
+	_, err := s.db.Exec("CHECKPOINT")
+	errs := []error{err, s.db.Close()}
 	s.unlock()
 	if s.copyDir != "" {
 		errs = append(errs, os.RemoveAll(s.copyDir))

@@ -73,10 +73,29 @@ func NewRegistry(env *Env) (*Registry, error) {
 		if err != nil {
 			return nil, err
 		}
+		t.call = readingStore(env.Store, t.call)
 		r.tools = append(r.tools, t)
 		r.byName[t.Name] = t
 	}
 	return r, nil
+}
+
+// readingStore runs each call of a tool as one echostore Read: the tools query
+// Store.DB(), and the Read keeps Close from closing it under them. A call after Close
+// began, or one Close interrupted, answers echostore.ErrClosed.
+func readingStore(st *echostore.Store, call func(context.Context, json.RawMessage) (any, error)) func(context.Context, json.RawMessage) (any, error) {
+	return func(ctx context.Context, raw json.RawMessage) (any, error) {
+		var out any
+		err := st.Read(ctx, func(ctx context.Context) error {
+			var err error
+			out, err = call(ctx, raw)
+			return err
+		})
+		if err != nil {
+			return nil, err
+		}
+		return out, nil
+	}
 }
 
 // List returns the tools in registration order.
