@@ -30,8 +30,8 @@ import (
 	networkingv1 "k8s.io/api/networking/v1"
 	"sigs.k8s.io/yaml"
 
-	"github.com/fathom-gpu/fathom/internal/collectortest"
-	"github.com/fathom-gpu/fathom/internal/privtest"
+	"github.com/fathom-gpu/fathom/internal/testsupport/collectortest"
+	"github.com/fathom-gpu/fathom/internal/testsupport/privtest"
 )
 
 // helm runs the chart's pinned Helm (deploy/helm/tools, a module of its own).

@@ -18,10 +18,10 @@ import (
 	"go.yaml.in/yaml/v3"
 	"golang.org/x/sys/unix"
 
-	"github.com/fathom-gpu/fathom/internal/collectortest"
 	"github.com/fathom-gpu/fathom/internal/echosocket"
 	"github.com/fathom-gpu/fathom/internal/fakegpu"
-	"github.com/fathom-gpu/fathom/internal/privtest"
+	"github.com/fathom-gpu/fathom/internal/testsupport/collectortest"
+	"github.com/fathom-gpu/fathom/internal/testsupport/privtest"
 )
 
 // standaloneOverlay shortens the chain window and the straggler's silence for a test

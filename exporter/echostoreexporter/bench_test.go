@@ -22,7 +22,7 @@ import (
 
 	"github.com/fathom-gpu/fathom/exporter/echostoreexporter/internal/metadata"
 	"github.com/fathom-gpu/fathom/extension/echoextension"
-	"github.com/fathom-gpu/fathom/internal/collectortest"
+	"github.com/fathom-gpu/fathom/internal/testsupport/collectortest"
 )
 
 type extensionHost map[component.ID]component.Component

@@ -7,7 +7,7 @@ import (
 
 	"go.opentelemetry.io/collector/component"
 
-	"github.com/fathom-gpu/fathom/internal/configtest"
+	"github.com/fathom-gpu/fathom/internal/testsupport/configtest"
 )
 
 func loadConfig(t *testing.T, name string) (*Config, error) {

@@ -23,7 +23,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
-	"github.com/fathom-gpu/fathom/internal/collectortest"
+	"github.com/fathom-gpu/fathom/internal/testsupport/collectortest"
 )
 
 // The gateway's OTLP receiver as deploy/configs/gateway.yaml sets it up: gRPC and HTTP,

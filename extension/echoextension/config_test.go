@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fathom-gpu/fathom/internal/configtest"
+	"github.com/fathom-gpu/fathom/internal/testsupport/configtest"
 )
 
 func loadConfig(t *testing.T, name string) (*Config, error) {

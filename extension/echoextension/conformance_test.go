@@ -21,12 +21,12 @@ import (
 	"go.opentelemetry.io/collector/pdata/pmetric"
 	"go.opentelemetry.io/collector/pdata/pmetric/pmetricotlp"
 
-	"github.com/fathom-gpu/fathom/internal/collectortest"
 	"github.com/fathom-gpu/fathom/internal/echostore"
 	"github.com/fathom-gpu/fathom/internal/echotools"
 	"github.com/fathom-gpu/fathom/internal/semconv"
+	"github.com/fathom-gpu/fathom/internal/testsupport/collectortest"
+	"github.com/fathom-gpu/fathom/internal/testsupport/traceenginetest"
 	"github.com/fathom-gpu/fathom/internal/timeline"
-	"github.com/fathom-gpu/fathom/internal/traceenginetest"
 )
 
 // EnvRequireConformance turns the conformance test's skip into a failure. The test needs

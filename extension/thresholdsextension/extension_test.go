@@ -16,10 +16,10 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/fathom-gpu/fathom/extension/thresholdsextension/internal/metadata"
-	"github.com/fathom-gpu/fathom/extension/thresholdsextension/internal/thresholdstest"
-	"github.com/fathom-gpu/fathom/internal/collectortest"
-	"github.com/fathom-gpu/fathom/internal/configtest"
 	"github.com/fathom-gpu/fathom/internal/pushback"
+	"github.com/fathom-gpu/fathom/internal/testsupport/collectortest"
+	"github.com/fathom-gpu/fathom/internal/testsupport/configtest"
+	"github.com/fathom-gpu/fathom/internal/testsupport/thresholdstest"
 	"github.com/fathom-gpu/fathom/internal/wallclock"
 )
 

@@ -11,8 +11,8 @@ import (
 	"go.opentelemetry.io/collector/config/configtls"
 
 	"github.com/fathom-gpu/fathom/extension/thresholdsextension/internal/lines"
-	"github.com/fathom-gpu/fathom/extension/thresholdsextension/internal/thresholdstest"
-	"github.com/fathom-gpu/fathom/internal/collectortest"
+	"github.com/fathom-gpu/fathom/internal/testsupport/collectortest"
+	"github.com/fathom-gpu/fathom/internal/testsupport/thresholdstest"
 )
 
 // The GET fallback steers nodes as the answers do, so it asks for the same client

@@ -20,9 +20,9 @@ import (
 	"go.opentelemetry.io/collector/processor/processortest"
 
 	"github.com/fathom-gpu/fathom/extension/thresholdsextension"
-	"github.com/fathom-gpu/fathom/internal/collectortest"
 	"github.com/fathom-gpu/fathom/internal/pushback"
 	"github.com/fathom-gpu/fathom/internal/semconv"
+	"github.com/fathom-gpu/fathom/internal/testsupport/collectortest"
 	"github.com/fathom-gpu/fathom/processor/stragglerprocessor"
 )
 

@@ -10,9 +10,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fathom-gpu/fathom/extension/thresholdsextension/internal/thresholdstest"
-	"github.com/fathom-gpu/fathom/internal/collectortest"
 	"github.com/fathom-gpu/fathom/internal/pushback"
+	"github.com/fathom-gpu/fathom/internal/testsupport/collectortest"
+	"github.com/fathom-gpu/fathom/internal/testsupport/thresholdstest"
 )
 
 // nodeConfig polls getURL's server every interval ±jitter.

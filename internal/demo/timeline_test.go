@@ -12,8 +12,8 @@ import (
 	"time"
 
 	"github.com/fathom-gpu/fathom/internal/echotools"
+	"github.com/fathom-gpu/fathom/internal/testsupport/traceenginetest"
 	"github.com/fathom-gpu/fathom/internal/timeline"
-	"github.com/fathom-gpu/fathom/internal/traceenginetest"
 )
 
 // checkTimeline runs `fathom timeline` on the store the demo left (real BPF-traced

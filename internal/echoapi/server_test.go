@@ -28,8 +28,8 @@ import (
 
 	"github.com/fathom-gpu/fathom/internal/echoapi"
 	"github.com/fathom-gpu/fathom/internal/echostore"
-	"github.com/fathom-gpu/fathom/internal/echostore/echostoretest"
 	"github.com/fathom-gpu/fathom/internal/echotools"
+	"github.com/fathom-gpu/fathom/internal/testsupport/echostoretest"
 )
 
 // plantedAt is when the planted rows begin; every tool call names its window, because

@@ -24,10 +24,10 @@ import (
 	"go.uber.org/zap/zaptest"
 
 	"github.com/fathom-gpu/fathom/internal/echoapi"
-	"github.com/fathom-gpu/fathom/internal/echosocket/echosockettest"
 	"github.com/fathom-gpu/fathom/internal/echostdio"
-	"github.com/fathom-gpu/fathom/internal/echostore/echostoretest"
 	"github.com/fathom-gpu/fathom/internal/echotools"
+	"github.com/fathom-gpu/fathom/internal/testsupport/echosockettest"
+	"github.com/fathom-gpu/fathom/internal/testsupport/echostoretest"
 )
 
 var plantedAt = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)

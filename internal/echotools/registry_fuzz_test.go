@@ -10,7 +10,7 @@ import (
 
 	"github.com/fathom-gpu/fathom/internal/echoschema"
 	"github.com/fathom-gpu/fathom/internal/echostore"
-	"github.com/fathom-gpu/fathom/internal/echostore/echostoretest"
+	"github.com/fathom-gpu/fathom/internal/testsupport/echostoretest"
 )
 
 // fuzzEnv is a small real store with a gauge series over two nodes, CUDA call logs and

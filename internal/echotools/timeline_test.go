@@ -12,8 +12,8 @@ import (
 
 	"github.com/fathom-gpu/fathom/internal/echoschema"
 	"github.com/fathom-gpu/fathom/internal/semconv"
+	"github.com/fathom-gpu/fathom/internal/testsupport/traceenginetest"
 	"github.com/fathom-gpu/fathom/internal/timeline"
-	"github.com/fathom-gpu/fathom/internal/traceenginetest"
 )
 
 var tl0 = time.Date(2026, 3, 1, 6, 0, 0, 0, time.UTC)

@@ -13,8 +13,8 @@ import (
 
 	"github.com/fathom-gpu/fathom/internal/echoschema"
 	"github.com/fathom-gpu/fathom/internal/echostore"
-	"github.com/fathom-gpu/fathom/internal/echostore/echostoretest"
 	"github.com/fathom-gpu/fathom/internal/semconv"
+	"github.com/fathom-gpu/fathom/internal/testsupport/echostoretest"
 )
 
 var t0 = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)

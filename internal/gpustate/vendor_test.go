@@ -9,7 +9,7 @@ import (
 	"testing"
 
 	"github.com/fathom-gpu/fathom/internal/fakegpu"
-	"github.com/fathom-gpu/fathom/internal/privtest"
+	"github.com/fathom-gpu/fathom/internal/testsupport/privtest"
 )
 
 // vendorNVML is NVIDIA's own libnvidia-ml.so.1 (driver 535, Debian non-free), as `make

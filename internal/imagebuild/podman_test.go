@@ -8,8 +8,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/fathom-gpu/fathom/internal/collectortest"
-	"github.com/fathom-gpu/fathom/internal/privtest"
+	"github.com/fathom-gpu/fathom/internal/testsupport/collectortest"
+	"github.com/fathom-gpu/fathom/internal/testsupport/privtest"
 	"golang.org/x/sys/unix"
 )
 

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/fathom-gpu/fathom/internal/privtest"
+	"github.com/fathom-gpu/fathom/internal/testsupport/privtest"
 )
 
 // procWith is a /proc of one process, pid 4242, mapping the given library files.

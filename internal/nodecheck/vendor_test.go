@@ -9,7 +9,7 @@ import (
 	"testing"
 
 	"github.com/fathom-gpu/fathom/internal/fakegpu"
-	"github.com/fathom-gpu/fathom/internal/privtest"
+	"github.com/fathom-gpu/fathom/internal/testsupport/privtest"
 )
 
 // On a node with NVIDIA's libnvidia-ml.so.1 on the loader's path but no kernel driver

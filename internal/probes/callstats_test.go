@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/fathom-gpu/fathom/internal/fakegpu"
-	"github.com/fathom-gpu/fathom/internal/privtest"
 	"github.com/fathom-gpu/fathom/internal/probes"
+	"github.com/fathom-gpu/fathom/internal/testsupport/privtest"
 )
 
 // procStats returns the kernel's call statistics of pid; nil when it has no slot.

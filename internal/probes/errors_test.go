@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"github.com/fathom-gpu/fathom/internal/fakegpu"
-	"github.com/fathom-gpu/fathom/internal/privtest"
 	"github.com/fathom-gpu/fathom/internal/probes"
+	"github.com/fathom-gpu/fathom/internal/testsupport/privtest"
 )
 
 // A process calls on with no device: every one of 20,000 cudaLaunchKernel and 20,000

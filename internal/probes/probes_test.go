@@ -14,8 +14,8 @@ import (
 
 	"github.com/fathom-gpu/fathom/internal/expohisto"
 	"github.com/fathom-gpu/fathom/internal/fakegpu"
-	"github.com/fathom-gpu/fathom/internal/privtest"
 	"github.com/fathom-gpu/fathom/internal/probes"
+	"github.com/fathom-gpu/fathom/internal/testsupport/privtest"
 )
 
 // recorder keeps copies of the CUDA calls of one process.

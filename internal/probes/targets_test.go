@@ -8,10 +8,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fathom-gpu/fathom/internal/cgrouptest"
 	"github.com/fathom-gpu/fathom/internal/fakegpu"
-	"github.com/fathom-gpu/fathom/internal/privtest"
 	"github.com/fathom-gpu/fathom/internal/probes"
+	"github.com/fathom-gpu/fathom/internal/testsupport/cgrouptest"
+	"github.com/fathom-gpu/fathom/internal/testsupport/privtest"
 )
 
 type perPID struct {

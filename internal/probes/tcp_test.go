@@ -14,8 +14,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/fathom-gpu/fathom/internal/privtest"
 	"github.com/fathom-gpu/fathom/internal/probes"
+	"github.com/fathom-gpu/fathom/internal/testsupport/privtest"
 )
 
 type retransmitRecorder struct {

@@ -14,8 +14,8 @@ import (
 	"time"
 
 	"github.com/fathom-gpu/fathom/internal/fakegpu"
-	"github.com/fathom-gpu/fathom/internal/privtest"
 	"github.com/fathom-gpu/fathom/internal/probes"
+	"github.com/fathom-gpu/fathom/internal/testsupport/privtest"
 )
 
 // lockWaitReport is what fakegpu-lockwait measured itself.

@@ -5,8 +5,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/fathom-gpu/fathom/internal/cgrouptest"
-	"github.com/fathom-gpu/fathom/internal/privtest"
+	"github.com/fathom-gpu/fathom/internal/testsupport/cgrouptest"
+	"github.com/fathom-gpu/fathom/internal/testsupport/privtest"
 )
 
 // A process gone from /proc leaves only the cgroup id its identity record carries; the

@@ -21,10 +21,10 @@ import (
 	"github.com/cilium/ebpf/link"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"github.com/fathom-gpu/fathom/internal/cgrouptest"
-	"github.com/fathom-gpu/fathom/internal/collectortest"
 	"github.com/fathom-gpu/fathom/internal/fakegpu"
-	"github.com/fathom-gpu/fathom/internal/privtest"
+	"github.com/fathom-gpu/fathom/internal/testsupport/cgrouptest"
+	"github.com/fathom-gpu/fathom/internal/testsupport/collectortest"
+	"github.com/fathom-gpu/fathom/internal/testsupport/privtest"
 )
 
 // The scenario suite: fakegpu-workload processes, each with one host-side trouble,

@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/fathom-gpu/fathom/internal/configtest"
+	"github.com/fathom-gpu/fathom/internal/testsupport/configtest"
 )
 
 func load(t *testing.T, name string) (*Config, error) {

@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fathom-gpu/fathom/internal/configtest"
 	"github.com/fathom-gpu/fathom/internal/semconv"
+	"github.com/fathom-gpu/fathom/internal/testsupport/configtest"
 )
 
 func loadConfig(t *testing.T, name string) (*Config, error) {

@@ -12,8 +12,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fathom-gpu/fathom/internal/collectortest"
 	"github.com/fathom-gpu/fathom/internal/fakegpu"
+	"github.com/fathom-gpu/fathom/internal/testsupport/collectortest"
 )
 
 // The straggler loop's detection report (`make bench`; needs root for BPF): a real

@@ -14,8 +14,8 @@ import (
 	"time"
 
 	"github.com/fathom-gpu/fathom/internal/fakegpu"
-	"github.com/fathom-gpu/fathom/internal/privtest"
 	"github.com/fathom-gpu/fathom/internal/semconv"
+	"github.com/fathom-gpu/fathom/internal/testsupport/privtest"
 )
 
 // heldLines returns the collector's "attached on first use" lines for pid, for the

@@ -15,9 +15,9 @@ import (
 	"time"
 
 	"github.com/fathom-gpu/fathom/internal/fakegpu"
-	"github.com/fathom-gpu/fathom/internal/privtest"
 	"github.com/fathom-gpu/fathom/internal/probes"
 	"github.com/fathom-gpu/fathom/internal/semconv"
+	"github.com/fathom-gpu/fathom/internal/testsupport/privtest"
 )
 
 // amdHIPLibrary is AMD's HIP runtime as Debian installs it (libamdhip64-5, HIP 5.2;

@@ -13,10 +13,10 @@ import (
 	"go.opentelemetry.io/collector/pdata/pmetric"
 	"golang.org/x/sys/unix"
 
-	"github.com/fathom-gpu/fathom/internal/collectortest"
 	"github.com/fathom-gpu/fathom/internal/fakegpu"
-	"github.com/fathom-gpu/fathom/internal/privtest"
 	"github.com/fathom-gpu/fathom/internal/semconv"
+	"github.com/fathom-gpu/fathom/internal/testsupport/collectortest"
+	"github.com/fathom-gpu/fathom/internal/testsupport/privtest"
 )
 
 // The host-side signals of a traced process (forks, scheduling of its dispatcher, its

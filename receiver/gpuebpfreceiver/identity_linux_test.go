@@ -5,10 +5,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fathom-gpu/fathom/internal/cgrouptest"
-	"github.com/fathom-gpu/fathom/internal/privtest"
 	"github.com/fathom-gpu/fathom/internal/probes"
 	"github.com/fathom-gpu/fathom/internal/semconv"
+	"github.com/fathom-gpu/fathom/internal/testsupport/cgrouptest"
+	"github.com/fathom-gpu/fathom/internal/testsupport/privtest"
 )
 
 // A process that left /proc before the receiver read it is known only by the identity

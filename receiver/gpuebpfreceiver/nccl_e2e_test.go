@@ -17,10 +17,10 @@ import (
 	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.opentelemetry.io/collector/pdata/pmetric"
 
-	"github.com/fathom-gpu/fathom/internal/collectortest"
 	"github.com/fathom-gpu/fathom/internal/fakegpu"
-	"github.com/fathom-gpu/fathom/internal/privtest"
 	"github.com/fathom-gpu/fathom/internal/semconv"
+	"github.com/fathom-gpu/fathom/internal/testsupport/collectortest"
+	"github.com/fathom-gpu/fathom/internal/testsupport/privtest"
 )
 
 // ncclE2EConfig logs every collective (sample_every: 1) so the test can check every

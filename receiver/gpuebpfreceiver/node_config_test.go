@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fathom-gpu/fathom/internal/collectortest"
+	"github.com/fathom-gpu/fathom/internal/testsupport/collectortest"
 )
 
 // nodeConfig is the YAML of a node collector as the end-to-end tests run it: the

@@ -16,10 +16,10 @@ import (
 	"go.opentelemetry.io/collector/pdata/pmetric"
 	"golang.org/x/sys/unix"
 
-	"github.com/fathom-gpu/fathom/internal/collectortest"
 	"github.com/fathom-gpu/fathom/internal/fakegpu"
-	"github.com/fathom-gpu/fathom/internal/privtest"
 	"github.com/fathom-gpu/fathom/internal/semconv"
+	"github.com/fathom-gpu/fathom/internal/testsupport/collectortest"
+	"github.com/fathom-gpu/fathom/internal/testsupport/privtest"
 )
 
 // threadPreemptor is the latest export of one preemptor series of one CUDA thread.

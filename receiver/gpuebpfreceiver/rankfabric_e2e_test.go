@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/fathom-gpu/fathom/internal/fakegpu"
-	"github.com/fathom-gpu/fathom/internal/privtest"
 	"github.com/fathom-gpu/fathom/internal/semconv"
+	"github.com/fathom-gpu/fathom/internal/testsupport/privtest"
 )
 
 // Each rank carries the counters of the RDMA ports its NCCL_IB_HCA gives it, counted

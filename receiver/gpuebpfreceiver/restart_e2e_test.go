@@ -11,10 +11,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fathom-gpu/fathom/internal/collectortest"
 	"github.com/fathom-gpu/fathom/internal/fakegpu"
-	"github.com/fathom-gpu/fathom/internal/privtest"
 	"github.com/fathom-gpu/fathom/internal/semconv"
+	"github.com/fathom-gpu/fathom/internal/testsupport/collectortest"
+	"github.com/fathom-gpu/fathom/internal/testsupport/privtest"
 )
 
 // The node collector is restarted (SIGTERM, then a new process on the same config, as

@@ -15,10 +15,10 @@ import (
 	"github.com/cilium/ebpf/asm"
 	"github.com/cilium/ebpf/link"
 
-	"github.com/fathom-gpu/fathom/internal/cgrouptest"
 	"github.com/fathom-gpu/fathom/internal/fakegpu"
-	"github.com/fathom-gpu/fathom/internal/privtest"
 	"github.com/fathom-gpu/fathom/internal/semconv"
+	"github.com/fathom-gpu/fathom/internal/testsupport/cgrouptest"
+	"github.com/fathom-gpu/fathom/internal/testsupport/privtest"
 )
 
 // A rank streams to a peer over TCP, as NCCL's socket transport does, and for 700 ms

@@ -6,8 +6,8 @@ import (
 	"os/exec"
 	"testing"
 
-	"github.com/fathom-gpu/fathom/internal/cgrouptest"
-	"github.com/fathom-gpu/fathom/internal/privtest"
+	"github.com/fathom-gpu/fathom/internal/testsupport/cgrouptest"
+	"github.com/fathom-gpu/fathom/internal/testsupport/privtest"
 )
 
 // A named cgroup stands for its subtree in discovery too, as in the kernel: a process

@@ -17,7 +17,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/yaml"
 
-	"github.com/fathom-gpu/fathom/internal/collectortest"
+	"github.com/fathom-gpu/fathom/internal/testsupport/collectortest"
 )
 
 // rendered is what the test takes from the chart: the two workloads and the

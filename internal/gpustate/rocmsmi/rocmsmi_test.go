@@ -13,7 +13,7 @@ import (
 
 	"github.com/fathom-gpu/fathom/internal/fakegpu"
 	"github.com/fathom-gpu/fathom/internal/gpustate"
-	"github.com/fathom-gpu/fathom/internal/privtest"
+	"github.com/fathom-gpu/fathom/internal/testsupport/privtest"
 )
 
 // board writes a board of GPUs (each string is one GPU's file) and points the fake

@@ -13,9 +13,9 @@ import (
 
 	"github.com/fathom-gpu/fathom/extension/thresholdsextension/internal/lines"
 	"github.com/fathom-gpu/fathom/extension/thresholdsextension/internal/metadata"
-	"github.com/fathom-gpu/fathom/extension/thresholdsextension/internal/thresholdstest"
-	"github.com/fathom-gpu/fathom/internal/collectortest"
 	"github.com/fathom-gpu/fathom/internal/pushback"
+	"github.com/fathom-gpu/fathom/internal/testsupport/collectortest"
+	"github.com/fathom-gpu/fathom/internal/testsupport/thresholdstest"
 )
 
 // The shared sample lines.

@@ -8,8 +8,8 @@ import (
 	"go.opentelemetry.io/collector/component/componenttest"
 
 	"github.com/fathom-gpu/fathom/extension/thresholdsextension/internal/metadata"
-	"github.com/fathom-gpu/fathom/extension/thresholdsextension/internal/thresholdstest"
 	"github.com/fathom-gpu/fathom/internal/pushback"
+	"github.com/fathom-gpu/fathom/internal/testsupport/thresholdstest"
 )
 
 // The shared sample lines.

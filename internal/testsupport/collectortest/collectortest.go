@@ -66,7 +66,7 @@ func RepoRoot(t testing.TB) string {
 	if !ok {
 		t.Fatal("cannot locate collectortest source file")
 	}
-	return filepath.Join(filepath.Dir(file), "..", "..")
+	return filepath.Join(filepath.Dir(file), "..", "..", "..")
 }
 
 // FreePort returns a loopback TCP port that was free a moment ago, and never one it

@@ -13,7 +13,7 @@ import (
 	"runtime"
 	"testing"
 
-	"github.com/fathom-gpu/fathom/internal/privtest"
+	"github.com/fathom-gpu/fathom/internal/testsupport/privtest"
 )
 
 // Parsed is what parse.mjs prints: the engine's processes and threads, and its flows.
@@ -64,7 +64,7 @@ func (p Parsed) Threads() map[string]Thread {
 func Dir(t testing.TB) string {
 	t.Helper()
 	_, file, _, _ := runtime.Caller(0)
-	dir := filepath.Join(filepath.Dir(file), "..", "..", "test", "traceengine")
+	dir := filepath.Join(filepath.Dir(file), "..", "..", "..", "test", "traceengine")
 	missing := ""
 	if _, err := exec.LookPath("node"); err != nil {
 		missing = "node on PATH"

@@ -17,8 +17,8 @@ import (
 	"github.com/fathom-gpu/fathom/internal/echoapi"
 	"github.com/fathom-gpu/fathom/internal/echosocket"
 	"github.com/fathom-gpu/fathom/internal/echostore"
-	"github.com/fathom-gpu/fathom/internal/echostore/echostoretest"
 	"github.com/fathom-gpu/fathom/internal/echotools"
+	"github.com/fathom-gpu/fathom/internal/testsupport/echostoretest"
 )
 
 // Server is the API on the socket at Path, over echostoretest's planted rows.
