@@ -67,7 +67,7 @@ vendor-libs:
 build:
 	$(GO) build -o $(BIN) ./cmd/fathom
 
-# The container image, built without a container daemon by internal/imagebuild
+# The container image, built without a container daemon by tools/imagebuild
 # (docs/distribution.md): an OCI archive for `podman load -i`, tagged with the chart's
 # appVersion, and its SPDX SBOM beside it. The binary in it is bin/fathom's build without
 # the symbol table and DWARF (-s -w: a relink, not a rebuild). Layer times are
@@ -80,7 +80,7 @@ RELEASE_DIR := $(BUILD_DIR)/release
 image:
 	@mkdir -p $(IMAGE_DIR)
 	$(GO) build -ldflags='-s -w' -o $(IMAGE_DIR)/fathom ./cmd/fathom
-	$(GO) run ./internal/imagebuild/buildimage -binary $(IMAGE_DIR)/fathom -version $(VERSION) -out $(IMAGE)
+	$(GO) run ./tools/imagebuild/buildimage -binary $(IMAGE_DIR)/fathom -version $(VERSION) -out $(IMAGE)
 
 # What a release publishes, and SHA256SUMS over it (`sha256sum -c SHA256SUMS` there).
 release: image
@@ -127,7 +127,7 @@ generate-deploy:
 	  > ../../manifests/fathom.yaml
 
 check-generated: generate
-	@git diff --exit-code --stat -- cmd bpf receiver processor exporter extension internal docs deploy || \
+	@git diff --exit-code --stat -- cmd bpf receiver processor exporter extension internal tools docs deploy || \
 	  (echo "generated files are out of date: run 'make generate' and commit the result"; exit 1)
 
 # Runs every test. Under CI (FATHOM_REQUIRE_PRIVILEGED=1) tests that need BPF fail

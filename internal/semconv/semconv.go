@@ -5,7 +5,7 @@
 // tables below (go generate), so the doc never drifts from the code.
 package semconv
 
-//go:generate go run ./gendoc -out ../../docs/semconv.md
+//go:generate go run ../../tools/semconvdoc -out ../../docs/semconv.md
 
 // Resource attributes: who and where.
 const (

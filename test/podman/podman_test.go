@@ -19,11 +19,11 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/fathom-gpu/fathom/internal/fakegpu"
-	"github.com/fathom-gpu/fathom/internal/imagebuild"
 	"github.com/fathom-gpu/fathom/internal/nodecheck"
 	"github.com/fathom-gpu/fathom/internal/pki"
 	"github.com/fathom-gpu/fathom/internal/testsupport/collectortest"
 	"github.com/fathom-gpu/fathom/internal/testsupport/privtest"
+	"github.com/fathom-gpu/fathom/tools/imagebuild"
 )
 
 // imageRef is the image built from the collector under test, loaded once for the

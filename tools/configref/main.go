@@ -66,7 +66,7 @@ func main() {
 	var b bytes.Buffer
 	b.WriteString("# Configuration reference\n\n" +
 		"Every setting of Fathom's own components, with its default and what it does.\n" +
-		"Generated from the code by `internal/configref` (`make generate`): the defaults\n" +
+		"Generated from the code by `tools/configref` (`make generate`): the defaults\n" +
 		"are each factory's default config, the descriptions the doc comments of its\n" +
 		"fields. A nested setting is written `parent.child`; `[]` marks a list. Settings\n" +
 		"of the collector's own components (the `otlp` receiver and exporters, `batch`,\n" +

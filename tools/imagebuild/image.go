@@ -2,7 +2,7 @@
 // collector binary, the shared libraries it links (from this Debian system, since no
 // base image can be pulled here), the example configs, a non-root user, and an SPDX SBOM,
 // written as an OCI layout tarball that `podman load` reads. `make image` runs it
-// through ./internal/imagebuild/buildimage.
+// through ./tools/imagebuild/buildimage.
 package imagebuild
 
 import (

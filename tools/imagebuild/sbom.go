@@ -101,7 +101,7 @@ func SBOM(spec Spec, libs []Library, caPackage *DebianPackage) ([]byte, error) {
 		CopyrightText: noAssertion,
 		ExternalRefs: []spdxExternalRef{{ReferenceCategory: "PACKAGE-MANAGER", ReferenceType: "purl",
 			ReferenceLocator: "pkg:oci/fathom@" + spec.Version + "?repository_url=" + strings.SplitN(spec.Reference, ":", 2)[0]}},
-		Comment: "the OCI image " + spec.Reference + ", built from scratch by internal/imagebuild",
+		Comment: "the OCI image " + spec.Reference + ", built from scratch by tools/imagebuild",
 	}, spdxPackage{
 		Name: info.Main.Path, SPDXID: "SPDXRef-Fathom", VersionInfo: moduleVersion(info.Main, spec.Version),
 		Supplier: "Organization: Fathom", DownloadLocation: "git+" + spec.Source + "@" + spec.Revision,

@@ -13,7 +13,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/fathom-gpu/fathom/internal/imagebuild"
+	"github.com/fathom-gpu/fathom/tools/imagebuild"
 )
 
 func main() {
