@@ -80,9 +80,8 @@ type api struct {
 	logs *observer.ObservedLogs
 }
 
-// startAPI serves three tokens: reader (tools), analyst (tools and sql) and script
-// (tools, two requests and then one per 100 s), one SQL slot under limits.
-func startAPI(t *testing.T, limits echostore.QueryLimits) *api {
+// plantedRegistry is the tools' registry over a planted store, one SQL slot under limits.
+func plantedRegistry(t *testing.T, limits echostore.QueryLimits) (*echostore.Store, *echotools.Env, *echotools.Registry) {
 	t.Helper()
 	st := echostoretest.Planted(t, plantedAt)
 	env, err := echotools.NewEnv(st, limits, 1, "")
@@ -93,6 +92,14 @@ func startAPI(t *testing.T, limits echostore.QueryLimits) *api {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return st, env, reg
+}
+
+// startAPI serves three tokens: reader (tools), analyst (tools and sql) and script
+// (tools, two requests and then one per 100 s), one SQL slot under limits.
+func startAPI(t *testing.T, limits echostore.QueryLimits) *api {
+	t.Helper()
+	st, env, reg := plantedRegistry(t, limits)
 	auth, err := echoapi.NewAuthenticator([]echoapi.TokenSpec{
 		{Name: "reader", Secret: readerSecret, Scopes: []string{echotools.ScopeTools}},
 		{Name: "analyst", Secret: analystSecret, Scopes: []string{echotools.ScopeTools, echotools.ScopeSQL}},
@@ -814,15 +821,7 @@ func (failingWriter) Write([]byte) (int, error) { return 0, errors.New("no space
 // An audit line that cannot be written is counted and never fails the request it
 // describes; every entry is observed either way.
 func TestAnUnwritableAuditLogCountsItsDropsAndServes(t *testing.T) {
-	st := echostoretest.Planted(t, plantedAt)
-	env, err := echotools.NewEnv(st, testLimits, 1, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	reg, err := echotools.NewRegistry(env)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, _, reg := plantedRegistry(t, testLimits)
 	auth, err := echoapi.NewAuthenticator([]echoapi.TokenSpec{{Name: "reader", Secret: readerSecret, Scopes: []string{echotools.ScopeTools}}})
 	if err != nil {
 		t.Fatal(err)
@@ -849,15 +848,7 @@ func TestAnUnwritableAuditLogCountsItsDropsAndServes(t *testing.T) {
 // the sql scope, the audit log names the caller by the kernel's credentials (this very
 // process), and the caller's rate limit is the server's.
 func TestServeNamesASocketCallerByItsCredentials(t *testing.T) {
-	st := echostoretest.Planted(t, plantedAt)
-	env, err := echotools.NewEnv(st, testLimits, 1, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	reg, err := echotools.NewRegistry(env)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, _, reg := plantedRegistry(t, testLimits)
 	auth, err := echoapi.NewAuthenticator(nil)
 	if err != nil {
 		t.Fatal(err)
