@@ -214,7 +214,7 @@ func (s *straggler) processMetrics(ctx context.Context, md pmetric.Metrics) (pme
 			noCohort += int64(len(signals))
 			continue
 		}
-		key, job, byJob, recovered, rank, pid, node := rp.cohort, rp.job, rp.byJob, rp.recovered, rp.rank, rp.pid, rp.node
+		key, job, byJob, rank, pid, node := rp.cohort, rp.job, rp.byJob, rp.rank, rp.pid, rp.node
 		for _, m := range signals {
 			gauge := m.Type() == pmetric.MetricTypeGauge
 			var dps pmetric.NumberDataPointSlice
@@ -232,7 +232,7 @@ func (s *straggler) processMetrics(ctx context.Context, md pmetric.Metrics) (pme
 				if dv, ok := dp.Attributes().Get(semconv.SignalDetail); ok {
 					detail = truncate(dv.AsString(), maxDetail)
 				}
-				sent = append(sent, sentCohort{cohort: key.cohort, byJob: byJob, recovered: recovered})
+				sent = append(sent, sentCohort{cohort: key.cohort, byJob: byJob})
 				points = append(points, point{
 					cohort: key, job: job, node: node, rank: rank, pid: pid, signal: s.signalIndex[m.Name()],
 					cumulative: cumulative, gauge: gauge, detail: detail, seconds: !gauge && m.Unit() == "s",
@@ -248,11 +248,11 @@ func (s *straggler) processMetrics(ctx context.Context, md pmetric.Metrics) (pme
 	}
 	for i, p := range points {
 		if !sent[i].byJob && p.job != "" {
-			s.jobs.learn(p.cohort.cluster, p.job, p.cohort.cohort, sent[i].recovered, now)
+			s.jobs.learn(p.cohort.cluster, p.job, p.cohort.cohort, isRecovered(sent[i].cohort), now)
 		}
 	}
 	for i := range points {
-		if c := s.jobs.resolve(points[i].cohort.cluster, points[i].job); (sent[i].byJob || sent[i].recovered) && c != "" {
+		if c := s.jobs.resolve(points[i].cohort.cluster, points[i].job); (sent[i].byJob || isRecovered(sent[i].cohort)) && c != "" {
 			points[i].cohort.cohort = c
 		}
 		s.det.observe(points[i], now)
@@ -276,9 +276,6 @@ type rankProcess struct {
 	cohort    cohortKey
 	job, node string
 	byJob     bool // the node knew the rank's job, not its communicator
-	// recovered: the node named the communicator from its calls, not its unique id
-	// (its collector started after the job); one named by its unique id wins.
-	recovered bool
 	rank, pid int64
 }
 
@@ -293,7 +290,6 @@ func rankOf(res pcommon.Map) (rp rankProcess, why string) {
 	rp.cohort = cohortKey{cluster: strAttr(res, semconv.ClusterName), cohort: strAttr(res, semconv.Cohort)}
 	rp.job = strAttr(res, semconv.JobName)
 	rp.byJob = rp.cohort.cohort == "" && rp.job != ""
-	rp.recovered = strings.HasPrefix(rp.cohort.cohort, recoveredCohortPrefix)
 	if rp.byJob {
 		rp.cohort.cohort = "job:" + rp.job
 	}
@@ -394,21 +390,24 @@ func (s *straggler) passLogs(ld plog.Logs) (plog.Logs, error) {
 }
 
 // sentCohort is a point's cohort as its node named it: byJob when the node knew only
-// the rank's job, not its communicator; recovered when the node named the communicator
-// from its calls.
+// the rank's job, not its communicator.
 type sentCohort struct {
-	cohort           string
-	byJob, recovered bool
+	cohort string
+	byJob  bool
 }
 
 // recoveredCohortPrefix begins the cohort of a communicator the gpuebpf receiver named
 // from its calls (its setup was not seen): nccl-recovered:<id>.
 const recoveredCohortPrefix = "nccl-recovered:"
 
+// isRecovered says whether cohort is one the node named from the communicator's calls
+// (its collector started after the job): a communicator named by its unique id wins.
+func isRecovered(cohort string) bool { return strings.HasPrefix(cohort, recoveredCohortPrefix) }
+
 // givesWayToItsJob says whether a rank in cohort joins the communicator its job was
 // seen in, when one is known: a cohort of the job's name alone, or a recovered one.
 func givesWayToItsJob(cohort string) bool {
-	return strings.HasPrefix(cohort, "job:") || strings.HasPrefix(cohort, recoveredCohortPrefix)
+	return strings.HasPrefix(cohort, "job:") || isRecovered(cohort)
 }
 
 // evaluate judges the cohorts once and sends what came of it downstream: the gauges

@@ -135,6 +135,3 @@ func (c *Communicator) ID(job string) uint64 {
 	}
 	return h.Sum64()
 }
-
-// Calls is the number of collectives observed.
-func (c *Communicator) Calls() int { return c.calls }
