@@ -1,21 +1,24 @@
 // Package collectortest starts the real fathom binary in tests: with a real YAML config,
-// real listeners and a real SIGTERM, so tests see what a platform team sees.
+// real listeners and a real SIGTERM, so tests see what a platform team sees. The
+// process is run by internal/collectorrun, as the demo's collectors are, and the
+// configs of the node, gateway and standalone roles are derived from the shipped ones
+// (roles.go).
 package collectortest
 
 import (
 	"bytes"
+	"context"
 	"fmt"
-	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strconv"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
+
+	"github.com/fathom-gpu/fathom/internal/collectorrun"
 )
 
 var (
@@ -69,29 +72,16 @@ func RepoRoot(t testing.TB) string {
 	return filepath.Join(filepath.Dir(file), "..", "..", "..")
 }
 
-// FreePort returns a loopback TCP port that was free a moment ago, and never one it
-// returned before in this test process: the port is closed again at once, so the kernel
-// may hand it out a second time before the collector it was meant for binds it, and
-// two listeners of one test then collide.
+// FreePort returns a loopback TCP port that was free a moment ago, and never one
+// handed out before in this test process (collectorrun.FreePort).
 func FreePort(t testing.TB) int {
 	t.Helper()
-	for range 100 {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		port := l.Addr().(*net.TCPAddr).Port
-		l.Close()
-		if _, taken := givenPorts.LoadOrStore(port, true); !taken {
-			return port
-		}
+	port, err := collectorrun.FreePort()
+	if err != nil {
+		t.Fatal(err)
 	}
-	t.Fatal("no loopback port that this test process has not handed out already")
-	return 0
+	return port
 }
-
-// givenPorts are the ports FreePort has returned in this process.
-var givenPorts sync.Map
 
 // Addr returns "127.0.0.1:<free port>".
 func Addr(t testing.TB) string {
@@ -100,10 +90,8 @@ func Addr(t testing.TB) string {
 
 // Process is a running collector.
 type Process struct {
-	cmd    *exec.Cmd
+	*collectorrun.Collector
 	output *syncBuffer
-	done   chan struct{}
-	err    error
 }
 
 // Start runs `fathom --config <config>` with extra environment variables (KEY=VALUE).
@@ -125,29 +113,14 @@ func StartConfigs(t testing.TB, configs []string, env ...string) *Process {
 // process, so that Pid and Terminate reach the collector itself.
 func StartUnder(t testing.TB, wrapper, configs []string, env ...string) *Process {
 	t.Helper()
-	p := &Process{output: &syncBuffer{}, done: make(chan struct{})}
-	args := append(append([]string(nil), wrapper...), Binary(t))
-	for _, c := range configs {
-		args = append(args, "--config", c)
+	p := &Process{output: &syncBuffer{}}
+	c, err := collectorrun.Start(collectorrun.Spec{Bin: Binary(t), Configs: configs, Wrapper: wrapper, Env: env, Output: p.output})
+	if err != nil {
+		t.Fatal(err)
 	}
-	p.cmd = exec.Command(args[0], args[1:]...)
-	p.cmd.Env = append(os.Environ(), env...)
-	p.cmd.Stdout = p.output
-	p.cmd.Stderr = p.output
-	if err := p.cmd.Start(); err != nil {
-		t.Fatalf("start fathom: %v", err)
-	}
-	go func() {
-		p.err = p.cmd.Wait()
-		close(p.done)
-	}()
+	p.Collector = c
 	t.Cleanup(func() {
-		select {
-		case <-p.done:
-		default:
-			_ = p.cmd.Process.Kill()
-			<-p.done
-		}
+		p.Kill()
 		if t.Failed() {
 			t.Logf("fathom output:\n%s", p.Output())
 		}
@@ -158,27 +131,13 @@ func StartUnder(t testing.TB, wrapper, configs []string, env ...string) *Process
 // WaitHTTP polls url until it answers 200 or the process exits or timeout passes.
 func (p *Process) WaitHTTP(t testing.TB, url string, timeout time.Duration) []byte {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	client := &http.Client{Timeout: time.Second}
-	for time.Now().Before(deadline) {
-		select {
-		case <-p.done:
-			t.Fatalf("fathom exited before %s answered (%v):\n%s", url, p.err, p.Output())
-		default:
-		}
-		resp, err := client.Get(url)
-		if err == nil {
-			var body bytes.Buffer
-			_, _ = body.ReadFrom(resp.Body)
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return body.Bytes()
-			}
-		}
-		time.Sleep(100 * time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	body, err := p.Collector.WaitHTTP(ctx, url)
+	if err != nil {
+		t.Fatalf("fathom: %v:\n%s", err, p.Output())
 	}
-	t.Fatalf("%s did not answer 200 within %s:\n%s", url, timeout, p.Output())
-	return nil
+	return body
 }
 
 // WaitListening polls until addr accepts a TCP connection, or the process exits or
@@ -186,48 +145,26 @@ func (p *Process) WaitHTTP(t testing.TB, url string, timeout time.Duration) []by
 // extension's API can answer while the OTLP listeners are not up yet.
 func (p *Process) WaitListening(t testing.TB, addr string, timeout time.Duration) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for time.Now().Before(deadline) {
-		select {
-		case <-p.done:
-			t.Fatalf("fathom exited before %s listened (%v):\n%s", addr, p.err, p.Output())
-		default:
-		}
-		if conn, err := net.DialTimeout("tcp", addr, time.Second); err == nil {
-			conn.Close()
-			return
-		}
-		time.Sleep(50 * time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	if err := p.Collector.WaitListening(ctx, addr); err != nil {
+		t.Fatalf("fathom: %v:\n%s", err, p.Output())
 	}
-	t.Fatalf("%s did not listen within %s:\n%s", addr, timeout, p.Output())
 }
 
 // Terminate sends SIGTERM and waits for the process to exit; it returns the exit code.
+// One that does not exit within timeout fails the test with its goroutines' stacks.
 func (p *Process) Terminate(t testing.TB, timeout time.Duration) int {
 	t.Helper()
-	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatalf("SIGTERM: %v", err)
+	code, err := p.Stop(timeout)
+	if err != nil {
+		t.Fatalf("%v (its goroutines, after SIGQUIT, at the end):\n%s", err, p.Output())
 	}
-	select {
-	case <-p.done:
-	case <-time.After(timeout):
-		// SIGQUIT makes the Go runtime print every goroutine's stack and exit: the
-		// output then says where the shutdown hung.
-		_ = p.cmd.Process.Signal(syscall.SIGQUIT)
-		select {
-		case <-p.done:
-		case <-time.After(5 * time.Second):
-		}
-		t.Fatalf("fathom did not exit within %s of SIGTERM (its goroutines, after SIGQUIT, at the end):\n%s", timeout, p.Output())
-	}
-	return p.cmd.ProcessState.ExitCode()
+	return code
 }
 
 // Output is everything the process wrote so far (stdout and stderr).
 func (p *Process) Output() string { return p.output.String() }
-
-// Pid is the process id.
-func (p *Process) Pid() int { return p.cmd.Process.Pid }
 
 type syncBuffer struct {
 	mu  sync.Mutex
