@@ -1,127 +1,116 @@
 package demo
 
-// The demo's collector configs: the deploy/configs pipelines cut down to one machine,
-// mutual TLS on loopback from a CA the demo makes (each node's certificate names its
-// node, as per-node certificates do), 1 s intervals so the story takes a minute, not ten.
+import (
+	"fmt"
+	"strings"
 
-const gatewayConfig = `
+	"github.com/fathom-gpu/fathom/internal/collectorconfig"
+)
+
+// The demo's collectors run the shipped configs (deploy/configs), with what one machine
+// and a one-minute story need layered over them here: every listener on a loopback port
+// of its own, mutual TLS from a CA the demo makes (each node's certificate names its
+// node, as per-node certificates do), 1 s collections, and shorter windows and TTLs so
+// that the story takes a minute, not ten.
+
+// gatewayLayer: the Echo API in plaintext on loopback, with the demo's one token (the
+// shipped file asks for TLS and two tokens), and a rank silent for 10 s judged gone.
+const gatewayLayer = `
 extensions:
-  health_check:
-    endpoint: 127.0.0.1:${env:HEALTH_PORT}
-  thresholds:
-  nodecert:
   echo:
-    path: ${env:ECHO_DB}
     server:
-      endpoint: 127.0.0.1:${env:API_PORT}
+      tls: null
       insecure_allow_plaintext: true # loopback only, and a token all the same
       tokens:
         - {name: demo, env: FATHOM_DEMO_TOKEN, scopes: [tools, sql]}
-receivers:
-  otlp:
-    protocols:
-      grpc:
-        endpoint: 127.0.0.1:${env:OTLP_PORT}
-        tls:
-          cert_file: ${env:TLS_CERT}
-          key_file: ${env:TLS_KEY}
-          client_ca_file: ${env:TLS_CA}
-        middlewares: [{id: nodecert}, {id: thresholds}]
 processors:
-  nodeidentity:
   straggler:
-    evaluation_interval: 250ms
-    persistence: {beyond: 5, of: 6}
     silent_after: 10s
-exporters:
-  duckdb:
-    store: echo
-service:
-  extensions: [health_check, echo, thresholds, nodecert]
-  telemetry:
-    metrics:
-      level: none
-  pipelines:
-    metrics:
-      receivers: [otlp]
-      processors: [nodeidentity, straggler]
-      exporters: [duckdb]
-    logs:
-      receivers: [otlp]
-      processors: [nodeidentity, straggler]
-      exporters: [duckdb]
 `
 
-// nodeConfig: RANK_PIDS is replaced by the node's rank pids (a list is not a value the
-// collector's variables expand to).
-const nodeConfig = `
+// nodeLayer: the thresholds kept 10 s when the gateway stops answering, every 8th NCCL
+// collective recorded, and causal chains over 5 s windows, resolved after 10 s quiet.
+const nodeLayer = `
 extensions:
-  health_check:
-    endpoint: 127.0.0.1:${env:HEALTH_PORT}
   thresholds:
     ttl: 10s
 receivers:
   gpuebpf:
-    mode: ${env:RECEIVER_MODE}
-    collection_interval: 1s
-    rank_signals:
-      interval: 250ms
-    cluster_name: demo
-    host_name: ${env:NODE_NAME}
-    targets:
-      all: false
-      pids: [RANK_PIDS]
     logs:
-      policy: notable
       nccl:
         sample_every: 8
 processors:
   causalchain:
     window: 5s
     resolve_after: 10s
-  straggler:
-    mode: node
-    thresholds: thresholds
-    evaluation_interval: 250ms
-    persistence: {beyond: 5, of: 6}
-  batch:
-    timeout: 200ms
-exporters:
-  otlp_grpc/gateway:
-    endpoint: 127.0.0.1:${env:OTLP_PORT}
-    tls:
-      ca_file: ${env:TLS_CA}
-      cert_file: ${env:TLS_CERT}
-      key_file: ${env:TLS_KEY}
-    middlewares: [{id: thresholds}]
-service:
-  extensions: [health_check, thresholds]
-  telemetry:
-    metrics:
-      level: none
-  pipelines:
-    metrics:
-      receivers: [gpuebpf]
-      processors: [causalchain, straggler, batch]
-      exporters: [otlp_grpc/gateway]
-    logs:
-      receivers: [gpuebpf]
-      processors: [causalchain, straggler, batch]
-      exporters: [otlp_grpc/gateway]
 `
 
-// remoteWriteExporter is added to the gateway's exporters with --prometheus-remote-write;
-// resource attributes become labels, as the Grafana dashboard's queries expect.
-const remoteWriteExporter = `  prometheusremotewrite:
+// remoteWriteLayer adds, with --prometheus-remote-write, an exporter that sends every
+// metric to a Prometheus remote-write URL; resource attributes become labels, as the
+// Grafana dashboard's queries expect.
+const remoteWriteLayer = `
+exporters:
+  prometheusremotewrite:
     endpoint: ${env:REMOTE_WRITE}
     resource_to_telemetry_conversion:
       enabled: true
+service:
+  pipelines:
+    metrics:
+      exporters: [debug, duckdb, prometheusremotewrite]
 `
 
-// syntheticSignals replace the straggler processors' signals in synthetic mode: the
-// synthetic receiver's slow rank loses its CPU to made-up data loaders (its run-queue
-// share), while its made-up syncs do not follow asynchronous NCCL's timing, so device
-// wait would not name it.
-const syntheticSignals = `    signals:
+// syntheticSignalsLayer replaces the straggler processors' signals in synthetic mode:
+// the synthetic receiver's slow rank loses its CPU to made-up data loaders (its
+// run-queue share), while its made-up syncs do not follow asynchronous NCCL's timing,
+// so device wait would not name it.
+const syntheticSignalsLayer = `
+processors:
+  straggler:
+    signals:
       - {metric: fathom.rank.run_queue.time, worse: higher, mad_floor: 0.01}
 `
+
+// gatewayConfig derives the demo's gateway from deploy/configs/gateway.yaml.
+func gatewayConfig(synthetic, remoteWrite bool) (*collectorconfig.Config, error) {
+	layers := []string{gatewayLayer}
+	if synthetic {
+		layers = append(layers, syntheticSignalsLayer)
+	}
+	if remoteWrite {
+		layers = append(layers, remoteWriteLayer)
+	}
+	return derive(collectorconfig.Gateway, layers)
+}
+
+// nodeConfig derives a node collector from deploy/configs/node.yaml: tracing the
+// given pids, or, synthetic, making up ranks of which slowRank is slow.
+func nodeConfig(pids []string, synthetic bool, ranks, slowRank int) (*collectorconfig.Config, error) {
+	c, err := derive(collectorconfig.Node, []string{nodeLayer})
+	if err != nil {
+		return nil, err
+	}
+	if synthetic {
+		c.Delete("receivers::gpuebpf::targets")
+		return c, mergeAll(c, []string{fmt.Sprintf("receivers:\n  gpuebpf:\n    synthetic: {ranks: %d, slow_rank: %d}\n", ranks, slowRank), syntheticSignalsLayer})
+	}
+	// Its own ranks only: the node collectors of the demo share one host.
+	return c, c.Replace("receivers::gpuebpf::targets", "{all: false, pids: ["+strings.Join(pids, ", ")+"]}")
+}
+
+func derive(shipped string, layers []string) (*collectorconfig.Config, error) {
+	c, err := collectorconfig.Shipped(shipped)
+	if err != nil {
+		return nil, err
+	}
+	return c, mergeAll(c, layers)
+}
+
+func mergeAll(c *collectorconfig.Config, layers []string) error {
+	for _, l := range layers {
+		if err := c.Merge(l); err != nil {
+			return fmt.Errorf("demo: %w", err)
+		}
+	}
+	return nil
+}

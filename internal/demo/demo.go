@@ -13,7 +13,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -24,6 +23,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/fathom-gpu/fathom/internal/collectorconfig"
+	"github.com/fathom-gpu/fathom/internal/collectorrun"
 	"github.com/fathom-gpu/fathom/internal/fakegpu"
 	"github.com/fathom-gpu/fathom/internal/pki"
 )
@@ -67,11 +68,16 @@ type demo struct {
 	start time.Time
 	token string
 	api   string
-	procs []*exec.Cmd
-	ddp   *fakegpu.DDPRun
-	slow  string
-	slowR int
-	slowN string
+	otlp  string
+	// collectors, then the incident's hogs, in the order started; the pinned kernel
+	// state of each node collector, removed when the demo stops.
+	collectors []*collectorrun.Collector
+	hogs       []*exec.Cmd
+	pinDirs    []string
+	ddp        *fakegpu.DDPRun
+	slow       string
+	slowR      int
+	slowN      string
 	// ca signs the gateway's OTLP certificate and each node's client certificate.
 	ca *pki.CA
 }
@@ -145,6 +151,7 @@ func (d *demo) prepare() error {
 	}
 	d.token = hex.EncodeToString(raw)
 	d.api = fmt.Sprintf("127.0.0.1:%d", d.o.APIPort)
+	d.otlp = fmt.Sprintf("127.0.0.1:%d", d.o.OTLPPort)
 	if err := os.WriteFile(filepath.Join(d.o.Dir, "token"), []byte(d.token+"\n"), 0o600); err != nil {
 		return err
 	}
@@ -158,87 +165,71 @@ func (d *demo) prepare() error {
 	return nil
 }
 
-// collector starts bin --config config with env, its output in logName.
-func (d *demo) collector(name, config string, env []string) (*exec.Cmd, error) {
+// collector writes the config derived for name into Dir, and starts it with env
+// added to the listener variables collectorrun.LoopbackEnv gives ports of their own;
+// its output goes to Dir/name.log. It returns the collector and its health check's
+// address.
+func (d *demo) collector(name, shipped string, config *collectorconfig.Config, env []string) (*collectorrun.Collector, string, error) {
 	cfgPath := filepath.Join(d.o.Dir, name+".yaml")
-	if err := os.WriteFile(cfgPath, []byte(config), 0o600); err != nil {
-		return nil, err
+	if err := config.WriteFile(cfgPath); err != nil {
+		return nil, "", err
+	}
+	vars, err := collectorconfig.Listeners(shipped)
+	if err != nil {
+		return nil, "", err
+	}
+	listen, addrs, err := collectorrun.LoopbackEnv(vars)
+	if err != nil {
+		return nil, "", err
 	}
 	logFile, err := os.Create(filepath.Join(d.o.Dir, name+".log"))
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
-	cmd := exec.Command(d.o.Bin, "--config", cfgPath)
-	cmd.Env = append(os.Environ(), env...)
-	cmd.Stdout, cmd.Stderr = logFile, logFile
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		logFile.Close()
-		return nil, fmt.Errorf("starting %s: %w", d.o.Bin, err)
+	defer logFile.Close() // the child holds its own descriptor
+	c, err := collectorrun.Start(collectorrun.Spec{Bin: d.o.Bin, Configs: []string{cfgPath}, Env: append(listen, env...),
+		Output: logFile, OwnGroup: true})
+	if err != nil {
+		return nil, "", err
 	}
-	logFile.Close()
-	d.procs = append(d.procs, cmd)
-	return cmd, nil
+	d.collectors = append(d.collectors, c)
+	return c, addrs["FATHOM_HEALTH_ENDPOINT"], nil
 }
 
-// waitHealthy polls a health endpoint, showing progress, until it answers 200.
-func (d *demo) waitHealthy(ctx context.Context, what, url string, cmd *exec.Cmd, log string) error {
+// waitHealthy waits for a collector's health check to answer 200, showing progress.
+func (d *demo) waitHealthy(ctx context.Context, what, health string, c *collectorrun.Collector, log string) error {
 	deadline := time.Now().Add(90 * time.Second)
-	shown := time.Now()
 	for time.Now().Before(deadline) {
-		if resp, err := http.Get(url); err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return nil
-			}
-		}
-		if cmd.ProcessState != nil || syscall.Kill(cmd.Process.Pid, 0) != nil {
+		wait, cancel := context.WithTimeout(ctx, 5*time.Second)
+		_, err := c.WaitHTTP(wait, "http://"+health+"/")
+		cancel()
+		switch {
+		case err == nil:
+			return nil
+		case errors.Is(err, collectorrun.ErrExited):
 			return fmt.Errorf("demo: %s exited at start; see %s", what, log)
-		}
-		if time.Since(shown) > 5*time.Second {
-			d.say("... still waiting for %s (%s)", what, log)
-			shown = time.Now()
-		}
-		select {
-		case <-ctx.Done():
+		case ctx.Err() != nil:
 			return ctx.Err()
-		case <-time.After(200 * time.Millisecond):
 		}
+		d.say("... still waiting for %s (%s)", what, log)
 	}
 	return fmt.Errorf("demo: %s did not become healthy in 90 s; see %s", what, log)
 }
 
 // tlsEnv issues who's certificate for leaf into the demo's directory and returns the
-// collector environment that names its files (TLS_CA, TLS_CERT, TLS_KEY).
+// collector environment that names its files (FATHOM_OTLP_TLS_CA, _CERT, _KEY).
 func (d *demo) tlsEnv(who string, leaf pki.Leaf) ([]string, error) {
 	f, err := d.ca.WriteFiles(filepath.Join(d.o.Dir, "tls", who), leaf)
 	if err != nil {
 		return nil, fmt.Errorf("demo: certificates: %w", err)
 	}
-	return []string{"TLS_CA=" + f.CA, "TLS_CERT=" + f.Cert, "TLS_KEY=" + f.Key}, nil
-}
-
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
+	return f.Env(), nil
 }
 
 func (d *demo) startGateway(ctx context.Context) error {
-	health, err := freePort()
+	config, err := gatewayConfig(d.o.Synthetic, d.o.RemoteWrite != "")
 	if err != nil {
 		return err
-	}
-	config := gatewayConfig
-	if d.o.Synthetic {
-		config = strings.Replace(config, "  straggler:\n", "  straggler:\n"+syntheticSignals, 1)
-	}
-	if d.o.RemoteWrite != "" {
-		config = strings.NewReplacer("exporters:\n", "exporters:\n"+remoteWriteExporter,
-			"exporters: [duckdb]\n    logs:", "exporters: [duckdb, prometheusremotewrite]\n    logs:").Replace(config)
 	}
 	ca, err := pki.NewCA("fathom-demo-ca", 7*24*time.Hour)
 	if err != nil {
@@ -249,17 +240,17 @@ func (d *demo) startGateway(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	cmd, err := d.collector("gateway", config, append(certs, "REMOTE_WRITE="+d.o.RemoteWrite,
-		"ECHO_DB="+filepath.Join(d.o.Dir, "echo.duckdb"), "API_PORT="+strconv.Itoa(d.o.APIPort),
-		"OTLP_PORT="+strconv.Itoa(d.o.OTLPPort), "HEALTH_PORT="+strconv.Itoa(health), "FATHOM_DEMO_TOKEN="+d.token))
+	c, health, err := d.collector("gateway", collectorconfig.Gateway, config, append(certs, "REMOTE_WRITE="+d.o.RemoteWrite,
+		"FATHOM_ECHO_DB="+filepath.Join(d.o.Dir, "echo.duckdb"), "FATHOM_ECHO_AUDIT_LOG="+filepath.Join(d.o.Dir, "echo-audit.jsonl"),
+		"FATHOM_ECHO_ENDPOINT="+d.api, "FATHOM_GATEWAY_OTLP_GRPC="+d.otlp, "FATHOM_DEMO_TOKEN="+d.token))
 	if err != nil {
 		return err
 	}
-	if err := d.waitHealthy(ctx, "the gateway", fmt.Sprintf("http://127.0.0.1:%d/", health), cmd, filepath.Join(d.o.Dir, "gateway.log")); err != nil {
+	if err := d.waitHealthy(ctx, "the gateway", health, c, filepath.Join(d.o.Dir, "gateway.log")); err != nil {
 		return err
 	}
-	d.say("Gateway up: OTLP (mutual TLS, certificates in %s) on 127.0.0.1:%d, Echo API and MCP on http://%s (token in %s), store %s",
-		filepath.Join(d.o.Dir, "tls"), d.o.OTLPPort, d.api, filepath.Join(d.o.Dir, "token"), filepath.Join(d.o.Dir, "echo.duckdb"))
+	d.say("Gateway up: OTLP (mutual TLS, certificates in %s) on %s, Echo API and MCP on http://%s (token in %s), store %s",
+		filepath.Join(d.o.Dir, "tls"), d.otlp, d.api, filepath.Join(d.o.Dir, "token"), filepath.Join(d.o.Dir, "echo.duckdb"))
 	return nil
 }
 
@@ -299,28 +290,28 @@ func (d *demo) startJobAndNodes(ctx context.Context) error {
 		}
 	}
 	for n := range d.o.Nodes {
-		health, err := freePort()
+		name := fmt.Sprintf("node-%d", n)
+		config, err := nodeConfig(pidsOr(pids, n), d.o.Synthetic, ranks, d.slowR)
 		if err != nil {
 			return err
 		}
-		name := fmt.Sprintf("node-%d", n)
-		config := strings.Replace(nodeConfig, "RANK_PIDS", strings.Join(pidsOr(pids, n), ", "), 1)
 		mode := "ebpf"
 		if d.o.Synthetic {
 			mode = "synthetic"
-			config = strings.Replace(config, "    targets:\n      all: false\n      pids: []\n", fmt.Sprintf("    synthetic:\n      ranks: %d\n      slow_rank: %d\n", ranks, d.slowR), 1)
-			config = strings.Replace(config, "  straggler:\n", "  straggler:\n"+syntheticSignals, 1)
 		}
 		certs, err := d.tlsEnv(name, pki.NodeClient(name))
 		if err != nil {
 			return err
 		}
-		cmd, err := d.collector(name, config, append(certs, "NODE_NAME="+name, "OTLP_PORT="+strconv.Itoa(d.o.OTLPPort),
-			"HEALTH_PORT="+strconv.Itoa(health), "RECEIVER_MODE="+mode))
+		// Kernel state pinned apart per node collector: they share one host.
+		pins := fmt.Sprintf("/sys/fs/bpf/fathom-demo-%d-%s", os.Getpid(), name)
+		d.pinDirs = append(d.pinDirs, pins)
+		c, health, err := d.collector(name, collectorconfig.Node, config, append(certs, "FATHOM_NODE_NAME="+name, "FATHOM_GATEWAY="+d.otlp,
+			"FATHOM_CLUSTER=demo", "FATHOM_COLLECTION_INTERVAL=1s", "FATHOM_GPUEBPF_MODE="+mode, "FATHOM_PIN_DIR="+pins))
 		if err != nil {
 			return err
 		}
-		if err := d.waitHealthy(ctx, name, fmt.Sprintf("http://127.0.0.1:%d/", health), cmd, filepath.Join(d.o.Dir, name+".log")); err != nil {
+		if err := d.waitHealthy(ctx, name, health, c, filepath.Join(d.o.Dir, name+".log")); err != nil {
 			return err
 		}
 		if d.o.Synthetic {
@@ -375,7 +366,7 @@ func (d *demo) incident() error {
 		if err := cmd.Start(); err != nil {
 			return fmt.Errorf("demo: starting %s: %w", hog, err)
 		}
-		d.procs = append(d.procs, cmd)
+		d.hogs = append(d.hogs, cmd)
 		// Ahead of the rank, as a batch job given a higher priority would be.
 		if err := unix.Setpriority(unix.PRIO_PROCESS, cmd.Process.Pid, hogNice); err != nil {
 			return fmt.Errorf("demo: renicing batch-etl: %w", err)
@@ -394,27 +385,25 @@ func numCPU() int {
 	return set.Count()
 }
 
-// stop ends everything the demo started, the job and its hogs first.
+// stop ends everything the demo started: the job and its hogs first, then the
+// collectors, the last started first.
 func (d *demo) stop() {
 	if d.ddp != nil {
 		d.ddp.Kill()
 	}
-	for i := len(d.procs) - 1; i >= 0; i-- {
-		p := d.procs[i]
-		if p.Process == nil {
-			continue
-		}
-		_ = syscall.Kill(-p.Process.Pid, syscall.SIGTERM)
-		done := make(chan struct{})
-		go func() { _ = p.Wait(); close(done) }()
-		select {
-		case <-done:
-		case <-time.After(5 * time.Second):
-			_ = syscall.Kill(-p.Process.Pid, syscall.SIGKILL)
-			<-done
+	for _, h := range d.hogs {
+		_ = syscall.Kill(-h.Process.Pid, syscall.SIGKILL)
+		_ = h.Wait()
+	}
+	for i := len(d.collectors) - 1; i >= 0; i-- {
+		if _, err := d.collectors[i].Stop(5 * time.Second); err != nil {
+			d.say("%v: killed", err)
 		}
 	}
-	if len(d.procs) > 0 {
+	for _, dir := range d.pinDirs {
+		_ = os.RemoveAll(dir)
+	}
+	if len(d.collectors)+len(d.hogs) > 0 {
 		d.say("Stopped every process the demo started.")
 	}
 }

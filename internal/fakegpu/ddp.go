@@ -299,10 +299,22 @@ func LaunchDDP(p Paths, o DDPOptions, gateDir string) (*DDPRun, error) {
 	return run, nil
 }
 
-// Kill stops the launcher and its ranks and waits until they are gone.
+// Kill stops the launcher and its ranks and waits until they are gone. The ranks
+// outlive the launcher as zombies until the reaper they are reparented to (init, or
+// a subreaper) collects them, so for each rank it knows (gated runs) it waits, at most
+// 5 s in all, until the rank's /proc entry is gone.
 func (d *DDPRun) Kill() {
 	d.kill()
 	<-d.done
+	deadline := time.Now().Add(5 * time.Second)
+	for _, r := range d.Ranks {
+		for time.Now().Before(deadline) {
+			if _, err := os.Stat(fmt.Sprintf("/proc/%d", r.Pid)); errors.Is(err, os.ErrNotExist) {
+				break
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
 }
 
 // kill stops the launcher and its ranks. The launcher leads its own process group, which
