@@ -32,7 +32,7 @@ type Spec struct {
 	Wrapper []string
 	// Env is added to this process's environment (KEY=VALUE).
 	Env []string
-	// Output receives the collector's stdout and stderr.
+	// Output receives the collector's stdout and stderr (nil: /dev/null).
 	Output io.Writer
 	// OwnGroup runs the collector in a process group of its own, which Stop signals
 	// whole, and kills it when the thread that started it dies (the demo's collectors
@@ -59,11 +59,12 @@ func Start(s Spec) (*Collector, error) {
 	}
 	cmd := exec.Command(args[0], args[1:]...)
 	cmd.Env = append(os.Environ(), s.Env...)
-	out := s.Output
-	if out == nil {
-		out = io.Discard
+	if s.Output != nil {
+		cmd.Stdout, cmd.Stderr = s.Output, s.Output
+		// A child the collector left behind holding its output must not keep the wait
+		// (and Stop) from returning once the collector itself has exited.
+		cmd.WaitDelay = time.Second
 	}
-	cmd.Stdout, cmd.Stderr = out, out
 	if s.OwnGroup {
 		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	}
