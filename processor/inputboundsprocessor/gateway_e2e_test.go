@@ -2,74 +2,42 @@ package inputboundsprocessor
 
 import (
 	"bytes"
+	"crypto/tls"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
-	"os"
-	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
-	"time"
 
 	"go.opentelemetry.io/collector/pdata/plog/plogotlp"
 	"go.opentelemetry.io/collector/pdata/pmetric/pmetricotlp"
 
+	"github.com/fathom-gpu/fathom/internal/collectorconfig"
 	"github.com/fathom-gpu/fathom/internal/semconv"
 	"github.com/fathom-gpu/fathom/internal/testsupport/collectortest"
 )
-
-// A gateway as deploy/configs/gateway.yaml sets it up (the otlp receiver, then
-// inputbounds, into the Echo store), with a request cap that lets the hostile request in.
-const gatewayConfig = `
-extensions:
-  echo:
-    path: ${env:ECHO_DB}
-    server:
-      endpoint: ${env:ECHO_ADDR}
-      insecure_allow_plaintext: true # loopback listener in a test
-      tokens:
-        - {name: agent, env: AGENT_TOKEN, scopes: [tools, sql]}
-receivers:
-  otlp:
-    protocols:
-      http:
-        endpoint: ${env:OTLP_HTTP}
-        max_request_body_size: 33554432
-processors:
-  inputbounds:
-exporters:
-  duckdb:
-    store: echo
-service:
-  extensions: [echo]
-  telemetry:
-    metrics:
-      level: normal
-      readers:
-        - pull:
-            exporter:
-              prometheus:
-                host: 127.0.0.1
-                port: ${env:TELEMETRY_PORT}
-  pipelines:
-    metrics: {receivers: [otlp], processors: [inputbounds], exporters: [duckdb]}
-    logs: {receivers: [otlp], processors: [inputbounds], exporters: [duckdb]}
-`
-
-const agentToken = "inputbounds-e2e-token"
 
 // The hostile logs and metrics of processor_test.go, sent to the real binary over
 // OTLP/HTTP: both requests are answered 200, the store holds every good record and
 // point exactly and the cut ones cut and noted, the points that cannot be right are
 // not stored, and the gateway's own metrics count each cut by reason.
 func TestAGatewayStoresHostileInputCut(t *testing.T) {
-	dir := t.TempDir()
-	api, otlp, telemetry := collectortest.Addr(t), collectortest.Addr(t), collectortest.FreePort(t)
-	gw := collectortest.Start(t, writeConfig(t, dir), "ECHO_DB="+filepath.Join(dir, "echo.duckdb"), "ECHO_ADDR="+api,
-		"AGENT_TOKEN="+agentToken, "OTLP_HTTP="+otlp, fmt.Sprintf("TELEMETRY_PORT=%d", telemetry))
-	gw.WaitHTTP(t, "http://"+api+"/api/v1/health", 60*time.Second)
+	// The shipped gateway (the otlp receiver, then inputbounds, into the Echo store),
+	// over plaintext OTLP as the test sends it, with a request cap that lets the hostile
+	// request in.
+	gw := collectortest.Gateway(t, collectorconfig.GatewayPlaintext).Merge(t, `
+receivers:
+  otlp:
+    protocols:
+      http:
+        max_request_body_size: 33554432
+`)
+	echoCert, echoKey, pool := collectortest.LoopbackCert(t, t.TempDir())
+	gw.Start(t, "FATHOM_ECHO_TLS_CERT="+echoCert, "FATHOM_ECHO_TLS_KEY="+echoKey)
+	otlp, telemetry := gw.Listen["FATHOM_GATEWAY_OTLP_HTTP"], gw.Listen["FATHOM_TELEMETRY_PORT"]
+	echo := echoAPI{addr: gw.Listen["FATHOM_ECHO_ENDPOINT"], client: &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}}
 
 	// The store puts a resource's attributes on each of its records: the resource's own
 	// huge value would show on every row, so here only the records carry them.
@@ -95,7 +63,7 @@ func TestAGatewayStoresHostileInputCut(t *testing.T) {
 		}
 	}
 
-	rows := sql(t, api, `SELECT coalesce(length(json_extract_string(attributes, '$.huge')), -1),
+	rows := echo.sql(t, `SELECT coalesce(length(json_extract_string(attributes, '$.huge')), -1),
 		coalesce(json_extract_string(attributes, '$."`+semconv.InputCut+`"'), ''), length(coalesce(body, '')),
 		len(json_keys(attributes)) FROM events WHERE kind = 'log' ORDER BY rowid`)
 	want := [][]any{
@@ -108,7 +76,7 @@ func TestAGatewayStoresHostileInputCut(t *testing.T) {
 	if got, exp := fmt.Sprint(rows), fmt.Sprint(want); got != exp {
 		t.Errorf("stored log records:\n got %s\nwant %s", got, exp)
 	}
-	points := sql(t, api, `SELECT name, count(*), coalesce(max(count), 0) FROM events WHERE kind <> 'log' GROUP BY name ORDER BY name`)
+	points := echo.sql(t, `SELECT name, count(*), coalesce(max(count), 0) FROM events WHERE kind <> 'log' GROUP BY name ORDER BY name`)
 	if got, exp := fmt.Sprint(points), fmt.Sprint([][]any{
 		{"app.temperature", 1.0, 0.0}, {"cuda.call.duration", 1.0, 5.0}, {"fathom.call.duration", 1.0, 6.0}, {semconv.MetricRankDeviceWait, 1.0, 0.0},
 	}); got != exp {
@@ -116,7 +84,7 @@ func TestAGatewayStoresHostileInputCut(t *testing.T) {
 	}
 
 	counted := map[string]string{}
-	resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/metrics", telemetry))
+	resp, err := http.Get("http://localhost:" + telemetry + "/metrics")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -130,21 +98,19 @@ func TestAGatewayStoresHostileInputCut(t *testing.T) {
 	}
 }
 
-func writeConfig(t *testing.T, dir string) string {
-	p := filepath.Join(dir, "gateway.yaml")
-	if err := writeFile(p, gatewayConfig); err != nil {
-		t.Fatal(err)
-	}
-	return p
+// echoAPI is the gateway's Echo API, asked as an agent would.
+type echoAPI struct {
+	addr   string
+	client *http.Client
 }
 
-func sql(t *testing.T, api, query string) [][]any {
+func (e echoAPI) sql(t *testing.T, query string) [][]any {
 	t.Helper()
 	body, _ := json.Marshal(map[string]string{"sql": query})
-	req, _ := http.NewRequest(http.MethodPost, "http://"+api+"/api/v1/sql", bytes.NewReader(body))
-	req.Header.Set("Authorization", "Bearer "+agentToken)
+	req, _ := http.NewRequest(http.MethodPost, "https://"+e.addr+"/api/v1/sql", bytes.NewReader(body))
+	req.Header.Set("Authorization", "Bearer "+collectortest.AgentToken)
 	req.Header.Set("Content-Type", "application/json")
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := e.client.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -168,5 +134,3 @@ func grep(text, word string) string {
 	}
 	return strings.Join(out, "\n")
 }
-
-func writeFile(path, text string) error { return os.WriteFile(path, []byte(text), 0o600) }
