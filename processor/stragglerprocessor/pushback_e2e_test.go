@@ -2,12 +2,11 @@ package stragglerprocessor_test
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -17,6 +16,7 @@ import (
 	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.opentelemetry.io/collector/pdata/pmetric"
 	"go.opentelemetry.io/collector/pdata/pmetric/pmetricotlp"
+	"go.yaml.in/yaml/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
@@ -31,110 +31,20 @@ import (
 // extension as server middleware); each node reads it from the answer (client
 // middleware) and judges its own ranks against it. What is asserted comes back from
 // the gateway's store over its Echo API. Nodes and gateway speak mutual TLS, each node
-// with a certificate naming its own host, as the example configs do.
-
-const pushbackGatewayConfig = `
-extensions:
-  thresholds:
-  nodecert:
-  echo:
-    path: ${env:ECHO_DB}
-    server:
-      endpoint: ${env:ECHO_ADDR}
-      insecure_allow_plaintext: true # loopback listener in a test
-      rate_limit: {requests_per_second: 1000, burst: 1000}
-      tokens:
-        - {name: agent, env: AGENT_TOKEN, scopes: [tools, sql]}
-receivers:
-  otlp:
-    protocols:
-      grpc:
-        endpoint: ${env:OTLP_GRPC}
-        tls: &mtls
-          cert_file: ${env:FATHOM_OTLP_TLS_CERT}
-          key_file: ${env:FATHOM_OTLP_TLS_KEY}
-          client_ca_file: ${env:FATHOM_OTLP_TLS_CA}
-        middlewares: [{id: nodecert}, {id: thresholds}]
-      http:
-        endpoint: ${env:OTLP_HTTP}
-        tls: *mtls
-        middlewares: [{id: nodecert}, {id: thresholds}]
-processors:
-  nodeidentity:
-  straggler:
-    evaluation_interval: 250ms
-    silent_after: 5s
-exporters:
-  duckdb:
-    store: echo
-service:
-  extensions: [thresholds, echo, nodecert]
-  telemetry:
-    metrics:
-      level: none
-  pipelines:
-    metrics:
-      receivers: [otlp]
-      processors: [nodeidentity, straggler]
-      exporters: [duckdb]
-    logs:
-      receivers: [otlp]
-      processors: [nodeidentity, straggler]
-      exporters: [duckdb]
-`
-
-// pushbackNodeConfig is a node with its exporter EXPORTER (otlp_grpc or otlp_http,
-// put in by the test: the collector expands variables in values, not in keys) to
-// GATEWAY.
-const pushbackNodeConfig = `
-extensions:
-  thresholds:
-    ttl: 3s
-receivers:
-  otlp:
-    protocols:
-      grpc:
-        endpoint: ${env:NODE_OTLP}
-processors:
-  batch:
-    timeout: 100ms
-  straggler:
-    mode: node
-    thresholds: thresholds
-    evaluation_interval: 250ms
-exporters:
-  EXPORTER/gateway:
-    endpoint: ${env:GATEWAY}
-    tls:
-      ca_file: ${env:FATHOM_OTLP_TLS_CA}
-      cert_file: ${env:FATHOM_OTLP_TLS_CERT}
-      key_file: ${env:FATHOM_OTLP_TLS_KEY}
-    middlewares: [{id: thresholds}]
-    retry_on_failure:
-      initial_interval: 200ms
-      max_interval: 1s
-service:
-  extensions: [thresholds]
-  telemetry:
-    metrics:
-      level: none
-  pipelines:
-    metrics:
-      receivers: [otlp]
-      processors: [straggler, batch]
-      exporters: [EXPORTER/gateway]
-    logs:
-      receivers: [otlp]
-      processors: [straggler, batch]
-      exporters: [EXPORTER/gateway]
-`
-
-const agentToken = "agent-token-0123456789abcdef"
+// with a certificate naming its own host, as the shipped configs do: the gateway and
+// nodes are deploy/configs' gateway.yaml and node.yaml (collectortest roles), with what
+// the loop changes layered over them.
 
 type loop struct {
-	t                                      testing.TB
-	dir, db, api, gatewayGRPC, gatewayHTTP string
-	gatewayEnv                             []string
+	t   testing.TB
+	dir string
+	// gw is the gateway's role (deploy/configs/gateway.yaml as the loop runs it), and
+	// api, gatewayGRPC and gatewayHTTP where it listens.
+	gw                            *collectortest.Role
+	api, gatewayGRPC, gatewayHTTP string
+	gatewayEnv                    []string
+	// echo trusts the certificate of the gateway's Echo API.
+	echo *http.Client
 	// certs sign the gateway's OTLP certificate and each node's (node-N).
 	certs     *collectortest.OTLPTLS
 	gateway   *collectortest.Process
@@ -145,21 +55,72 @@ type loop struct {
 	settings []string
 }
 
-// withSettings puts settings into a config's straggler processor.
-func withSettings(config string, settings []string) string {
+// withSettings layers settings over a role's straggler processor. The shipped
+// persistence (5 of 6, for the shipped 250 ms rank samples) is taken out first: the
+// tests that sample so name it in settings (jobOptions.defaults), the others keep the
+// processor's default (3 of 4), as they were written for.
+func withSettings(t testing.TB, r *collectortest.Role, settings []string) {
+	r.Delete("processors::straggler::persistence")
+	if len(settings) == 0 {
+		return
+	}
 	var b strings.Builder
+	b.WriteString("processors:\n  straggler:\n")
 	for _, line := range settings {
 		b.WriteString("    " + line + "\n")
 	}
-	return strings.Replace(config, "  straggler:\n", "  straggler:\n"+b.String(), 1)
+	r.Merge(t, b.String())
 }
 
-func writeFile(t testing.TB, dir, name, text string) string {
-	p := filepath.Join(dir, name)
-	if err := os.WriteFile(p, []byte(text), 0o600); err != nil {
+// loopNode is deploy/configs/node.yaml as the loop's nodes run it, exporting to the
+// gateway over transport ("grpc" or "http"). Their lines expire after ttl, so that a
+// test sees the gateway gone within seconds; batches leave every 100 ms, and a node
+// retries within a second of the gateway's return. The caller says where the node's
+// data comes from.
+func (l *loop) loopNode(transport, ttl string) *collectortest.Role {
+	n := collectortest.Node(l.t).Merge(l.t, `
+extensions:
+  thresholds:
+    ttl: `+ttl+`
+processors:
+  batch:
+    timeout: 100ms
+exporters:
+  otlp_grpc/gateway:
+    retry_on_failure:
+      initial_interval: 200ms
+      max_interval: 1s
+`)
+	withSettings(l.t, n, l.settings)
+	if transport == "http" {
+		exportOverHTTP(l.t, n)
+	}
+	return n
+}
+
+// exportOverHTTP makes a node send to the gateway over OTLP/HTTP (otlp_http/gateway)
+// with the shipped exporter's settings, instead of over gRPC.
+func exportOverHTTP(t testing.TB, n *collectortest.Role) {
+	exporter, err := yaml.Marshal(n.Config.Get("exporters::otlp_grpc/gateway"))
+	if err != nil {
 		t.Fatal(err)
 	}
-	return p
+	n.Delete("exporters::otlp_grpc/gateway")
+	n.Replace(t, "exporters::otlp_http/gateway", string(exporter))
+	for _, pipeline := range []string{"metrics", "logs"} {
+		n.Replace(t, "service::pipelines::"+pipeline+"::exporters", "[otlp_http/gateway]")
+	}
+}
+
+// nodeEnv is the environment of node-N sending to the gateway over transport: its
+// name, its client certificate, its cluster and where the gateway listens.
+func (l *loop) nodeEnv(node int, transport string) []string {
+	name := fmt.Sprintf("node-%d", node)
+	gateway := l.gatewayGRPC
+	if transport == "http" {
+		gateway = "https://" + l.gatewayHTTP
+	}
+	return append(l.certs.Node(l.t, name).Env(), "FATHOM_NODE_NAME="+name, "FATHOM_CLUSTER=e2e", "FATHOM_GATEWAY="+gateway)
 }
 
 // newLoop starts the gateway, with no node yet.
@@ -168,11 +129,22 @@ func newLoop(t testing.TB) *loop { return newLoopWith(t, nil) }
 // newLoopWith starts the gateway with settings for its straggler processor.
 func newLoopWith(t testing.TB, settings []string) *loop {
 	l := &loop{t: t, dir: t.TempDir(), settings: settings, certs: collectortest.NewOTLPTLS(t)}
-	l.db = filepath.Join(l.dir, "echo.duckdb")
-	l.api, l.gatewayGRPC, l.gatewayHTTP = collectortest.Addr(t), collectortest.Addr(t), collectortest.Addr(t)
-	l.gatewayEnv = []string{"ECHO_DB=" + l.db, "ECHO_ADDR=" + l.api, "AGENT_TOKEN=" + agentToken,
-		"OTLP_GRPC=" + l.gatewayGRPC, "OTLP_HTTP=" + l.gatewayHTTP}
-	l.gatewayEnv = append(l.gatewayEnv, l.certs.Gateway.Env()...)
+	// The tests ask the store several times a second, and a killed rank is to be
+	// reported silent within 5 s.
+	l.gw = collectortest.Gateway(t).Merge(t, `
+extensions:
+  echo:
+    server:
+      rate_limit: {requests_per_second: 1000, burst: 1000}
+processors:
+  straggler:
+    silent_after: 5s
+`)
+	withSettings(t, l.gw, settings)
+	l.api, l.gatewayGRPC, l.gatewayHTTP = l.gw.Listen["FATHOM_ECHO_ENDPOINT"], l.gw.Listen["FATHOM_GATEWAY_OTLP_GRPC"], l.gw.Listen["FATHOM_GATEWAY_OTLP_HTTP"]
+	echoCert, echoKey, pool := collectortest.LoopbackCert(t, t.TempDir())
+	l.echo = &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
+	l.gatewayEnv = append(l.certs.Gateway.Env(), "FATHOM_ECHO_TLS_CERT="+echoCert, "FATHOM_ECHO_TLS_KEY="+echoKey)
 	l.startGateway()
 	return l
 }
@@ -180,32 +152,31 @@ func newLoopWith(t testing.TB, settings []string) *loop {
 // startLoop starts the gateway and four node collectors fed over OTLP by the test.
 func startLoop(t *testing.T) *loop {
 	l := newLoop(t)
-	grpcCfg := writeFile(t, l.dir, "node-grpc.yaml", strings.ReplaceAll(pushbackNodeConfig, "EXPORTER", "otlp_grpc"))
-	httpCfg := writeFile(t, l.dir, "node-http.yaml", strings.ReplaceAll(pushbackNodeConfig, "EXPORTER", "otlp_http"))
 	for i := range 4 {
-		addr := collectortest.Addr(t)
-		cfg, env := grpcCfg, []string{"NODE_OTLP=" + addr, "GATEWAY=" + l.gatewayGRPC}
+		transport := "grpc"
 		if i >= 2 {
-			cfg, env = httpCfg, []string{"NODE_OTLP=" + addr, "GATEWAY=https://" + l.gatewayHTTP}
+			transport = "http"
 		}
-		p := collectortest.Start(t, cfg, append(env, l.nodeTLS(i)...)...)
+		// The test feeds the ranks' signals over OTLP as the gpuebpf receiver would
+		// send them: the node runs no probes of its own.
+		n := l.loopNode(transport, "3s").Delete("receivers::gpuebpf")
+		for _, pipeline := range []string{"metrics", "logs"} {
+			n.Replace(t, "service::pipelines::"+pipeline+"::receivers", "[otlp]")
+		}
+		p := n.Start(t, l.nodeEnv(i, transport)...)
+		addr := n.Listen["FATHOM_NODE_OTLP"]
 		p.WaitListening(t, addr, 30*time.Second)
 		l.nodes, l.nodeAddrs = append(l.nodes, p), append(l.nodeAddrs, addr)
 	}
 	return l
 }
 
-// nodeTLS is the environment of node-N's client certificate.
-func (l *loop) nodeTLS(node int) []string {
-	return l.certs.Node(l.t, fmt.Sprintf("node-%d", node)).Env()
-}
-
+// startGateway starts the gateway, or starts it again on the same store and addresses.
 func (l *loop) startGateway() {
-	cfg := writeFile(l.t, l.dir, "gateway.yaml", withSettings(pushbackGatewayConfig, l.settings))
-	l.gateway = collectortest.Start(l.t, cfg, l.gatewayEnv...)
-	l.gateway.WaitHTTP(l.t, "http://"+l.api+"/api/v1/health", 30*time.Second)
-	l.gateway.WaitListening(l.t, l.gatewayGRPC, 30*time.Second)
-	l.gateway.WaitListening(l.t, l.gatewayHTTP, 30*time.Second)
+	l.gateway = l.gw.Start(l.t, l.gatewayEnv...)
+	for _, addr := range []string{l.api, l.gatewayGRPC, l.gatewayHTTP} {
+		l.gateway.WaitListening(l.t, addr, 30*time.Second)
+	}
 }
 
 // ranks feeds every node its two ranks' cumulative device wait each 250 ms until stop:
@@ -283,10 +254,10 @@ type record struct {
 // its rows.
 func (l *loop) sqlRows(q string) [][]any {
 	body, _ := json.Marshal(map[string]string{"sql": q})
-	req, _ := http.NewRequest(http.MethodPost, "http://"+l.api+"/api/v1/sql", strings.NewReader(string(body)))
-	req.Header.Set("Authorization", "Bearer "+agentToken)
+	req, _ := http.NewRequest(http.MethodPost, "https://"+l.api+"/api/v1/sql", strings.NewReader(string(body)))
+	req.Header.Set("Authorization", "Bearer "+collectortest.AgentToken)
 	req.Header.Set("Content-Type", "application/json")
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := l.echo.Do(req)
 	if err != nil {
 		l.t.Fatalf("sql: %v", err)
 	}

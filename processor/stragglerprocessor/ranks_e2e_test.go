@@ -33,65 +33,6 @@ import (
 // work costs it a fifth of that in wall time. The fake devices run 8+2 kernels of 50 µs
 // a step, so a step is about 6 ms, most of it the host's.
 
-const ranksNodeConfig = `
-extensions:
-  thresholds:
-    ttl: 4s
-  health_check:
-    endpoint: ${env:HEALTH}
-receivers:
-  gpuebpf:
-    collection_interval: 1s
-    rank_signals:
-      interval: RANK_SIGNALS
-    cluster_name: e2e
-    host_name: ${env:NODE_NAME}
-    targets:
-      all: false
-      pids: [RANK_PIDS]
-    logs:
-      policy: notable        # the sampled nccl.collective records, for arrival lag
-      nccl:
-        sample_every: 8
-    nvml:
-      library_path: ${env:NVML_LIBRARY}
-    rdma:
-      sysfs_root: ${env:SYSFS}
-      poll_interval: 1s
-processors:
-  batch:
-    timeout: 100ms
-  straggler:
-    mode: node
-    thresholds: thresholds
-    evaluation_interval: 250ms
-exporters:
-  EXPORTER/gateway:
-    endpoint: ${env:GATEWAY}
-    tls:
-      ca_file: ${env:FATHOM_OTLP_TLS_CA}
-      cert_file: ${env:FATHOM_OTLP_TLS_CERT}
-      key_file: ${env:FATHOM_OTLP_TLS_KEY}
-    middlewares: [{id: thresholds}]
-    retry_on_failure:
-      initial_interval: 200ms
-      max_interval: 1s
-service:
-  extensions: [thresholds, health_check]
-  telemetry:
-    metrics:
-      level: none
-  pipelines:
-    metrics:
-      receivers: [gpuebpf]
-      processors: [straggler, batch]
-      exporters: [EXPORTER/gateway]
-    logs:
-      receivers: [gpuebpf]
-      processors: [straggler, batch]
-      exporters: [EXPORTER/gateway]
-`
-
 const (
 	jobRanks     = 8
 	ranksPerNode = 2
@@ -175,35 +116,38 @@ func startJob(t testing.TB, o jobOptions) *job {
 	})
 	for node := range o.ranks / o.perNode {
 		transport := o.transport(node)
-		gateway := j.gatewayGRPC
-		if transport == "http" {
-			gateway = "https://" + j.gatewayHTTP
-		}
 		var pids []string
 		for r := node * o.perNode; r < (node+1)*o.perNode; r++ {
 			pids = append(pids, fmt.Sprint(j.run.Ranks[r].Pid))
 		}
-		// Put in by the test, like the exporter: the collector expands variables in
-		// values, and a list of pids is not one.
-		config := strings.NewReplacer("EXPORTER", map[string]string{"grpc": "otlp_grpc", "http": "otlp_http"}[transport],
-			"RANK_PIDS", strings.Join(pids, ", "), "RANK_SIGNALS", o.rankSignals).Replace(withSettings(ranksNodeConfig, o.settings))
-		health := collectortest.Addr(t)
+		// The node traces its own two ranks, by pid; it keeps every 8th collective
+		// (nccl.collective records, for arrival lag) at the receiver's default rates;
+		// it reads the fake GPUs through the fake NVML, and the RDMA counters each
+		// second.
+		n := j.loopNode(transport, "4s").
+			Replace(t, "receivers::gpuebpf::targets", "{all: false, pids: ["+strings.Join(pids, ", ")+"]}").
+			Replace(t, "receivers::gpuebpf::logs", "{policy: notable, nccl: {sample_every: 8}}").
+			Merge(t, `
+receivers:
+  gpuebpf:
+    nvml:
+      library_path: `+paths.NVML+`
+    rdma:
+      poll_interval: 1s
+`)
 		sysfs := o.sysfs
 		if sysfs == "" {
 			sysfs = filepath.Join(j.dir, "no-rdma") // no RDMA device on these nodes
 		}
-		env := []string{"HEALTH=" + health, "GATEWAY=" + gateway, fmt.Sprintf("NODE_NAME=node-%d", node),
-			"NVML_LIBRARY=" + paths.NVML, "SYSFS=" + sysfs}
-		env = append(env, j.nodeTLS(node)...)
+		env := append(j.nodeEnv(node, transport), "FATHOM_COLLECTION_INTERVAL=1s",
+			"FATHOM_RANK_SIGNALS_INTERVAL="+o.rankSignals, "FATHOM_SYSFS_INFINIBAND="+sysfs)
 		if o.board != "" {
 			env = append(env, "FAKEGPU_BOARD="+o.board)
 		}
 		if o.nodeEnv != nil {
 			env = append(env, o.nodeEnv(node)...)
 		}
-		p := collectortest.Start(t, writeFile(t, j.dir, fmt.Sprintf("node-%d.yaml", node), config), env...)
-		p.WaitHTTP(t, "http://"+health+"/", 60*time.Second)
-		j.nodes = append(j.nodes, p)
+		j.nodes = append(j.nodes, n.Start(t, env...))
 	}
 	if err := j.run.Release(); err != nil {
 		t.Fatal(err)
@@ -293,10 +237,10 @@ type rankOutlier struct {
 // tool calls one of the gateway's Echo tools over HTTP, as an agent would, and decodes
 // its answer into out.
 func (l *loop) tool(name, body string, out any) {
-	req, _ := http.NewRequest(http.MethodPost, "http://"+l.api+"/api/v1/tools/"+name, strings.NewReader(body))
-	req.Header.Set("Authorization", "Bearer "+agentToken)
+	req, _ := http.NewRequest(http.MethodPost, "https://"+l.api+"/api/v1/tools/"+name, strings.NewReader(body))
+	req.Header.Set("Authorization", "Bearer "+collectortest.AgentToken)
 	req.Header.Set("Content-Type", "application/json")
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := l.echo.Do(req)
 	if err != nil {
 		l.t.Fatalf("%s: %v", name, err)
 	}
