@@ -234,7 +234,7 @@ func (g *hostileGateway) sqlCount(t *testing.T, query string) (int, int) {
 	t.Helper()
 	body, _ := json.Marshal(map[string]string{"sql": query})
 	req, _ := http.NewRequest(http.MethodPost, g.api+"/api/v1/sql", strings.NewReader(string(body)))
-	req.Header.Set("Authorization", "Bearer "+hostileAgentToken)
+	req.Header.Set("Authorization", "Bearer "+collectortest.AgentToken)
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {

@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"fmt"
 	"net/http"
-	"os"
 	"path/filepath"
 	"sync"
 	"syscall"
@@ -17,31 +16,21 @@ import (
 	"go.opentelemetry.io/collector/pdata/plog"
 	"go.opentelemetry.io/collector/pdata/plog/plogotlp"
 
+	"github.com/fathom-gpu/fathom/internal/collectorconfig"
 	"github.com/fathom-gpu/fathom/internal/testsupport/collectortest"
 )
 
-const gatewayConfig = `
-extensions:
-  echo:
-    path: ${env:ECHO_DB}
-receivers:
-  otlp:
-    protocols:
-      http:
-        endpoint: ${env:OTLP_HTTP}
-exporters:
-  duckdb:
-    store: echo
-service:
-  extensions: [echo]
-  telemetry:
-    metrics:
-      level: none
-  pipelines:
-    logs:
-      receivers: [otlp]
-      exporters: [duckdb]
-`
+// storeGateway is deploy/configs/gateway.yaml as these tests run the exporter in it:
+// plaintext OTLP (the shipped gateway-plaintext.yaml, as the tests send without
+// certificates) and the Echo API on plain HTTP on its loopback port, so that a test
+// reads the store without a certificate of its own. The store is at the path a test
+// gives Start in FATHOM_ECHO_DB where it reopens the file after the gateway is gone.
+func storeGateway(t *testing.T) *collectortest.Role {
+	t.Helper()
+	gw := collectortest.Gateway(t, collectorconfig.GatewayPlaintext)
+	gw.Delete("extensions::echo::server::tls")
+	return gw.Merge(t, "extensions:\n  echo:\n    server:\n      insecure_allow_plaintext: true\n")
+}
 
 // logBatch is one OTLP request of n log records from one node, each tagged with its
 // sender's sequence number so the test can tell exactly which records were stored.
@@ -160,17 +149,13 @@ func checkAcked(t *testing.T, db *sql.DB, a *acked, perBatch int) int {
 // Every record the gateway acknowledged is in the file after a kill -9 (WAL recovery),
 // and after a clean restart on the same file.
 func TestAcknowledgedSurvivesKillAndRestart(t *testing.T) {
-	dir := t.TempDir()
-	dbPath := filepath.Join(dir, "echo.duckdb")
-	cfgPath := filepath.Join(dir, "gateway.yaml")
-	if err := os.WriteFile(cfgPath, []byte(gatewayConfig), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	dbPath := filepath.Join(t.TempDir(), "echo.duckdb")
 	const perBatch, senders = 200, 8
 	run := func(kill bool) *acked {
-		addr := collectortest.Addr(t)
-		url := "http://" + addr + "/v1/logs"
-		p := collectortest.Start(t, cfgPath, "ECHO_DB="+dbPath, "OTLP_HTTP="+addr)
+		// A gateway of its own each run (fresh ports), on the one store file.
+		gw := storeGateway(t)
+		url := "http://" + gw.Listen["FATHOM_GATEWAY_OTLP_HTTP"] + "/v1/logs"
+		p := gw.Start(t, "FATHOM_ECHO_DB="+dbPath)
 		waitOTLP(t, url)
 		a := &acked{run: fmt.Sprint(kill), seqs: map[string][]int{}}
 		stop := make(chan struct{})

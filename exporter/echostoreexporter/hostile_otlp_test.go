@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -26,44 +25,6 @@ import (
 	"github.com/fathom-gpu/fathom/internal/testsupport/collectortest"
 )
 
-// The gateway's OTLP receiver as deploy/configs/gateway.yaml sets it up: gRPC and HTTP,
-// each capped at 4 MiB a request.
-const hostileGatewayConfig = `
-extensions:
-  echo:
-    path: ${env:ECHO_DB}
-    server:
-      endpoint: ${env:ECHO_ADDR}
-      # Loopback listener in a test: plain HTTP on purpose.
-      insecure_allow_plaintext: true
-      rate_limit: {requests_per_second: 1000, burst: 1000}
-      tokens:
-        - {name: agent, env: AGENT_TOKEN, scopes: [tools, sql]}
-receivers:
-  otlp:
-    protocols:
-      grpc:
-        endpoint: ${env:OTLP_GRPC}
-        max_recv_msg_size_mib: 4
-      http:
-        endpoint: ${env:OTLP_HTTP}
-        max_request_body_size: 4194304
-exporters:
-  duckdb:
-    store: echo
-service:
-  extensions: [echo]
-  telemetry:
-    metrics:
-      level: none
-  pipelines:
-    logs:
-      receivers: [otlp]
-      exporters: [duckdb]
-`
-
-const hostileAgentToken = "agent-token-0123456789abcdef"
-
 type hostileGateway struct {
 	proc               *collectortest.Process
 	api, otlpHTTP, rpc string
@@ -77,23 +38,28 @@ func startHostileGateway(t *testing.T) *hostileGateway {
 	return startHostileGatewayOn(t, filepath.Join(t.TempDir(), "echo.duckdb"))
 }
 
-// startHostileGatewayOn starts the gateway with its store at dbPath.
+// startHostileGatewayOn starts the gateway with its store at dbPath: the shipped
+// gateway's OTLP receiver (gRPC and HTTP, each capped at 4 MiB a request), plaintext,
+// without the inputbounds processor, which would cut the deep values before the
+// exporter does: what the test measures is the exporter's own cut (MaxValueDepth).
 func startHostileGatewayOn(t *testing.T, dbPath string) *hostileGateway {
 	t.Helper()
-	dir := t.TempDir()
-	cfg := filepath.Join(dir, "gateway.yaml")
-	if err := os.WriteFile(cfg, []byte(hostileGatewayConfig), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	api, grpcAddr, httpAddr := collectortest.Addr(t), collectortest.Addr(t), collectortest.Addr(t)
+	gw := storeGateway(t).Merge(t, `
+service:
+  pipelines:
+    metrics:
+      processors: [memory_limiter, nodeidentity, straggler]
+    logs:
+      processors: [memory_limiter, nodeidentity, straggler]
+`)
+	api, grpcAddr, httpAddr := gw.Listen["FATHOM_ECHO_ENDPOINT"], gw.Listen["FATHOM_GATEWAY_OTLP_GRPC"], gw.Listen["FATHOM_GATEWAY_OTLP_HTTP"]
 	var protocols http.Protocols
 	protocols.SetUnencryptedHTTP2(true)
 	g := &hostileGateway{
 		api: "http://" + api, otlpHTTP: "http://" + httpAddr + "/v1/logs", rpc: grpcAddr,
 		h2c: &http.Client{Transport: &http.Transport{Protocols: &protocols}, Timeout: 2 * time.Minute},
 	}
-	g.proc = collectortest.Start(t, cfg, "ECHO_DB="+dbPath, "ECHO_ADDR="+api,
-		"AGENT_TOKEN="+hostileAgentToken, "OTLP_GRPC="+grpcAddr, "OTLP_HTTP="+httpAddr)
+	g.proc = gw.Start(t, "FATHOM_ECHO_DB="+dbPath)
 	g.proc.WaitHTTP(t, g.api+"/api/v1/health", 30*time.Second)
 	// The Echo API (an extension) answers before the receivers listen.
 	g.proc.WaitListening(t, grpcAddr, 30*time.Second)
@@ -220,7 +186,7 @@ func (g *hostileGateway) sql(t *testing.T, query string) []any {
 	if err != nil {
 		t.Fatal(err)
 	}
-	req.Header.Set("Authorization", "Bearer "+hostileAgentToken)
+	req.Header.Set("Authorization", "Bearer "+collectortest.AgentToken)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)

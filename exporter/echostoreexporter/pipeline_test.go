@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"fmt"
 	"net/http"
-	"os"
 	"path/filepath"
 	"testing"
 	"time"
@@ -12,15 +11,7 @@ import (
 	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.opentelemetry.io/collector/pdata/pmetric"
 	"go.opentelemetry.io/collector/pdata/pmetric/pmetricotlp"
-
-	"github.com/fathom-gpu/fathom/internal/testsupport/collectortest"
 )
-
-const metricsGatewayConfig = gatewayConfig + `
-    metrics:
-      receivers: [otlp]
-      exporters: [duckdb]
-`
 
 func metricsRequest(t *testing.T) []byte {
 	t.Helper()
@@ -88,14 +79,10 @@ func metricsRequest(t *testing.T) []byte {
 // Metrics of every type land as one row per point; a malformed request is refused by
 // the receiver and does not disturb what follows.
 func TestMetricsAndMalformedOTLPThroughTheGateway(t *testing.T) {
-	dir := t.TempDir()
-	dbPath := filepath.Join(dir, "echo.duckdb")
-	cfgPath := filepath.Join(dir, "gateway.yaml")
-	if err := os.WriteFile(cfgPath, []byte(metricsGatewayConfig), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	addr := collectortest.Addr(t)
-	p := collectortest.Start(t, cfgPath, "ECHO_DB="+dbPath, "OTLP_HTTP="+addr)
+	dbPath := filepath.Join(t.TempDir(), "echo.duckdb")
+	gw := storeGateway(t)
+	addr := gw.Listen["FATHOM_GATEWAY_OTLP_HTTP"]
+	p := gw.Start(t, "FATHOM_ECHO_DB="+dbPath)
 	waitOTLP(t, "http://"+addr+"/v1/logs")
 
 	post := func(path string, body []byte) int {
