@@ -57,43 +57,29 @@ func conformanceDir(t *testing.T) string {
 	return ""
 }
 
-const conformanceYAML = `
+// conformanceLayer is what the clients are held to over the shipped gateway's Echo
+// API (with echoOverPlainHTTP): the tokens they use in place of the shipped ones (a
+// tools-only viewer and a throttled one) and GPU rates for get_cost. The pipelines keep
+// the shipped gateway's processors but inputbounds and straggler: the cases hold the
+// store to exactly the planted rows, and those two may cut a planted value or add
+// verdict records of their own.
+const conformanceLayer = `
 extensions:
   echo:
-    path: ${env:ECHO_DB}
     rates_file: ${env:ECHO_RATES}
     server:
-      endpoint: ${env:ECHO_ADDR}
-      # Loopback listener in a test: plain HTTP on purpose.
-      insecure_allow_plaintext: true
-      audit_log: ${env:ECHO_AUDIT}
-      rate_limit: {requests_per_second: 1000, burst: 1000}
       tokens:
         - {name: agent, env: AGENT_TOKEN, scopes: [tools, sql]}
         - {name: viewer, env: VIEWER_TOKEN, scopes: [tools]}
         # One request, then next to no refill: every later request is a 429, however
         # slow the machine.
         - {name: throttled, env: THROTTLED_TOKEN, scopes: [tools, sql], rate_limit: {requests_per_second: 0.0001, burst: 1}}
-receivers:
-  otlp:
-    protocols:
-      http:
-        endpoint: ${env:OTLP_HTTP}
-exporters:
-  duckdb:
-    store: echo
 service:
-  extensions: [echo]
-  telemetry:
-    metrics:
-      level: none
   pipelines:
-    logs:
-      receivers: [otlp]
-      exporters: [duckdb]
     metrics:
-      receivers: [otlp]
-      exporters: [duckdb]
+      processors: [memory_limiter, nodeidentity]
+    logs:
+      processors: [memory_limiter, nodeidentity]
 `
 
 const (
@@ -993,12 +979,11 @@ func TestThirdPartyClients(t *testing.T) {
 	tmp := t.TempDir()
 	rates := filepath.Join(tmp, "rates.yaml")
 	must(t, os.WriteFile(rates, []byte(fmt.Sprintf("rates:\n  - {provider: gcp, gpu_model: H100, usd_per_gpu_hour: %g}\n", gpuRate)), 0o600))
-	cfg := filepath.Join(tmp, "gateway.yaml")
-	must(t, os.WriteFile(cfg, []byte(conformanceYAML), 0o600))
 	db := filepath.Join(tmp, "echo.duckdb")
-	addr, otlp := collectortest.Addr(t), collectortest.Addr(t)
-	gw := collectortest.Start(t, cfg, "ECHO_DB="+db, "ECHO_RATES="+rates, "ECHO_ADDR="+addr, "ECHO_AUDIT="+filepath.Join(tmp, "audit.jsonl"),
-		"AGENT_TOKEN="+agentToken, "VIEWER_TOKEN="+viewerToken, "THROTTLED_TOKEN="+throttledToken, "OTLP_HTTP="+otlp)
+	role := plainHTTPGateway(t).Merge(t, conformanceLayer)
+	addr, otlp := role.Listen["FATHOM_ECHO_ENDPOINT"], role.Listen["FATHOM_GATEWAY_OTLP_HTTP"]
+	gw := role.Start(t, "FATHOM_ECHO_DB="+db, "ECHO_RATES="+rates,
+		"AGENT_TOKEN="+agentToken, "VIEWER_TOKEN="+viewerToken, "THROTTLED_TOKEN="+throttledToken)
 	gw.WaitHTTP(t, "http://"+addr+"/api/versions", 30*time.Second)
 	gw.WaitListening(t, otlp, 30*time.Second) // the receivers start after the Echo API
 

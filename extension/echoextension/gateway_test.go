@@ -23,45 +23,9 @@ import (
 	"go.opentelemetry.io/collector/pdata/plog"
 	"go.opentelemetry.io/collector/pdata/plog/plogotlp"
 
+	"github.com/fathom-gpu/fathom/internal/collectorconfig"
 	"github.com/fathom-gpu/fathom/internal/testsupport/collectortest"
 )
-
-const gatewayYAML = `
-extensions:
-  echo:
-    path: ${env:ECHO_DB}
-    rates_file: ${env:ECHO_RATES}
-    server:
-      endpoint: ${env:ECHO_ADDR}
-      # Loopback listener in a test: plain HTTP on purpose.
-      insecure_allow_plaintext: true
-      audit_log: ${env:ECHO_AUDIT}
-      rate_limit: {requests_per_second: 1000, burst: 1000}
-      tokens:
-        - {name: agent, file: "${env:TOKEN_DIR}/agent", scopes: [tools, sql]}
-        - {name: grafana, file: "${env:TOKEN_DIR}/grafana", scopes: [tools]}
-        # A burst of 20 and next to no refill: exactly 80 of 100 rapid requests are 429,
-        # however slow the machine.
-        - {name: limited, env: LIMITED_TOKEN, scopes: [tools], rate_limit: {requests_per_second: 0.0001, burst: 20}}
-    sql: {timeout: 2s, max_bytes: 1048576}
-receivers:
-  otlp:
-    protocols:
-      http:
-        endpoint: ${env:OTLP_HTTP}
-exporters:
-  duckdb:
-    store: echo
-service:
-  extensions: [echo]
-  telemetry:
-    metrics:
-      level: none
-  pipelines:
-    logs:
-      receivers: [otlp]
-      exporters: [duckdb]
-`
 
 const (
 	agentToken    = "agent-token-0123456789abcdef"
@@ -80,6 +44,27 @@ type gateway struct {
 	audit string
 }
 
+// echoOverPlainHTTP is what these tests layer over the shipped gateway's Echo API:
+// plain HTTP on its loopback port (the tests' clients carry no CA; the listener's TLS
+// is TestGatewayTLSAndSecondWriter's), and room for every request a test makes in a
+// second, which the shipped 20 a second would refuse.
+const echoOverPlainHTTP = `
+extensions:
+  echo:
+    server:
+      insecure_allow_plaintext: true
+      rate_limit: {requests_per_second: 1000, burst: 1000}
+`
+
+// plainHTTPGateway is deploy/configs/gateway.yaml with plaintext OTLP (the tests send
+// without certificates) and echoOverPlainHTTP.
+func plainHTTPGateway(t *testing.T) *collectortest.Role {
+	t.Helper()
+	gw := collectortest.Gateway(t, collectorconfig.GatewayPlaintext)
+	gw.Delete("extensions::echo::server::tls")
+	return gw.Merge(t, echoOverPlainHTTP)
+}
+
 func startGateway(t *testing.T) *gateway {
 	t.Helper()
 	dir := t.TempDir()
@@ -89,13 +74,26 @@ func startGateway(t *testing.T) *gateway {
 	must(t, os.WriteFile(filepath.Join(tokenDir, "grafana"), []byte(grafanaToken), 0o600))
 	rates := filepath.Join(dir, "rates.yaml")
 	must(t, os.WriteFile(rates, []byte("rates:\n  - {provider: gcp, gpu_model: H100, usd_per_gpu_hour: 3.5}\n"), 0o600))
-	cfg := filepath.Join(dir, "gateway.yaml")
-	must(t, os.WriteFile(cfg, []byte(gatewayYAML), 0o600))
+	// What the test holds the store to, over the shipped gateway: tokens read from
+	// files (one ending in a newline) and one with a rate limit of its own in place of
+	// the shipped ones, GPU rates for get_cost, and SQL bounds small enough to reach.
+	gw := plainHTTPGateway(t).Merge(t, fmt.Sprintf(`
+extensions:
+  echo:
+    rates_file: %q
+    sql: {timeout: 2s, max_bytes: 1048576}
+    server:
+      tokens:
+        - {name: agent, file: %q, scopes: [tools, sql]}
+        - {name: grafana, file: %q, scopes: [tools]}
+        # A burst of 20 and next to no refill: exactly 80 of 100 rapid requests are 429,
+        # however slow the machine.
+        - {name: limited, env: LIMITED_TOKEN, scopes: [tools], rate_limit: {requests_per_second: 0.0001, burst: 20}}
+`, rates, filepath.Join(tokenDir, "agent"), filepath.Join(tokenDir, "grafana")))
 	g := &gateway{db: filepath.Join(dir, "echo.duckdb"), audit: filepath.Join(dir, "audit.jsonl")}
-	addr, otlp := collectortest.Addr(t), collectortest.Addr(t)
-	g.base, g.otlp = "http://"+addr, "http://"+otlp+"/v1/logs"
-	g.proc = collectortest.Start(t, cfg, "ECHO_DB="+g.db, "ECHO_RATES="+rates, "ECHO_ADDR="+addr, "ECHO_AUDIT="+g.audit,
-		"TOKEN_DIR="+tokenDir, "LIMITED_TOKEN="+limitedToken, "OTLP_HTTP="+otlp)
+	otlp := gw.Listen["FATHOM_GATEWAY_OTLP_HTTP"]
+	g.base, g.otlp = "http://"+gw.Listen["FATHOM_ECHO_ENDPOINT"], "http://"+otlp+"/v1/logs"
+	g.proc = gw.Start(t, "FATHOM_ECHO_DB="+g.db, "FATHOM_ECHO_AUDIT_LOG="+g.audit, "LIMITED_TOKEN="+limitedToken)
 	g.proc.WaitHTTP(t, g.base+"/api/versions", 30*time.Second)
 	g.proc.WaitListening(t, otlp, 30*time.Second)
 	return g

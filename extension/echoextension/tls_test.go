@@ -11,50 +11,22 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fathom-gpu/fathom/internal/collectorconfig"
 	"github.com/fathom-gpu/fathom/internal/testsupport/collectortest"
 )
-
-const tlsGatewayYAML = `
-extensions:
-  echo:
-    path: ${env:ECHO_DB}
-    server:
-      endpoint: ${env:ECHO_ADDR}
-      tls:
-        cert_file: ${env:ECHO_CERT}
-        key_file: ${env:ECHO_KEY}
-      tokens:
-        - {name: agent, env: AGENT_TOKEN, scopes: [tools]}
-receivers:
-  otlp:
-    protocols:
-      http:
-        endpoint: ${env:OTLP_HTTP}
-exporters:
-  duckdb:
-    store: echo
-service:
-  extensions: [echo]
-  telemetry:
-    metrics:
-      level: none
-  pipelines:
-    logs:
-      receivers: [otlp]
-      exporters: [duckdb]
-`
 
 // The listener speaks TLS only, and a second gateway on the same file fails at start,
 // saying why.
 func TestGatewayTLSAndSecondWriter(t *testing.T) {
 	dir := t.TempDir()
 	certPath, keyPath, pool := collectortest.LoopbackCert(t, dir)
-	cfg := filepath.Join(dir, "gateway.yaml")
-	must(t, os.WriteFile(cfg, []byte(tlsGatewayYAML), 0o600))
 	db := filepath.Join(dir, "echo.duckdb")
-	addr := collectortest.Addr(t)
-	env := []string{"ECHO_DB=" + db, "ECHO_CERT=" + certPath, "ECHO_KEY=" + keyPath, "AGENT_TOKEN=" + agentToken}
-	p := collectortest.Start(t, cfg, append(env, "ECHO_ADDR="+addr, "OTLP_HTTP="+collectortest.Addr(t))...)
+	// The shipped gateway, its Echo API on TLS as shipped; plaintext OTLP, which this
+	// test does not use.
+	first := collectortest.Gateway(t, collectorconfig.GatewayPlaintext)
+	env := []string{"FATHOM_ECHO_DB=" + db, "FATHOM_ECHO_TLS_CERT=" + certPath, "FATHOM_ECHO_TLS_KEY=" + keyPath}
+	addr := first.Listen["FATHOM_ECHO_ENDPOINT"]
+	p := first.Start(t, env...)
 
 	client := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
 	deadline := time.Now().Add(30 * time.Second)
@@ -81,8 +53,10 @@ func TestGatewayTLSAndSecondWriter(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	second := exec.CommandContext(ctx, collectortest.Binary(t), "--config", cfg)
-	second.Env = append(os.Environ(), append(env, "ECHO_ADDR="+collectortest.Addr(t), "OTLP_HTTP="+collectortest.Addr(t))...)
+	// The same gateway on listeners of its own, so that only the store is shared.
+	again := collectortest.Gateway(t, collectorconfig.GatewayPlaintext)
+	second := exec.CommandContext(ctx, collectortest.Binary(t), "--config", again.Write(t))
+	second.Env = append(append(os.Environ(), again.Env...), env...)
 	out, err := second.CombinedOutput()
 	if err == nil || ctx.Err() != nil {
 		t.Fatalf("a second gateway on the same store started (err %v):\n%s", err, out)
