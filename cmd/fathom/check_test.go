@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fathom-gpu/fathom/internal/collectorconfig"
 	"github.com/fathom-gpu/fathom/internal/fakegpu"
 	"github.com/fathom-gpu/fathom/internal/nodecheck"
 	"github.com/fathom-gpu/fathom/internal/testsupport/collectortest"
@@ -70,11 +71,8 @@ func TestWithoutPrivilegesTheAnswerIsOneClearLine(t *testing.T) {
 		}
 	}
 
-	cfg := filepath.Join(filepath.Dir(bin), "node.yaml")
-	yaml := "receivers:\n  gpuebpf:\nexporters:\n  debug:\nservice:\n  telemetry:\n    metrics:\n      level: none\n  pipelines:\n    metrics:\n      receivers: [gpuebpf]\n      exporters: [debug]\n"
-	if err := os.WriteFile(cfg, []byte(yaml), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	// Readable by nobody, who runs it.
+	cfg := writeReceiverAlone(t, filepath.Join(filepath.Dir(bin), "node.yaml"), 0o644)
 	run := exec.Command(bin, "--config", cfg)
 	run.SysProcAttr = nobody
 	done := make(chan struct{})
@@ -95,6 +93,40 @@ func TestWithoutPrivilegesTheAnswerIsOneClearLine(t *testing.T) {
 	if strings.Contains(string(runOut), "goroutine ") {
 		t.Fatalf("a stack trace instead of one line:\n%s", runOut)
 	}
+}
+
+// receiverAlone is the gpuebpf receiver alone, into the debug exporter: what these
+// tests hold to one clear line is the receiver's refusal to start, which a node role
+// would put behind its exporter's TLS files and its other components.
+const receiverAlone = `
+receivers:
+  gpuebpf:
+exporters:
+  debug:
+service:
+  telemetry:
+    metrics:
+      level: none
+  pipelines:
+    metrics:
+      receivers: [gpuebpf]
+      exporters: [debug]
+`
+
+// writeReceiverAlone writes receiverAlone to path with mode perm.
+func writeReceiverAlone(t *testing.T, path string, perm os.FileMode) string {
+	t.Helper()
+	c, err := collectorconfig.Parse(receiverAlone)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.WriteFile(path); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(path, perm); err != nil {
+		t.Fatal(err)
+	}
+	return path
 }
 
 // unprivilegedCopy puts the binary where nobody can execute it.
@@ -141,11 +173,7 @@ func TestWithoutBTFTheAnswerIsOneClearLine(t *testing.T) {
 		}
 	}
 
-	cfg := filepath.Join(t.TempDir(), "node.yaml")
-	yaml := "receivers:\n  gpuebpf:\nexporters:\n  debug:\nservice:\n  telemetry:\n    metrics:\n      level: none\n  pipelines:\n    metrics:\n      receivers: [gpuebpf]\n      exporters: [debug]\n"
-	if err := os.WriteFile(cfg, []byte(yaml), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	cfg := writeReceiverAlone(t, filepath.Join(t.TempDir(), "node.yaml"), 0o600)
 	out, err = withoutBTF(ctx, "--config", cfg).CombinedOutput()
 	if ctx.Err() != nil {
 		t.Fatalf("the collector kept running without BTF:\n%s", out)

@@ -1,8 +1,6 @@
 package main
 
 import (
-	"os"
-	"path/filepath"
 	"regexp"
 	"strconv"
 	"testing"
@@ -12,7 +10,7 @@ import (
 	"github.com/fathom-gpu/fathom/internal/testsupport/privtest"
 )
 
-// outageOverlay shrinks the node's sending queue to 5 requests so that a minute
+// outageOverlay, layered over the node, shrinks the node's sending queue to 5 requests so that a minute
 // without the gateway overflows it, and caps the retry interval so that the node
 // resumes within seconds of the gateway's return (the example's default is 30 s).
 const outageOverlay = `
@@ -30,21 +28,14 @@ exporters:
 // it held, by itself, exactly once. Every point sent is either stored or counted as
 // refused: nothing is lost without a count.
 func TestNodeRidesOutAMinuteWithoutItsGateway(t *testing.T) {
-	gatewayOTLP := collectortest.Addr(t)
-	tls := collectortest.NewOTLPTLS(t)
-	gw := gatewayEnv(t, tls, "FATHOM_GATEWAY_OTLP_GRPC="+gatewayOTLP, "FATHOM_GATEWAY_OTLP_HTTP="+collectortest.Addr(t))
-	gateway := collectortest.Start(t, configPath(t, "gateway.yaml"), gw.env...)
-	gateway.WaitHTTP(t, "http://"+gw.health+"/", 30*time.Second)
+	certs := collectortest.NewOTLPTLS(t)
+	gw := collectortest.Gateway(t)
+	gateway := startGateway(t, gw, certs)
 
 	privtest.Require(t) // the node loads BPF programs
-	overlay := filepath.Join(t.TempDir(), "outage.yaml")
-	if err := os.WriteFile(overlay, []byte(outageOverlay), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	nodeOTLP := collectortest.Addr(t)
-	nd := nodeEnv(t, tls, "node-1", "FATHOM_NODE_OTLP="+nodeOTLP, "FATHOM_GATEWAY="+gatewayOTLP, "FATHOM_COLLECTION_INTERVAL=1h", "FATHOM_RANK_SIGNALS_INTERVAL=0s")
-	node := collectortest.StartConfigs(t, []string{configPath(t, "node.yaml"), overlay}, nd.env...)
-	node.WaitHTTP(t, "http://"+nd.health+"/", 30*time.Second)
+	nd := collectortest.Node(t).Merge(t, outageOverlay)
+	nodeOTLP := nd.Listen["FATHOM_NODE_OTLP"]
+	node := nd.Start(t, nodeEnv(t, certs, "node-1", append(quietNode, "FATHOM_GATEWAY="+gw.Listen["FATHOM_GATEWAY_OTLP_GRPC"])...)...)
 
 	counter := func(url, name, match string) int {
 		re := regexp.MustCompile(`(?m)^` + name + `(?:_total)?\{[^}]*` + match + `[^}]*\} (\d+)`)
@@ -56,7 +47,7 @@ func TestNodeRidesOutAMinuteWithoutItsGateway(t *testing.T) {
 		return n
 	}
 	stored := func() int {
-		return counter(gw.metricsURL(), "otelcol_exporter_sent_metric_points", `exporter="duckdb"`)
+		return counter(metricsURL(gw), "otelcol_exporter_sent_metric_points", `exporter="duckdb"`)
 	}
 	toGateway := `exporter="otlp_grpc/gateway"`
 	const points = 11
@@ -77,15 +68,14 @@ func TestNodeRidesOutAMinuteWithoutItsGateway(t *testing.T) {
 		peak.anon, peak.bpfMaps = max(peak.anon, m.anon), max(peak.bpfMaps, m.bpfMaps)
 		time.Sleep(3 * time.Second)
 	}
-	refused := counter(nd.metricsURL(), "otelcol_exporter_enqueue_failed_metric_points", toGateway)
+	refused := counter(metricsURL(nd), "otelcol_exporter_enqueue_failed_metric_points", toGateway)
 	t.Logf("down %v: %d points sent, %d refused by the full queue, node peak anonymous memory %d MiB, BPF maps %d MiB", time.Since(down).Round(time.Second), sent, refused, peak.anon>>20, peak.bpfMaps>>20)
 	if refused == 0 || refused%points != 0 {
 		t.Errorf("%d points refused: the 5-request queue should have overflowed, whole requests at a time", refused)
 	}
 	checkNodeMemory(t, "a minute without the gateway", peak)
 
-	gateway = collectortest.Start(t, configPath(t, "gateway.yaml"), gw.env...)
-	gateway.WaitHTTP(t, "http://"+gw.health+"/", 30*time.Second)
+	gateway = startGateway(t, gw, certs)
 	// Everything not refused arrives, once: nothing is lost without a count. (The
 	// restarted gateway counts from zero; the first gateway stored the first export.)
 	want := sent - refused - points
@@ -97,13 +87,13 @@ func TestNodeRidesOutAMinuteWithoutItsGateway(t *testing.T) {
 	if got := stored(); got != want {
 		t.Errorf("the restarted gateway stored %d points; %d sent - %d refused - %d stored before = %d", got, sent, refused, points, want)
 	}
-	if got := counter(nd.metricsURL(), "otelcol_exporter_sent_metric_points", toGateway); got != sent-refused {
+	if got := counter(metricsURL(nd), "otelcol_exporter_sent_metric_points", toGateway); got != sent-refused {
 		t.Errorf("node delivered %d points, want %d sent - %d refused", got, sent, refused)
 	}
 	if t.Failed() {
-		t.Logf("node exporter counters:\n%s", grepLines(scrape(t, nd.metricsURL()), "otelcol_exporter"))
+		t.Logf("node exporter counters:\n%s", grepLines(scrape(t, metricsURL(nd)), "otelcol_exporter"))
 	}
-	if n := counter(nd.metricsURL(), "otelcol_exporter_send_failed_metric_points", toGateway); n != 0 {
+	if n := counter(metricsURL(nd), "otelcol_exporter_send_failed_metric_points", toGateway); n != 0 {
 		t.Errorf("node gave up on %d points it had accepted", n)
 	}
 	for name, p := range map[string]*collectortest.Process{"node": node, "gateway": gateway} {

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"crypto/x509"
 	"fmt"
 	"io"
 	"net/http"
@@ -22,6 +21,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/fathom-gpu/fathom/internal/collectorconfig"
 	"github.com/fathom-gpu/fathom/internal/pki"
 	"github.com/fathom-gpu/fathom/internal/testsupport/collectortest"
 	"github.com/fathom-gpu/fathom/internal/testsupport/privtest"
@@ -148,91 +148,62 @@ func TestBadConfigIsRefusedWithAClearError(t *testing.T) {
 	}
 }
 
-type roleEnv struct {
-	env                       []string
-	health, zpages, telemetry string
-	// echo is the gateway's Echo API address; echoPool trusts its certificate.
-	echo     string
-	echoPool *x509.CertPool
+// startGateway runs gw (deploy/configs/gateway.yaml derived as a test's role) with its
+// OTLP listeners' half of the test's mutual TLS and its Echo API's certificate from the
+// test's CA (the shipped gateway requires TLS there); env comes after and wins.
+func startGateway(t *testing.T, gw *collectortest.Role, certs *collectortest.OTLPTLS, env ...string) *collectortest.Process {
+	t.Helper()
+	return gw.Start(t, append(append(certs.Gateway.Env(), echoCert(t, certs)...), env...)...)
 }
 
-func newRoleEnv(t *testing.T, tls *collectortest.OTLPTLS, extra ...string) roleEnv {
-	r := roleEnv{
-		health:    collectortest.Addr(t),
-		zpages:    collectortest.Addr(t),
-		telemetry: strconv.Itoa(collectortest.FreePort(t)),
-		echo:      collectortest.Addr(t),
-		echoPool:  tls.CA.Pool(),
-	}
-	r.env = append([]string{
-		"FATHOM_HEALTH_ENDPOINT=" + r.health,
-		"FATHOM_ZPAGES_ENDPOINT=" + r.zpages,
-		"FATHOM_TELEMETRY_PORT=" + r.telemetry,
-		"FATHOM_PIN_DIR=" + collectortest.PinDir(t),
-	}, append(echoEnv(t, tls, r.echo), extra...)...)
-	return r
+// nodeEnv is a node's environment: named node (its host.name and its certificate's
+// name) with its half of the test's mutual TLS, then extra.
+func nodeEnv(t *testing.T, certs *collectortest.OTLPTLS, node string, extra ...string) []string {
+	t.Helper()
+	return append(append(certs.Node(t, node).Env(), "FATHOM_NODE_NAME="+node), extra...)
 }
 
-// gatewayEnv is a gateway's environment with its OTLP listeners' half of the test's
-// mutual TLS; nodeEnv a node's, named node (its host.name and its certificate's name).
-func gatewayEnv(t *testing.T, tls *collectortest.OTLPTLS, extra ...string) roleEnv {
-	return newRoleEnv(t, tls, append(tls.Gateway.Env(), extra...)...)
+// quietNode keeps a node's own receiver quiet for a test (an hour between collections,
+// no rank signals between them), so that the gateway counts only the points sent here.
+var quietNode = []string{"FATHOM_COLLECTION_INTERVAL=1h", "FATHOM_RANK_SIGNALS_INTERVAL=0s"}
+
+// echoCert is the gateway's Echo API certificate, issued by the test's CA.
+func echoCert(t *testing.T, certs *collectortest.OTLPTLS) []string {
+	t.Helper()
+	f := collectortest.IssueFiles(t, certs.CA, t.TempDir(), pki.Loopback("fathom-echo"))
+	return []string{"FATHOM_ECHO_TLS_CERT=" + f.Cert, "FATHOM_ECHO_TLS_KEY=" + f.Key}
 }
 
-func nodeEnv(t *testing.T, tls *collectortest.OTLPTLS, node string, extra ...string) roleEnv {
-	return newRoleEnv(t, tls, append(append(tls.Node(t, node).Env(), "FATHOM_NODE_NAME="+node), extra...)...)
-}
-
-// echoEnv is what the gateway's echo store needs to start in a test: a private file, a
-// TLS certificate from the test's CA (the example requires TLS), tokens and addr.
-func echoEnv(t *testing.T, tls *collectortest.OTLPTLS, addr string) []string {
-	dir := t.TempDir()
-	f := collectortest.IssueFiles(t, tls.CA, dir, pki.Loopback("fathom-echo"))
-	return []string{
-		"FATHOM_ECHO_DB=" + filepath.Join(dir, "echo.duckdb"),
-		"FATHOM_ECHO_ENDPOINT=" + addr,
-		"FATHOM_ECHO_TLS_CERT=" + f.Cert,
-		"FATHOM_ECHO_TLS_KEY=" + f.Key,
-		"FATHOM_ECHO_AUDIT_LOG=" + filepath.Join(dir, "audit.jsonl"),
-		"FATHOM_ECHO_AGENT_TOKEN=" + agentToken,
-		"FATHOM_ECHO_GRAFANA_TOKEN=grafana-token-for-tests-0123456789",
-	}
-}
-
-const agentToken = "agent-token-for-tests-0123456789"
-
-func (r roleEnv) metricsURL() string {
-	return "http://localhost:" + r.telemetry + "/metrics"
+// metricsURL is where a role serves the collector's own metrics.
+func metricsURL(r *collectortest.Role) string {
+	return "http://localhost:" + r.Listen["FATHOM_TELEMETRY_PORT"] + "/metrics"
 }
 
 // Each example config starts the real binary healthy, serves its own telemetry and
 // zpages, and exits 0 on SIGTERM after a clean shutdown.
 func TestExampleConfigsStartHealthyAndStopOnSIGTERM(t *testing.T) {
-	for _, name := range []string{"node.yaml", "gateway.yaml"} {
+	for _, name := range []string{collectorconfig.Node, collectorconfig.Gateway} {
 		t.Run(name, func(t *testing.T) {
-			if name == "node.yaml" {
+			if name == collectorconfig.Node {
 				privtest.Require(t) // the node loads BPF programs
 			}
-			tls := collectortest.NewOTLPTLS(t)
-			addrs := []string{
-				"FATHOM_NODE_OTLP=" + collectortest.Addr(t),
-				"FATHOM_GATEWAY_OTLP_GRPC=" + collectortest.Addr(t),
-				"FATHOM_GATEWAY_OTLP_HTTP=" + collectortest.Addr(t),
+			certs := collectortest.NewOTLPTLS(t)
+			r := collectortest.NewRole(t, name)
+			var p *collectortest.Process
+			if name == collectorconfig.Node {
+				p = r.Start(t, nodeEnv(t, certs, "node-1")...)
+			} else {
+				p = startGateway(t, r, certs)
 			}
-			r := gatewayEnv(t, tls, addrs...)
-			if name == "node.yaml" {
-				r = nodeEnv(t, tls, "node-1", addrs...)
-			}
-			p := collectortest.Start(t, configPath(t, name), r.env...)
-			body := p.WaitHTTP(t, "http://"+r.health+"/", 30*time.Second)
+			body := p.WaitHTTP(t, "http://"+r.Listen["FATHOM_HEALTH_ENDPOINT"]+"/", 30*time.Second)
 			if !strings.Contains(string(body), "Server available") {
 				t.Fatalf("health_check body: %s", body)
 			}
-			metrics := p.WaitHTTP(t, r.metricsURL(), 10*time.Second)
+			metrics := p.WaitHTTP(t, metricsURL(r), 10*time.Second)
 			if !strings.Contains(string(metrics), `service_name="fathom"`) {
 				t.Fatalf("own telemetry is not labelled as fathom:\n%.2000s", metrics)
 			}
-			p.WaitHTTP(t, "http://"+r.zpages+"/debug/servicez", 10*time.Second)
+			p.WaitHTTP(t, "http://"+r.Listen["FATHOM_ZPAGES_ENDPOINT"]+"/debug/servicez", 10*time.Second)
 			if code := p.Terminate(t, 20*time.Second); code != 0 {
 				t.Fatalf("exit code %d after SIGTERM:\n%s", code, p.Output())
 			}
@@ -246,19 +217,14 @@ func TestExampleConfigsStartHealthyAndStopOnSIGTERM(t *testing.T) {
 // The two example configs work together: points sent to a node arrive at the gateway,
 // and both collectors count exactly the points sent.
 func TestNodeForwardsToGateway(t *testing.T) {
-	gatewayOTLP := collectortest.Addr(t)
-	tls := collectortest.NewOTLPTLS(t)
-	gw := gatewayEnv(t, tls, "FATHOM_GATEWAY_OTLP_GRPC="+gatewayOTLP, "FATHOM_GATEWAY_OTLP_HTTP="+collectortest.Addr(t))
-	gateway := collectortest.Start(t, configPath(t, "gateway.yaml"), gw.env...)
-	gateway.WaitHTTP(t, "http://"+gw.health+"/", 30*time.Second)
+	certs := collectortest.NewOTLPTLS(t)
+	gw := collectortest.Gateway(t)
+	gateway := startGateway(t, gw, certs)
 
 	privtest.Require(t) // the node loads BPF programs
-	nodeOTLP := collectortest.Addr(t)
-	// The node's own receiver stays quiet for the test, so the gateway counts only the
-	// points sent here.
-	nd := nodeEnv(t, tls, "node-1", "FATHOM_NODE_OTLP="+nodeOTLP, "FATHOM_GATEWAY="+gatewayOTLP, "FATHOM_COLLECTION_INTERVAL=1h", "FATHOM_RANK_SIGNALS_INTERVAL=0s")
-	node := collectortest.Start(t, configPath(t, "node.yaml"), nd.env...)
-	node.WaitHTTP(t, "http://"+nd.health+"/", 30*time.Second)
+	nd := collectortest.Node(t)
+	nodeOTLP := nd.Listen["FATHOM_NODE_OTLP"]
+	node := nd.Start(t, nodeEnv(t, certs, "node-1", append(quietNode, "FATHOM_GATEWAY="+gw.Listen["FATHOM_GATEWAY_OTLP_GRPC"])...)...)
 
 	const points = 7
 	exportGauge(t, nodeOTLP, points)
@@ -267,7 +233,7 @@ func TestNodeForwardsToGateway(t *testing.T) {
 	deadline := time.Now().Add(20 * time.Second)
 	var got string
 	for time.Now().Before(deadline) {
-		got = scrape(t, gw.metricsURL())
+		got = scrape(t, metricsURL(gw))
 		if m := accepted.FindStringSubmatch(got); m != nil && m[1] == fmt.Sprint(points) {
 			break
 		}
@@ -276,7 +242,7 @@ func TestNodeForwardsToGateway(t *testing.T) {
 	if m := accepted.FindStringSubmatch(got); m == nil || m[1] != fmt.Sprint(points) {
 		t.Fatalf("gateway did not accept exactly %d points:\n%s", points, grepLines(got, "accepted_metric_points"))
 	}
-	if m := accepted.FindStringSubmatch(scrape(t, nd.metricsURL())); m == nil || m[1] != fmt.Sprint(points) {
+	if m := accepted.FindStringSubmatch(scrape(t, metricsURL(nd))); m == nil || m[1] != fmt.Sprint(points) {
 		t.Fatalf("node did not accept exactly %d points", points)
 	}
 	if code := node.Terminate(t, 20*time.Second); code != 0 {
@@ -337,17 +303,14 @@ func grepLines(s, substr string) string {
 // gateway is down for seconds here, not the minute of a rolling update; the queue and
 // the retries are the same.)
 func TestNodeRidesOutAGatewayRestart(t *testing.T) {
-	gatewayOTLP := collectortest.Addr(t)
-	tls := collectortest.NewOTLPTLS(t)
-	gw := gatewayEnv(t, tls, "FATHOM_GATEWAY_OTLP_GRPC="+gatewayOTLP, "FATHOM_GATEWAY_OTLP_HTTP="+collectortest.Addr(t))
-	gateway := collectortest.Start(t, configPath(t, "gateway.yaml"), gw.env...)
-	gateway.WaitHTTP(t, "http://"+gw.health+"/", 30*time.Second)
+	certs := collectortest.NewOTLPTLS(t)
+	gw := collectortest.Gateway(t)
+	gateway := startGateway(t, gw, certs)
 
 	privtest.Require(t) // the node loads BPF programs
-	nodeOTLP := collectortest.Addr(t)
-	nd := nodeEnv(t, tls, "node-1", "FATHOM_NODE_OTLP="+nodeOTLP, "FATHOM_GATEWAY="+gatewayOTLP, "FATHOM_COLLECTION_INTERVAL=1h", "FATHOM_RANK_SIGNALS_INTERVAL=0s")
-	node := collectortest.Start(t, configPath(t, "node.yaml"), nd.env...)
-	node.WaitHTTP(t, "http://"+nd.health+"/", 30*time.Second)
+	nd := collectortest.Node(t)
+	nodeOTLP := nd.Listen["FATHOM_NODE_OTLP"]
+	node := nd.Start(t, nodeEnv(t, certs, "node-1", append(quietNode, "FATHOM_GATEWAY="+gw.Listen["FATHOM_GATEWAY_OTLP_GRPC"])...)...)
 
 	// metric reads one of a collector's own counters (0 when absent).
 	metric := func(url, name, match string) int {
@@ -372,7 +335,7 @@ func TestNodeRidesOutAGatewayRestart(t *testing.T) {
 	const before, during = 7, 11
 	stored := `exporter="duckdb"`
 	exportGauge(t, nodeOTLP, before)
-	waitMetric(gw.metricsURL(), "otelcol_exporter_sent_metric_points", stored, before, 20*time.Second)
+	waitMetric(metricsURL(gw), "otelcol_exporter_sent_metric_points", stored, before, 20*time.Second)
 
 	if code := gateway.Terminate(t, 20*time.Second); code != 0 {
 		t.Fatalf("gateway exit code %d", code)
@@ -381,20 +344,19 @@ func TestNodeRidesOutAGatewayRestart(t *testing.T) {
 	// Accepted by the node, and waiting in its queue for the gateway.
 	toGateway := `exporter="otlp_grpc/gateway"`
 	queued := `data_type="metrics",` + toGateway
-	waitMetric(nd.metricsURL(), "otelcol_exporter_queue_size", queued, 1, 10*time.Second)
+	waitMetric(metricsURL(nd), "otelcol_exporter_queue_size", queued, 1, 10*time.Second)
 	time.Sleep(3 * time.Second)
 	// Holding it costs the node nothing near its budgets.
 	checkNodeMemory(t, "gateway down", readNodeMemory(t, node.Pid()))
 
 	// The same gateway (same store file, addresses and tokens) comes back; the node's
 	// next retry (at most 30 s apart) delivers.
-	gateway = collectortest.Start(t, configPath(t, "gateway.yaml"), gw.env...)
-	gateway.WaitHTTP(t, "http://"+gw.health+"/", 30*time.Second)
-	waitMetric(gw.metricsURL(), "otelcol_exporter_sent_metric_points", stored, during, 60*time.Second)
-	waitMetric(nd.metricsURL(), "otelcol_exporter_sent_metric_points", toGateway, before+during, 10*time.Second)
-	waitMetric(nd.metricsURL(), "otelcol_exporter_queue_size", queued, 0, 10*time.Second)
+	gateway = startGateway(t, gw, certs)
+	waitMetric(metricsURL(gw), "otelcol_exporter_sent_metric_points", stored, during, 60*time.Second)
+	waitMetric(metricsURL(nd), "otelcol_exporter_sent_metric_points", toGateway, before+during, 10*time.Second)
+	waitMetric(metricsURL(nd), "otelcol_exporter_queue_size", queued, 0, 10*time.Second)
 	for _, failed := range []string{"otelcol_exporter_send_failed_metric_points", "otelcol_exporter_enqueue_failed_metric_points"} {
-		if n := metric(nd.metricsURL(), failed, toGateway); n != 0 {
+		if n := metric(metricsURL(nd), failed, toGateway); n != 0 {
 			t.Errorf("node %s = %d, want 0: everything was delivered", failed, n)
 		}
 	}

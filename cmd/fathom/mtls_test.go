@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"os"
 	"os/exec"
 	"regexp"
 	"strconv"
@@ -25,6 +24,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
+	"github.com/fathom-gpu/fathom/internal/collectorconfig"
 	"github.com/fathom-gpu/fathom/internal/pki"
 	"github.com/fathom-gpu/fathom/internal/testsupport/collectortest"
 	"github.com/fathom-gpu/fathom/internal/testsupport/privtest"
@@ -115,14 +115,14 @@ func waitCounter(t *testing.T, url, name, match string, want int, within time.Du
 }
 
 // storedPoints is how many points of the gauge name the gateway's store holds, by node.
-func storedPoints(t *testing.T, gw roleEnv, name string) map[string]int {
+func storedPoints(t *testing.T, gw *collectortest.Role, certs *collectortest.OTLPTLS, name string) map[string]int {
 	t.Helper()
 	body, _ := json.Marshal(map[string]string{"sql": fmt.Sprintf(
 		"SELECT coalesce(node, ''), count(*) FROM events WHERE name = '%s' GROUP BY ALL ORDER BY ALL", name)})
-	req, _ := http.NewRequest(http.MethodPost, "https://"+gw.echo+"/api/v1/sql", bytes.NewReader(body))
-	req.Header.Set("Authorization", "Bearer "+agentToken)
+	req, _ := http.NewRequest(http.MethodPost, "https://"+gw.Listen["FATHOM_ECHO_ENDPOINT"]+"/api/v1/sql", bytes.NewReader(body))
+	req.Header.Set("Authorization", "Bearer "+collectortest.AgentToken)
 	req.Header.Set("Content-Type", "application/json")
-	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: gw.echoPool, MinVersion: tls.VersionTLS12}}}
+	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: certs.CA.Pool(), MinVersion: tls.VersionTLS12}}}
 	resp, err := client.Do(req)
 	if err != nil {
 		t.Fatal(err)
@@ -147,10 +147,9 @@ func storedPoints(t *testing.T, gw roleEnv, name string) map[string]int {
 // plaintext, TLS without a certificate, and a certificate from another CA.
 func TestTheGatewayRefusesAClientWithoutACertificate(t *testing.T) {
 	certs := collectortest.NewOTLPTLS(t)
-	grpcAddr, httpAddr := collectortest.Addr(t), collectortest.Addr(t)
-	gw := gatewayEnv(t, certs, "FATHOM_GATEWAY_OTLP_GRPC="+grpcAddr, "FATHOM_GATEWAY_OTLP_HTTP="+httpAddr)
-	gateway := collectortest.Start(t, configPath(t, "gateway.yaml"), gw.env...)
-	gateway.WaitHTTP(t, "http://"+gw.health+"/", 30*time.Second)
+	gw := collectortest.Gateway(t)
+	grpcAddr, httpAddr := gw.Listen["FATHOM_GATEWAY_OTLP_GRPC"], gw.Listen["FATHOM_GATEWAY_OTLP_HTTP"]
+	gateway := startGateway(t, gw, certs)
 
 	stranger := collectortest.NewOTLPTLS(t) // another CA's node certificate
 	strangerFiles := stranger.Node(t, "node-1")
@@ -188,8 +187,8 @@ func TestTheGatewayRefusesAClientWithoutACertificate(t *testing.T) {
 	if code, err := exportHTTP(httpAddr, clientTLS(t, certs, &own), gaugeFor("node-1", name, 2)); err != nil || code != http.StatusOK {
 		t.Fatalf("HTTP with the node's certificate: %d %v", code, err)
 	}
-	waitCounter(t, gw.metricsURL(), "otelcol_exporter_sent_metric_points", `exporter="duckdb"`, 7, 20*time.Second)
-	if got := storedPoints(t, gw, name); len(got) != 1 || got["node-1"] != 7 {
+	waitCounter(t, metricsURL(gw), "otelcol_exporter_sent_metric_points", `exporter="duckdb"`, 7, 20*time.Second)
+	if got := storedPoints(t, gw, certs, name); len(got) != 1 || got["node-1"] != 7 {
 		t.Fatalf("stored %v, want exactly the certified node's 7 points", got)
 	}
 	if code := gateway.Terminate(t, 20*time.Second); code != 0 {
@@ -203,11 +202,9 @@ func TestTheGatewayRefusesAClientWithoutACertificate(t *testing.T) {
 // chart's shared certificate (FATHOM_NODE_SHARED_CERT_NAME) any node may be named.
 func TestANodeCertificateWritesOnlyItsOwnHost(t *testing.T) {
 	certs := collectortest.NewOTLPTLS(t)
-	grpcAddr, httpAddr := collectortest.Addr(t), collectortest.Addr(t)
-	gw := gatewayEnv(t, certs, "FATHOM_GATEWAY_OTLP_GRPC="+grpcAddr, "FATHOM_GATEWAY_OTLP_HTTP="+httpAddr,
-		"FATHOM_NODE_SHARED_CERT_NAME=fathom-node")
-	gateway := collectortest.Start(t, configPath(t, "gateway.yaml"), gw.env...)
-	gateway.WaitHTTP(t, "http://"+gw.health+"/", 30*time.Second)
+	gw := collectortest.Gateway(t)
+	grpcAddr, httpAddr := gw.Listen["FATHOM_GATEWAY_OTLP_GRPC"], gw.Listen["FATHOM_GATEWAY_OTLP_HTTP"]
+	gateway := startGateway(t, gw, certs, "FATHOM_NODE_SHARED_CERT_NAME=fathom-node")
 
 	const name = "fathom.test.identity"
 	node1 := certs.Node(t, "node-1")
@@ -233,11 +230,11 @@ func TestANodeCertificateWritesOnlyItsOwnHost(t *testing.T) {
 		t.Fatalf("gRPC, the shared certificate for node-3: %v", err)
 	}
 
-	waitCounter(t, gw.metricsURL(), "otelcol_exporter_sent_metric_points", `exporter="duckdb"`, 6, 20*time.Second)
-	if got := storedPoints(t, gw, name); len(got) != 2 || got["node-1"] != 5 || got["node-3"] != 1 {
+	waitCounter(t, metricsURL(gw), "otelcol_exporter_sent_metric_points", `exporter="duckdb"`, 6, 20*time.Second)
+	if got := storedPoints(t, gw, certs, name); len(got) != 2 || got["node-1"] != 5 || got["node-3"] != 1 {
 		t.Fatalf("stored %v, want node-1's 3+2 and the shared certificate's node-3 1, nothing of node-2", got)
 	}
-	if n := counter(t, gw.metricsURL(), "otelcol_fathom_nodeidentity_refused", `reason="other_host"`); n != 15 {
+	if n := counter(t, metricsURL(gw), "otelcol_fathom_nodeidentity_refused", `reason="other_host"`); n != 15 {
 		t.Fatalf("refused %d points counted, want 5 + 10", n)
 	}
 	if code := gateway.Terminate(t, 20*time.Second); code != 0 {
@@ -261,21 +258,21 @@ func TestCertificatesRotateWithoutARestart(t *testing.T) {
 	nodeLeaf.NotAfter = expiry
 	nodeFiles := collectortest.IssueFiles(t, certs.CA, nodeDir, nodeLeaf)
 
-	grpcAddr := collectortest.Addr(t)
-	gw := newRoleEnv(t, certs, append(gwFiles.Env(), "FATHOM_OTLP_TLS_RELOAD=1s",
-		"FATHOM_GATEWAY_OTLP_GRPC="+grpcAddr, "FATHOM_GATEWAY_OTLP_HTTP="+collectortest.Addr(t))...)
-	gateway := collectortest.Start(t, configPath(t, "gateway.yaml"), gw.env...)
-	gateway.WaitHTTP(t, "http://"+gw.health+"/", 30*time.Second)
+	gw := collectortest.Gateway(t)
+	grpcAddr := gw.Listen["FATHOM_GATEWAY_OTLP_GRPC"]
+	// The short-lived files in place of the test's usual ones, read again every second.
+	gatewayCerts := append(gwFiles.Env(), "FATHOM_OTLP_TLS_RELOAD=1s")
+	gateway := startGateway(t, gw, certs, gatewayCerts...)
 
 	privtest.Require(t) // the node loads BPF programs
-	nodeOTLP := collectortest.Addr(t)
-	nd := newRoleEnv(t, certs, append(nodeFiles.Env(), "FATHOM_OTLP_TLS_RELOAD=1s", "FATHOM_NODE_NAME=node-1",
-		"FATHOM_NODE_OTLP="+nodeOTLP, "FATHOM_GATEWAY="+grpcAddr, "FATHOM_COLLECTION_INTERVAL=1h", "FATHOM_RANK_SIGNALS_INTERVAL=0s")...)
-	node := collectortest.StartConfigs(t, []string{configPath(t, "node.yaml"), overlay(t, "node-retry.yaml", outageOverlay)}, nd.env...)
-	node.WaitHTTP(t, "http://"+nd.health+"/", 30*time.Second)
+	// The outage test's queue and retry interval, so that the node resumes within
+	// seconds of the gateway's return.
+	nd := collectortest.Node(t).Merge(t, outageOverlay)
+	nodeOTLP := nd.Listen["FATHOM_NODE_OTLP"]
+	node := nd.Start(t, append(append(nodeFiles.Env(), "FATHOM_OTLP_TLS_RELOAD=1s", "FATHOM_NODE_NAME=node-1", "FATHOM_GATEWAY="+grpcAddr), quietNode...)...)
 	stored := `exporter="duckdb"`
 	exportGauge(t, nodeOTLP, 7)
-	waitCounter(t, gw.metricsURL(), "otelcol_exporter_sent_metric_points", stored, 7, 20*time.Second)
+	waitCounter(t, metricsURL(gw), "otelcol_exporter_sent_metric_points", stored, 7, 20*time.Second)
 
 	// Rotate both on disk, then let the first ones expire.
 	collectortest.IssueFiles(t, certs.CA, nodeDir, pki.NodeClient("node-1"))
@@ -288,7 +285,7 @@ func TestCertificatesRotateWithoutARestart(t *testing.T) {
 	if err := exportGRPC(grpcAddr, credentials.NewTLS(clientTLS(t, certs, &fresh)), gaugeFor("node-1", "fathom.test.rotation", 2)); err != nil {
 		t.Fatalf("a new connection after the gateway's certificate rotated: %v", err)
 	}
-	waitCounter(t, gw.metricsURL(), "otelcol_exporter_sent_metric_points", stored, 9, 20*time.Second)
+	waitCounter(t, metricsURL(gw), "otelcol_exporter_sent_metric_points", stored, 9, 20*time.Second)
 
 	// The node's next connection shows its new certificate: the gateway restarts, the
 	// node (the same process) reconnects and delivers what it held meanwhile.
@@ -297,9 +294,8 @@ func TestCertificatesRotateWithoutARestart(t *testing.T) {
 		t.Fatalf("gateway exit code %d", code)
 	}
 	exportGauge(t, nodeOTLP, 11)
-	gateway = collectortest.Start(t, configPath(t, "gateway.yaml"), gw.env...)
-	gateway.WaitHTTP(t, "http://"+gw.health+"/", 30*time.Second)
-	waitCounter(t, gw.metricsURL(), "otelcol_exporter_sent_metric_points", stored, 11, 60*time.Second)
+	gateway = startGateway(t, gw, certs, gatewayCerts...)
+	waitCounter(t, metricsURL(gw), "otelcol_exporter_sent_metric_points", stored, 11, 60*time.Second)
 	if node.Pid() != pid {
 		t.Fatalf("the node restarted (%d, then %d)", pid, node.Pid())
 	}
@@ -311,29 +307,18 @@ func TestCertificatesRotateWithoutARestart(t *testing.T) {
 	}
 }
 
-// overlay writes a config overlay into the test's directory.
-func overlay(t *testing.T, name, yaml string) string {
-	t.Helper()
-	p := t.TempDir() + "/" + name
-	if err := os.WriteFile(p, []byte(yaml), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return p
-}
-
 // Plaintext is an explicit overlay on each side (deploy/configs/*-plaintext.yaml, as
 // the chart's otlpTLS.insecure merges them): with it the gateway takes a plaintext
 // export, and the node's config with its overlay is valid.
 func TestThePlaintextOverlaysTurnTLSOff(t *testing.T) {
 	certs := collectortest.NewOTLPTLS(t) // the Echo API keeps its TLS
-	grpcAddr := collectortest.Addr(t)
-	gw := newRoleEnv(t, certs, "FATHOM_GATEWAY_OTLP_GRPC="+grpcAddr, "FATHOM_GATEWAY_OTLP_HTTP="+collectortest.Addr(t))
-	gateway := collectortest.StartConfigs(t, []string{configPath(t, "gateway.yaml"), configPath(t, "gateway-plaintext.yaml")}, gw.env...)
-	gateway.WaitHTTP(t, "http://"+gw.health+"/", 30*time.Second)
+	gw := collectortest.Gateway(t, collectorconfig.GatewayPlaintext)
+	grpcAddr := gw.Listen["FATHOM_GATEWAY_OTLP_GRPC"]
+	gateway := gw.Start(t, echoCert(t, certs)...)
 	if err := exportGRPC(grpcAddr, insecure.NewCredentials(), gaugeFor("node-1", "fathom.test.plaintext", 4)); err != nil {
 		t.Fatalf("plaintext export to the gateway with its plaintext overlay: %v", err)
 	}
-	waitCounter(t, gw.metricsURL(), "otelcol_exporter_sent_metric_points", `exporter="duckdb"`, 4, 20*time.Second)
+	waitCounter(t, metricsURL(gw), "otelcol_exporter_sent_metric_points", `exporter="duckdb"`, 4, 20*time.Second)
 	out, err := exec.Command(collectortest.Binary(t), "validate", "--config", configPath(t, "node.yaml"), "--config", configPath(t, "node-plaintext.yaml")).CombinedOutput()
 	if err != nil {
 		t.Fatalf("node.yaml with node-plaintext.yaml: %v\n%s", err, out)
@@ -349,22 +334,19 @@ func TestThePlaintextOverlaysTurnTLSOff(t *testing.T) {
 func TestANodeRefusesAGatewayItCannotVerify(t *testing.T) {
 	certs := collectortest.NewOTLPTLS(t)
 	impostor := collectortest.NewOTLPTLS(t)
-	grpcAddr := collectortest.Addr(t)
-	gw := gatewayEnv(t, impostor, "FATHOM_GATEWAY_OTLP_GRPC="+grpcAddr, "FATHOM_GATEWAY_OTLP_HTTP="+collectortest.Addr(t),
+	gw := collectortest.Gateway(t)
+	gateway := startGateway(t, gw, impostor,
 		"FATHOM_NODE_SHARED_CERT_NAME=node-1") // it would take the node's data, were it sent
-	gateway := collectortest.Start(t, configPath(t, "gateway.yaml"), gw.env...)
-	gateway.WaitHTTP(t, "http://"+gw.health+"/", 30*time.Second)
 
 	privtest.Require(t) // the node loads BPF programs
-	nodeOTLP := collectortest.Addr(t)
-	nd := nodeEnv(t, certs, "node-1", "FATHOM_NODE_OTLP="+nodeOTLP, "FATHOM_GATEWAY="+grpcAddr, "FATHOM_COLLECTION_INTERVAL=1h", "FATHOM_RANK_SIGNALS_INTERVAL=0s")
-	node := collectortest.Start(t, configPath(t, "node.yaml"), nd.env...)
-	node.WaitHTTP(t, "http://"+nd.health+"/", 30*time.Second)
+	nd := collectortest.Node(t)
+	nodeOTLP := nd.Listen["FATHOM_NODE_OTLP"]
+	node := nd.Start(t, nodeEnv(t, certs, "node-1", append(quietNode, "FATHOM_GATEWAY="+gw.Listen["FATHOM_GATEWAY_OTLP_GRPC"])...)...)
 	exportGauge(t, nodeOTLP, 5)
 	collectortest.WaitFor(t, "the node to say it cannot verify the gateway", 20*time.Second, func() bool {
 		return strings.Contains(node.Output(), "certificate signed by unknown authority")
 	})
-	if n := counter(t, gw.metricsURL(), "otelcol_receiver_accepted_metric_points", ""); n != 0 {
+	if n := counter(t, metricsURL(gw), "otelcol_receiver_accepted_metric_points", ""); n != 0 {
 		t.Fatalf("the impostor gateway accepted %d points", n)
 	}
 	if code := node.Terminate(t, 20*time.Second); code != 0 {

@@ -5,6 +5,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -22,9 +23,10 @@ import (
 	"go.opentelemetry.io/collector/pdata/pmetric"
 	"go.opentelemetry.io/collector/pdata/pmetric/pmetricotlp"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/credentials"
 
 	"github.com/fathom-gpu/fathom/internal/fakegpu"
+	"github.com/fathom-gpu/fathom/internal/pki"
 	"github.com/fathom-gpu/fathom/internal/testsupport/collectortest"
 	"github.com/fathom-gpu/fathom/internal/testsupport/privtest"
 )
@@ -41,7 +43,7 @@ import (
 // (default 1m), FATHOM_SOAK_CALLS (CUDA calls/s, default 100000), FATHOM_SOAK_ROWS
 // (synthetic gateway rows/s, default 20000).
 
-// soakOverlay is merged over each example config: a pprof listener (for goroutine
+// The soak overlays are layered over each shipped config: a pprof listener (for goroutine
 // counts), and on the gateway a store size bound that retention reaches within the run,
 // so the store is in its steady state (deleting as fast as it takes) for most of it.
 // The gateway's debug exporter is left out: a line per batch for 30 minutes says
@@ -86,26 +88,16 @@ func TestSoak(t *testing.T) {
 	every := soakEnvDuration(t, "FATHOM_SOAK_SAMPLE", time.Minute)
 	callsPerSec := soakEnvInt(t, "FATHOM_SOAK_CALLS", 100_000)
 	rowsPerSec := soakEnvInt(t, "FATHOM_SOAK_ROWS", 20_000)
-	dir := t.TempDir()
-	overlay := func(name, text string) string {
-		p := filepath.Join(dir, name)
-		if err := os.WriteFile(p, []byte(text), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		return p
-	}
-
-	gatewayOTLP, gatewayPprof := collectortest.Addr(t), collectortest.Addr(t)
-	tls := collectortest.NewOTLPTLS(t)
-	gw := gatewayEnv(t, tls, "FATHOM_GATEWAY_OTLP_GRPC="+gatewayOTLP, "FATHOM_GATEWAY_OTLP_HTTP="+collectortest.Addr(t),
-		"FATHOM_PPROF_ENDPOINT="+gatewayPprof)
-	gateway := collectortest.StartConfigs(t, []string{configPath(t, "gateway.yaml"), overlay("gateway-soak.yaml", soakGatewayOverlay)}, gw.env...)
-	gateway.WaitHTTP(t, "http://"+gw.health+"/", 30*time.Second)
+	certs := collectortest.NewOTLPTLS(t)
+	gw := collectortest.Gateway(t).Merge(t, soakGatewayOverlay)
+	gatewayOTLP, gatewayPprof := gw.Listen["FATHOM_GATEWAY_OTLP_GRPC"], collectortest.Addr(t)
+	// The synthetic ingest speaks for 16 nodes over one connection: it shows the
+	// certificate every node holds where certificates are shared (the chart's default).
+	ingestCert := collectortest.IssueFiles(t, certs.CA, t.TempDir(), pki.NodeClient("fathom-node"))
+	gateway := startGateway(t, gw, certs, "FATHOM_PPROF_ENDPOINT="+gatewayPprof, "FATHOM_NODE_SHARED_CERT_NAME=fathom-node")
+	nd := collectortest.Node(t).Merge(t, soakNodeOverlay)
 	nodePprof := collectortest.Addr(t)
-	nd := nodeEnv(t, tls, "node-1", "FATHOM_NODE_OTLP="+collectortest.Addr(t), "FATHOM_GATEWAY="+gatewayOTLP,
-		"FATHOM_PPROF_ENDPOINT="+nodePprof, "FATHOM_CLUSTER=soak")
-	node := collectortest.StartConfigs(t, []string{configPath(t, "node.yaml"), overlay("node-soak.yaml", soakNodeOverlay)}, nd.env...)
-	node.WaitHTTP(t, "http://"+nd.health+"/", 60*time.Second)
+	node := nd.Start(t, nodeEnv(t, certs, "node-1", "FATHOM_GATEWAY="+gatewayOTLP, "FATHOM_PPROF_ENDPOINT="+nodePprof, "FATHOM_CLUSTER=soak")...)
 	gateway.WaitListening(t, gatewayOTLP, 30*time.Second)
 
 	stop := make(chan struct{})
@@ -118,7 +110,7 @@ func TestSoak(t *testing.T) {
 		wg.Go(func() { soakWorkloads(t, paths, i, callsPerSec/2, stop, &calls) })
 	}
 	var rows atomic.Int64
-	wg.Go(func() { soakIngest(t, gatewayOTLP, rowsPerSec, stop, &rows) })
+	wg.Go(func() { soakIngest(t, gatewayOTLP, clientTLS(t, certs, &ingestCert), rowsPerSec, stop, &rows) })
 
 	var samples []soakSample
 	start := time.Now()
@@ -137,7 +129,7 @@ func TestSoak(t *testing.T) {
 			s.fds[i] = openFiles(t, p.pid)
 			s.goroutines[i] = goroutines(t, p.pprof)
 		}
-		gwMetrics, ndMetrics := scrape(t, gw.metricsURL()), scrape(t, nd.metricsURL())
+		gwMetrics, ndMetrics := scrape(t, metricsURL(gw)), scrape(t, metricsURL(nd))
 		s.duckdbMemory = promValue(gwMetrics, "otelcol_fathom_echo_duckdb_memory_bytes", "")
 		s.storeUsed = promValue(gwMetrics, "otelcol_fathom_echo_store_used_bytes", "")
 		// Log records over the receiver's rate limit are dropped by design
@@ -281,8 +273,8 @@ func soakWorkloads(t *testing.T, p fakegpu.Paths, worker, perSec int, stop <-cha
 // soakIngest sends perSec rows a second to the gateway over OTLP/gRPC, as 16 other
 // nodes would: four senders, each every 100 ms one logs request and one metrics
 // request. A sender that falls behind skips ticks; the rows it did send are counted.
-func soakIngest(t *testing.T, addr string, perSec int, stop <-chan struct{}, total *atomic.Int64) {
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+func soakIngest(t *testing.T, addr string, tlsConfig *tls.Config, perSec int, stop <-chan struct{}, total *atomic.Int64) {
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(credentials.NewTLS(tlsConfig)))
 	if err != nil {
 		t.Error(err)
 		return

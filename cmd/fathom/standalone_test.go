@@ -18,14 +18,15 @@ import (
 	"go.yaml.in/yaml/v3"
 	"golang.org/x/sys/unix"
 
+	"github.com/fathom-gpu/fathom/internal/collectorconfig"
 	"github.com/fathom-gpu/fathom/internal/echosocket"
 	"github.com/fathom-gpu/fathom/internal/fakegpu"
 	"github.com/fathom-gpu/fathom/internal/testsupport/collectortest"
 	"github.com/fathom-gpu/fathom/internal/testsupport/privtest"
 )
 
-// standaloneOverlay shortens the chain window and the straggler's silence for a test
-// of a minute, as the demo's configs do; everything else is deploy/configs/standalone.yaml.
+// standaloneOverlay, layered over deploy/configs/standalone.yaml, shortens the chain
+// window and the straggler's silence for a test of a minute, as the demo's configs do.
 const standaloneOverlay = `
 processors:
   causalchain:
@@ -51,7 +52,8 @@ var offLoopbackNamespaceWrapper = []string{"unshare", "--net", "--", "sh", "-c",
 // namespace has no other interface, and the config has no network endpoint.
 func TestStandaloneTellsTheStoryWithNothingLeavingTheHost(t *testing.T) {
 	privtest.RequireBPFFS(t)
-	config := filepath.Join(collectortest.RepoRoot(t), "deploy", "configs", "standalone.yaml")
+	standalone := collectortest.NewRole(t, collectorconfig.Standalone).Merge(t, standaloneOverlay)
+	config := standalone.Write(t)
 	assertNoNetworkEndpoint(t, config)
 	paths := fakegpu.Build(t)
 
@@ -61,10 +63,6 @@ func TestStandaloneTellsTheStoryWithNothingLeavingTheHost(t *testing.T) {
 		t.Fatal(err)
 	}
 	socket := filepath.Join(runDir, "echo.sock")
-	overlay := filepath.Join(dir, "overlay.yaml")
-	if err := os.WriteFile(overlay, []byte(standaloneOverlay), 0o600); err != nil {
-		t.Fatal(err)
-	}
 
 	const ranks, slowRank = 3, 2
 	slowFile := filepath.Join(dir, "slow")
@@ -74,10 +72,11 @@ func TestStandaloneTellsTheStoryWithNothingLeavingTheHost(t *testing.T) {
 		Slow: &fakegpu.Slowness{Rank: slowRank, Delay: 4 * time.Millisecond, WhileFile: slowFile},
 	})
 
-	collector := collectortest.StartUnder(t, offLoopbackNamespaceWrapper, []string{config, overlay},
-		"FATHOM_ECHO_DB="+filepath.Join(dir, "echo.duckdb"), "FATHOM_ECHO_SOCKET="+socket,
-		"FATHOM_PIN_DIR="+collectortest.PinDir(t), "FATHOM_COLLECTION_INTERVAL=1s",
-		"FATHOM_NODE_NAME=standalone-host", "FATHOM_CLUSTER=offline")
+	// Under the namespace wrapper, which Role.Start does not take (and the standalone
+	// config has no health check for it to wait on): the role's file and environment.
+	collector := collectortest.StartUnder(t, offLoopbackNamespaceWrapper, []string{config},
+		append(standalone.Env, "FATHOM_ECHO_SOCKET="+socket, "FATHOM_COLLECTION_INTERVAL=1s",
+			"FATHOM_NODE_NAME=standalone-host", "FATHOM_CLUSTER=offline")...)
 	collectortest.WaitFor(t, "the Echo socket", 60*time.Second, func() bool {
 		st, err := os.Lstat(socket)
 		return err == nil && st.Mode().Type() == os.ModeSocket
