@@ -72,11 +72,10 @@ func TestStandaloneTellsTheStoryWithNothingLeavingTheHost(t *testing.T) {
 		Slow: &fakegpu.Slowness{Rank: slowRank, Delay: 4 * time.Millisecond, WhileFile: slowFile},
 	})
 
-	// Under the namespace wrapper, which Role.Start does not take (and the standalone
-	// config has no health check for it to wait on): the role's file and environment.
-	collector := collectortest.StartUnder(t, offLoopbackNamespaceWrapper, []string{config},
-		append(standalone.Env, "FATHOM_ECHO_SOCKET="+socket, "FATHOM_COLLECTION_INTERVAL=1s",
-			"FATHOM_NODE_NAME=standalone-host", "FATHOM_CLUSTER=offline")...)
+	// Under the namespace wrapper; the standalone config has no health check to wait
+	// on, so the socket is.
+	collector := standalone.StartUnder(t, offLoopbackNamespaceWrapper, "FATHOM_ECHO_SOCKET="+socket, "FATHOM_COLLECTION_INTERVAL=1s",
+		"FATHOM_NODE_NAME=standalone-host", "FATHOM_CLUSTER=offline")
 	collectortest.WaitFor(t, "the Echo socket", 60*time.Second, func() bool {
 		st, err := os.Lstat(socket)
 		return err == nil && st.Mode().Type() == os.ModeSocket

@@ -27,9 +27,7 @@ import (
 // gives Start in FATHOM_ECHO_DB where it reopens the file after the gateway is gone.
 func storeGateway(t *testing.T) *collectortest.Role {
 	t.Helper()
-	gw := collectortest.Gateway(t, collectorconfig.GatewayPlaintext)
-	gw.Delete("extensions::echo::server::tls")
-	return gw.Merge(t, "extensions:\n  echo:\n    server:\n      insecure_allow_plaintext: true\n")
+	return collectortest.Gateway(t, collectorconfig.GatewayPlaintext).Merge(t, collectorconfig.EchoOverPlainHTTP)
 }
 
 // logBatch is one OTLP request of n log records from one node, each tagged with its

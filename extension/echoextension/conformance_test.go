@@ -58,7 +58,7 @@ func conformanceDir(t *testing.T) string {
 }
 
 // conformanceLayer is what the clients are held to over the shipped gateway's Echo
-// API (with echoOverPlainHTTP): the tokens they use in place of the shipped ones (a
+// API (plainHTTPGateway): the tokens they use in place of the shipped ones (a
 // tools-only viewer and a throttled one) and GPU rates for get_cost. The pipelines keep
 // the shipped gateway's processors but inputbounds and straggler: the cases hold the
 // store to exactly the planted rows, and those two may cut a planted value or add

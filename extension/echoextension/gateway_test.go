@@ -44,25 +44,21 @@ type gateway struct {
 	audit string
 }
 
-// echoOverPlainHTTP is what these tests layer over the shipped gateway's Echo API:
-// plain HTTP on its loopback port (the tests' clients carry no CA; the listener's TLS
-// is TestGatewayTLSAndSecondWriter's), and room for every request a test makes in a
-// second, which the shipped 20 a second would refuse.
-const echoOverPlainHTTP = `
+// echoRateLimit makes room for every request a test makes in a second, which the
+// shipped 20 a second would refuse. (The API is on plain HTTP because the tests'
+// clients carry no CA; the listener's TLS is TestGatewayTLSAndSecondWriter's.)
+const echoRateLimit = `
 extensions:
   echo:
     server:
-      insecure_allow_plaintext: true
       rate_limit: {requests_per_second: 1000, burst: 1000}
 `
 
 // plainHTTPGateway is deploy/configs/gateway.yaml with plaintext OTLP (the tests send
-// without certificates) and echoOverPlainHTTP.
+// without certificates), the Echo API over plain HTTP on loopback, and echoRateLimit.
 func plainHTTPGateway(t *testing.T) *collectortest.Role {
 	t.Helper()
-	gw := collectortest.Gateway(t, collectorconfig.GatewayPlaintext)
-	gw.Delete("extensions::echo::server::tls")
-	return gw.Merge(t, echoOverPlainHTTP)
+	return collectortest.Gateway(t, collectorconfig.GatewayPlaintext).Merge(t, collectorconfig.EchoOverPlainHTTP).Merge(t, echoRateLimit)
 }
 
 func startGateway(t *testing.T) *gateway {

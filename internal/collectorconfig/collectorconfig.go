@@ -30,6 +30,17 @@ const (
 	GatewayPlaintext = "gateway-plaintext.yaml"
 )
 
+// EchoOverPlainHTTP is a layer over gateway.yaml that serves the Echo API without TLS
+// (the shipped file requires it): for a listener on loopback only, as the demo's and the
+// tests' gateways are, where the bearer tokens never cross a wire.
+const EchoOverPlainHTTP = `
+extensions:
+  echo:
+    server:
+      tls: null
+      insecure_allow_plaintext: true
+`
+
 // Config is a collector config being derived.
 type Config struct {
 	conf *confmap.Conf

@@ -65,6 +65,23 @@ func TestLayersMergeAsTheCollectorMergesConfigFiles(t *testing.T) {
 	}
 }
 
+// EchoOverPlainHTTP takes the Echo API's TLS off and keeps the rest of its server.
+func TestEchoOverPlainHTTPTakesOnlyTheAPIsTLSOff(t *testing.T) {
+	c, err := Shipped(Gateway)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Merge(EchoOverPlainHTTP); err != nil {
+		t.Fatal(err)
+	}
+	if c.Get("extensions::echo::server::tls") != nil || c.Get("extensions::echo::server::insecure_allow_plaintext") != true {
+		t.Errorf("server tls %v, insecure_allow_plaintext %v", c.Get("extensions::echo::server::tls"), c.Get("extensions::echo::server::insecure_allow_plaintext"))
+	}
+	if c.Get("extensions::echo::server::endpoint") != "${env:FATHOM_ECHO_ENDPOINT:-localhost:8765}" || c.Get("extensions::echo::server::tokens") == nil {
+		t.Error("the layer lost the server's endpoint or tokens")
+	}
+}
+
 // Replace puts a map in place of another whole, where a merge would keep the old keys.
 func TestReplaceTakesTheOldMapAway(t *testing.T) {
 	c, err := Shipped(Node)

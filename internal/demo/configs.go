@@ -13,14 +13,13 @@ import (
 // node, as per-node certificates do), 1 s collections, and shorter windows and TTLs so
 // that the story takes a minute, not ten.
 
-// gatewayLayer: the Echo API in plaintext on loopback, with the demo's one token (the
-// shipped file asks for TLS and two tokens), and a rank silent for 10 s judged gone.
+// gatewayLayer: the demo's one token (the shipped file asks for two), and a rank silent
+// for 10 s judged gone. The Echo API is on loopback in plaintext
+// (collectorconfig.EchoOverPlainHTTP), with a token all the same.
 const gatewayLayer = `
 extensions:
   echo:
     server:
-      tls: null
-      insecure_allow_plaintext: true # loopback only, and a token all the same
       tokens:
         - {name: demo, env: FATHOM_DEMO_TOKEN, scopes: [tools, sql]}
 processors:
@@ -73,7 +72,7 @@ processors:
 
 // gatewayConfig derives the demo's gateway from deploy/configs/gateway.yaml.
 func gatewayConfig(synthetic, remoteWrite bool) (*collectorconfig.Config, error) {
-	layers := []string{gatewayLayer}
+	layers := []string{collectorconfig.EchoOverPlainHTTP, gatewayLayer}
 	if synthetic {
 		layers = append(layers, syntheticSignalsLayer)
 	}

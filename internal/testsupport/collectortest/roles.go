@@ -120,7 +120,14 @@ func (r *Role) Write(t testing.TB) string {
 // (a later KEY= wins), and waits until its health check answers.
 func (r *Role) Start(t testing.TB, env ...string) *Process {
 	t.Helper()
-	p := Start(t, r.Write(t), append(append([]string(nil), r.Env...), env...)...)
+	return r.StartUnder(t, nil, env...)
+}
+
+// StartUnder is Start under a wrapper command (StartUnder's); a role with no health
+// check (the standalone one) is not waited for.
+func (r *Role) StartUnder(t testing.TB, wrapper []string, env ...string) *Process {
+	t.Helper()
+	p := StartUnder(t, wrapper, []string{r.Write(t)}, append(append([]string(nil), r.Env...), env...)...)
 	if health, ok := r.Listen["FATHOM_HEALTH_ENDPOINT"]; ok {
 		p.WaitHTTP(t, "http://"+health+"/", 60*time.Second)
 	}
