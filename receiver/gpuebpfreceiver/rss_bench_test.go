@@ -25,15 +25,15 @@ import (
 func BenchmarkNodeCollectorRSS(b *testing.B) {
 	for _, policy := range []string{"notable", "all"} {
 		b.Run("policy="+policy, func(b *testing.B) {
-			benchmarkNodeCollectorRSS(b, strings.Replace(e2eConfig, "policy: notable", "policy: "+policy, 1))
+			benchmarkNodeCollectorRSS(b, e2eConfig.merged("receivers: {gpuebpf: {logs: {policy: "+policy+"}}}"))
 		})
 	}
 }
 
-func benchmarkNodeCollectorRSS(b *testing.B, config string) {
+func benchmarkNodeCollectorRSS(b *testing.B, receiver nodeReceiver) {
 	privtest.Require(b)
 	paths := fakegpu.Build(b)
-	sink, col := startNodeCollector(b, config)
+	sink, col := startNodeCollector(b, receiver)
 
 	// Two processes with four launches per step and a 1 µs launch cost keep both cores
 	// busy at roughly 100k calls per second in total.
