@@ -4,13 +4,13 @@ package causalchainprocessor_test
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"os"
-	"path/filepath"
 	"sort"
 	"strings"
 	"testing"
@@ -35,88 +35,20 @@ import (
 // naming its dispatcher thread where the cause is a thread's; the healthy baseline may
 // have no HIGH or MEDIUM chain.
 
-const gatewayConfig = `
-extensions:
-  nodecert:
-  echo:
-    path: ${env:ECHO_DB}
-    server:
-      endpoint: ${env:ECHO_ADDR}
-      insecure_allow_plaintext: true # loopback listener in a test
-      tokens:
-        - {name: agent, env: AGENT_TOKEN, scopes: [tools, sql]}
-receivers:
-  otlp:
-    protocols:
-      grpc:
-        endpoint: ${env:OTLP_GRPC}
-        tls:
-          cert_file: ${env:FATHOM_OTLP_TLS_CERT}
-          key_file: ${env:FATHOM_OTLP_TLS_KEY}
-          client_ca_file: ${env:FATHOM_OTLP_TLS_CA}
-        middlewares: [{id: nodecert}]
-processors:
-  nodeidentity:
-exporters:
-  duckdb:
-    store: echo
-service:
-  extensions: [echo, nodecert]
-  telemetry:
-    metrics:
-      level: none
-  pipelines:
-    metrics:
-      receivers: [otlp]
-      processors: [nodeidentity]
-      exporters: [duckdb]
-    logs:
-      receivers: [otlp]
-      processors: [nodeidentity]
-      exporters: [duckdb]
-`
-
-const nodeConfig = `
-extensions:
-  health_check:
-    endpoint: ${env:HEALTH}
+// The node differs from the shipped one in its causalchain window, made short so that a
+// scenario's chain is due within seconds, and its chains resolving after one window;
+// its receiver collects every second, in cluster e2e, as node-chains (the variables
+// startSuite sets), and records no calls (policy none).
+const nodeLayer = `
 receivers:
   gpuebpf:
-    collection_interval: 1s
-    cluster_name: e2e
-    host_name: node-chains
     logs:
       policy: none
 processors:
   causalchain:
     window: 5s
     resolve_after: 5s
-  batch:
-    timeout: 200ms
-exporters:
-  otlp_grpc/gateway:
-    endpoint: ${env:GATEWAY}
-    tls:
-      ca_file: ${env:FATHOM_OTLP_TLS_CA}
-      cert_file: ${env:FATHOM_OTLP_TLS_CERT}
-      key_file: ${env:FATHOM_OTLP_TLS_KEY}
-service:
-  extensions: [health_check]
-  telemetry:
-    metrics:
-      level: none
-  pipelines:
-    metrics:
-      receivers: [gpuebpf]
-      processors: [causalchain, batch]
-      exporters: [otlp_grpc/gateway]
-    logs:
-      receivers: [gpuebpf]
-      processors: [causalchain, batch]
-      exporters: [otlp_grpc/gateway]
 `
-
-const agentToken = "chains-e2e-token"
 
 // Window is the node's causalchain window: a chain is due within two of them.
 const window = 5 * time.Second
@@ -259,37 +191,40 @@ var scenarios = []scenario{{
 // suite is the gateway and the node collector the scenarios share.
 type suite struct {
 	paths   fakegpu.Paths
-	dir     string
-	api     string
+	api     string       // the gateway's Echo API
+	client  *http.Client // to the Echo API, over TLS, with the agent's token
 	peer    net.Listener
 	session *mcp.ClientSession
 }
 
-func startSuite(t *testing.T) *suite { return startSuiteWith(t, nodeConfig) }
-
-// startSuiteWith starts the gateway and a node collector on node's configuration.
-func startSuiteWith(t *testing.T, node string) *suite {
+// startSuite starts the shipped gateway and the shipped node, with nodeLayer and then
+// nodeLayers merged over the node.
+func startSuite(t *testing.T, nodeLayers ...string) *suite {
 	privtest.Require(t)
-	s := &suite{paths: fakegpu.Build(t), dir: t.TempDir()}
-	s.api = collectortest.Addr(t)
-	grpc := collectortest.Addr(t)
-	// Mutual TLS as in the example configs; the node's certificate names its node
-	// (host_name in nodeConfig), the host.name of everything its receiver sends.
+	s := &suite{paths: fakegpu.Build(t)}
+	// Mutual TLS as shipped; the node's certificate names its node (FATHOM_NODE_NAME),
+	// the host.name of everything its receiver sends.
 	certs := collectortest.NewOTLPTLS(t)
-	gw := collectortest.Start(t, writeFile(t, s.dir, "gateway.yaml", gatewayConfig), append(certs.Gateway.Env(),
-		"ECHO_DB="+filepath.Join(s.dir, "echo.duckdb"), "ECHO_ADDR="+s.api, "AGENT_TOKEN="+agentToken, "OTLP_GRPC="+grpc)...)
-	gw.WaitHTTP(t, "http://"+s.api+"/api/v1/health", 30*time.Second)
-	gw.WaitListening(t, grpc, 30*time.Second)
-	health := collectortest.Addr(t)
-	nodeProcess := collectortest.Start(t, writeFile(t, s.dir, "node.yaml", node), append(certs.Node(t, "node-chains").Env(), "GATEWAY="+grpc, "HEALTH="+health)...)
-	nodeProcess.WaitHTTP(t, "http://"+health+"/", 60*time.Second)
+	echoCert, echoKey, echoCA := collectortest.LoopbackCert(t, t.TempDir())
+	gw := collectortest.Gateway(t)
+	gateway := gw.Start(t, append(certs.Gateway.Env(), "FATHOM_ECHO_TLS_CERT="+echoCert, "FATHOM_ECHO_TLS_KEY="+echoKey)...)
+	grpc := gw.Listen["FATHOM_GATEWAY_OTLP_GRPC"]
+	gateway.WaitListening(t, grpc, 30*time.Second)
+	s.api = gw.Listen["FATHOM_ECHO_ENDPOINT"]
+	s.client = &http.Client{Transport: bearer{collectortest.AgentToken, &http.Transport{TLSClientConfig: &tls.Config{RootCAs: echoCA}}}}
+
+	node := collectortest.Node(t).Merge(t, nodeLayer)
+	for _, layer := range nodeLayers {
+		node.Merge(t, layer)
+	}
+	node.Start(t, append(certs.Node(t, "node-chains").Env(), "FATHOM_GATEWAY="+grpc, "FATHOM_COLLECTION_INTERVAL=1s",
+		"FATHOM_CLUSTER=e2e", "FATHOM_NODE_NAME=node-chains")...)
 
 	client := mcp.NewClient(&mcp.Implementation{Name: "fathom-chains-e2e", Version: "1"}, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	var err error
-	s.session, err = client.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: "http://" + s.api + "/mcp",
-		HTTPClient: &http.Client{Transport: bearer{agentToken, http.DefaultTransport}}}, nil)
+	s.session, err = client.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: "https://" + s.api + "/mcp", HTTPClient: s.client}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -321,15 +256,6 @@ func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
 	r = r.Clone(r.Context())
 	r.Header.Set("Authorization", "Bearer "+b.token)
 	return b.next.RoundTrip(r)
-}
-
-func writeFile(t *testing.T, dir, name, content string) string {
-	t.Helper()
-	p := filepath.Join(dir, name)
-	if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return p
 }
 
 // flapLink drops every packet reaching the cgroup (so ACKs are lost, as on a flapping
@@ -485,10 +411,9 @@ func (s *suite) run(t *testing.T, sc scenario) result {
 func (s *suite) firstRecord(t *testing.T, id string) time.Time {
 	t.Helper()
 	body := fmt.Sprintf(`{"sql":"SELECT min(ts) FROM events WHERE name = 'fathom.causal_chain' AND json_extract_string(attributes, '$.\"fathom.chain.id\"') = '%s'"}`, id)
-	req, _ := http.NewRequest(http.MethodPost, "http://"+s.api+"/api/v1/sql", strings.NewReader(body))
-	req.Header.Set("Authorization", "Bearer "+agentToken)
+	req, _ := http.NewRequest(http.MethodPost, "https://"+s.api+"/api/v1/sql", strings.NewReader(body))
 	req.Header.Set("Content-Type", "application/json")
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := s.client.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -19,8 +19,13 @@ import (
 
 // The node of the scenario suite with every call recorded, so that each carries its
 // Python stack.
-var stackedNodeConfig = strings.Replace(nodeConfig, "    logs:\n      policy: none\n",
-	"    logs:\n      policy: all\n      max_per_second: 5000\n", 1)
+const stackedNodeLayer = `
+receivers:
+  gpuebpf:
+    logs:
+      policy: all
+      max_per_second: 5000
+`
 
 // The GIL scenario with every CUDA call recorded, end to end: a real node collector and
 // gateway, asked over MCP as an agent would. get_stacks names the two lines of the
@@ -28,7 +33,7 @@ var stackedNodeConfig = strings.Replace(nodeConfig, "    logs:\n      policy: no
 // the lock_contention chain names the one most of the main thread's call time came
 // from, with its share.
 func TestGetStacksAndTheChainNameThePythonLine(t *testing.T) {
-	s := startSuiteWith(t, stackedNodeConfig)
+	s := startSuite(t, stackedNodeLayer)
 	script := filepath.Join(fakegpu.RepoRoot(), "internal", "fakegpu", "python", "gil_dispatcher.py")
 	line := fakegpu.MarkedLines(t, script)
 	w := fakegpu.StartGIL(t, s.paths, fakegpu.GILWorkload{Workers: 4})
