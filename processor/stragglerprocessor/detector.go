@@ -80,6 +80,10 @@ type signalSeries struct {
 	// medians are the window medians taken at the sample that ended at mediansAt.
 	medians   []windowValue
 	mediansAt int64
+
+	// stall is the run of samples past the line while the rank is not flagged
+	// (stall.go).
+	stall stallEpisode
 }
 
 type verdict struct {
@@ -99,6 +103,9 @@ type rankState struct {
 	// silentSince is the end of the last interval the rank reported before it fell
 	// silent.
 	silentSince time.Time
+	// lastStall is the span of the last stall recorded for the rank, on any signal
+	// (stall.go).
+	lastStall stallSpan
 }
 
 type cohort struct {
@@ -160,7 +167,7 @@ type event struct {
 	job, node string
 	rank      int64
 	signal    int
-	state     string // straggler, silent, resolved
+	state     string // straggler, silent, resolved, stall, no_thresholds
 	value     float64
 	median    float64
 	threshold float64
@@ -526,6 +533,9 @@ func (d *detector) evaluateSignal(c *cohort, sig int, now time.Time, out *evalua
 				out.events = append(out.events, ev)
 				out.ranks[len(out.ranks)-1].flagged = s.flagged
 			}
+			if ep, ended := s.followStall(sm, score > cfg.K, worse*(sm.value-median), median, threshold, score, warm, d.stallLeast()); ended {
+				d.recordStall(r, ep, ev, out)
+			}
 			if lag := worse * (sm.value - median); s.flagged && sm.seconds && lag > 0 && sm.span > 0 {
 				span := time.Duration(sm.span * 1e9)
 				out.lost = append(out.lost, timeLost{cohort: c.key, job: r.job, node: r.node, rank: rank, signal: sig,
@@ -669,6 +679,9 @@ func (d *detector) evaluateAgainst(src pushback.Source, now time.Time) evaluatio
 						}
 						out.events = append(out.events, ev)
 						g.flagged = s.flagged
+					}
+					if ep, ended := s.followStall(sm, t.Beyond(sm.value), worse*(sm.value-t.Median), t.Median, t.Line, evid.score, true, d.stallLeast()); ended {
+						d.recordStall(r, ep, ev, &out)
 					}
 				}
 				if judged > 0 {

@@ -654,7 +654,7 @@ func (s *straggler) records(events []event) plog.Logs {
 		lr.SetObservedTimestamp(pcommon.NewTimestampFromTime(e.at))
 		lr.SetEventName(semconv.EventStraggler)
 		signal := s.cfg.Signals[e.signal]
-		if e.state == "resolved" || e.state == "no_thresholds" {
+		if e.state == "resolved" || e.state == "no_thresholds" || e.state == "stall" {
 			lr.SetSeverityNumber(plog.SeverityNumberInfo)
 			lr.SetSeverityText("INFO")
 		} else {
@@ -687,6 +687,12 @@ func (s *straggler) records(events []event) plog.Logs {
 func (s *straggler) toVerdicts(events []event) []Verdict {
 	out := make([]Verdict, 0, len(events))
 	for _, e := range events {
+		if e.state == "stall" {
+			// A stall is a record, not a state change: the rank was never flagged, and
+			// an agent that acts on a verdict (cordons a GPU, restarts a rank) must not
+			// act on one.
+			continue
+		}
 		signal := s.cfg.Signals[e.signal]
 		v := Verdict{Time: e.at.UTC(), State: e.state, Source: s.role.source(), Cluster: e.cohort.cluster, Cohort: e.cohort.cohort,
 			Job: e.job, Node: e.node, Signal: signal.Metric, Value: e.value, Median: e.median, Threshold: e.threshold,
@@ -720,6 +726,14 @@ func describe(e event, signal SignalConfig) string {
 		}
 		s := fmt.Sprintf("%s is a straggler in %s: %s %.4g%s%s vs cohort median %.4g%s (line %.4g%s, %s is worse), beyond since %s",
 			who, e.cohort.cohort, signal.Metric, e.value, rate, over, e.median, rate, e.threshold, rate, signal.Worse, e.since.UTC().Format(time.RFC3339))
+		if e.detail != "" {
+			s += "; " + e.detail
+		}
+		return s
+	case "stall":
+		s := fmt.Sprintf("%s stalled in %s for %v, shorter than a straggler: %s %.4g%s at its worst vs cohort median %.4g%s (line %.4g%s, %s is worse), from %s to %s",
+			who, e.cohort.cohort, e.at.Sub(e.since).Round(time.Millisecond), signal.Metric, e.value, rate, e.median, rate, e.threshold, rate, signal.Worse,
+			e.since.UTC().Format(time.RFC3339Nano), e.at.UTC().Format(time.RFC3339Nano))
 		if e.detail != "" {
 			s += "; " + e.detail
 		}

@@ -103,6 +103,9 @@ type replayResult struct {
 	falseFlags, flaps int
 	healthy           time.Duration
 	log               []string
+	// stalls are the stall records (stall.go) outside the slowdowns and their
+	// resolve time, and stallRanks the ranks there were.
+	stalls, stallRanks int
 }
 
 // replayDelay is how long after a point's end the gateway has it: the node's batch
@@ -187,6 +190,10 @@ func replay(rec recording, cfg *Config, scores func(now time.Time, g []rankGauge
 			}
 		}
 		for _, ev := range events {
+			if _, during := slowdownAt(ev.at, resolveGrace); ev.state == "stall" && !during {
+				res.stalls++
+				res.log = append(res.log, fmt.Sprintf("stall at %v: rank %d on %s for %v (score %.2f)", ev.at.Sub(first).Round(time.Millisecond), ev.rank, cfg.Signals[ev.signal].Metric, ev.at.Sub(ev.since), ev.score))
+			}
 			if ev.state != "straggler" {
 				continue
 			}
@@ -208,6 +215,9 @@ func replay(rec recording, cfg *Config, scores func(now time.Time, g []rankGauge
 				flaggedIn[flagKey{s.pct, ev.signal}]++
 			}
 		}
+	}
+	for _, c := range d.cohorts {
+		res.stallRanks += len(c.ranks)
 	}
 	return res
 }
