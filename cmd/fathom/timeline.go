@@ -110,12 +110,12 @@ func writeTrace(path string, raw []byte, stdout io.Writer) error {
 func summarizeTrace(w io.Writer, path string, events int, m timeline.Metadata) {
 	k := m.Kept
 	fmt.Fprintf(w, "fathom timeline: %s to %s: %d nodes, %d tracks, %d events -> %s\n", m.Since, m.Until, m.Nodes, m.Tracks, events, path)
-	fmt.Fprintf(w, "  %d CUDA calls, %d NCCL calls, %d collective slices (%d flow events), %d straggler flags, %d causal chains, %d off-CPU samples\n",
-		k.CUDACalls, k.NCCLCalls, k.Collectives, k.CollectiveFlows, k.StragglerFlags, k.Chains, k.OffCPUSamples)
+	fmt.Fprintf(w, "  %d CUDA calls, %d NCCL calls, %d collective slices (%d flow events), %d straggler flags, %d stalls, %d causal chains, %d off-CPU samples\n",
+		k.CUDACalls, k.NCCLCalls, k.Collectives, k.CollectiveFlows, k.StragglerFlags, k.Stalls, k.Chains, k.OffCPUSamples)
 	if m.LeftOutTotal > 0 {
 		l := m.LeftOut
-		fmt.Fprintf(w, "  left out %d past max_events %d: %d CUDA calls, %d NCCL calls, %d collective slices, %d flow events, %d straggler flags, %d causal chains, %d off-CPU samples\n",
-			m.LeftOutTotal, m.MaxEvents, l.CUDACalls, l.NCCLCalls, l.Collectives, l.CollectiveFlows, l.StragglerFlags, l.Chains, l.OffCPUSamples)
+		fmt.Fprintf(w, "  left out %d past max_events %d: %d CUDA calls, %d NCCL calls, %d collective slices, %d flow events, %d straggler flags, %d stalls, %d causal chains, %d off-CPU samples\n",
+			m.LeftOutTotal, m.MaxEvents, l.CUDACalls, l.NCCLCalls, l.Collectives, l.CollectiveFlows, l.StragglerFlags, l.Stalls, l.Chains, l.OffCPUSamples)
 	}
 	if path != "-" {
 		fmt.Fprintf(w, "  open it in https://ui.perfetto.dev (Open trace file) or chrome://tracing\n")

@@ -237,9 +237,17 @@ func (r *report) stragglers(events []flag, costs []cost) {
 	}
 	first, latest := map[key]flag{}, map[key]flag{}
 	var order []key
+	// A stall (beyond the line for a while, back before it was flagged) is not a flag:
+	// counted apart, it neither names a rank here nor says whether one is back.
+	stalls, stalled := 0, map[key]bool{}
 	for _, e := range events {
 		state := e.attr("fathom.straggler.state")
 		if e.Rank == nil || e.attr("fathom.straggler.source") == "node" || state == "no_thresholds" {
+			continue
+		}
+		if state == "stall" {
+			stalls++
+			stalled[key{e.Node, *e.Rank}] = true
 			continue
 		}
 		k := key{e.Node, *e.Rank}
@@ -259,7 +267,7 @@ func (r *report) stragglers(events []flag, costs []cost) {
 	}
 	r.line("")
 	r.line(r.bold(fmt.Sprintf("Stragglers: %d flagged in the window, %d still flagged", len(order), still)))
-	fit := min(len(order), r.room(stragglerLines, 4+min(len(costs), 3)))
+	fit := min(len(order), r.room(stragglerLines, 4+min(len(costs), 3)+min(stalls, 1)))
 	for _, k := range order[:fit] {
 		back := ""
 		if latest[k].attr("fathom.straggler.state") == "resolved" {
@@ -269,6 +277,9 @@ func (r *report) stragglers(events []flag, costs []cost) {
 	}
 	if fit < len(order) {
 		r.line(fmt.Sprintf("  ... %d more (event_history with name fathom.straggler)", len(order)-fit))
+	}
+	if stalls > 0 {
+		r.line(fmt.Sprintf("  and %d stalls on %d ranks, each shorter than a straggler (fathom.straggler.state stall)", stalls, len(stalled)))
 	}
 	slices.SortStableFunc(costs, func(a, b cost) int { return cmp.Compare(b.GPUHours, a.GPUHours) })
 	fit = min(len(costs), r.room(1, 3))

@@ -38,7 +38,9 @@ var demo = canned{
 		{"time": "2026-11-26T10:00:01Z", "node": "node-2", "rank": 5, "body": "rank 5 on node-2 is a straggler (node)", "attributes": {"fathom.straggler.state": "straggler", "fathom.straggler.source": "node"}},
 		{"time": "2026-11-26T10:00:02Z", "node": "node-2", "rank": 5, "body": "rank 5 on node-2 is a straggler in nccl:1", "attributes": {"fathom.straggler.state": "straggler", "fathom.straggler.source": "gateway"}},
 		{"time": "2026-11-26T10:00:03Z", "node": "node-1", "rank": 2, "body": "rank 2 on node-1 is a straggler in nccl:1", "attributes": {"fathom.straggler.state": "straggler", "fathom.straggler.source": "gateway"}},
-		{"time": "2026-11-26T10:00:09Z", "node": "node-1", "rank": 2, "body": "rank 2 on node-1 is back", "attributes": {"fathom.straggler.state": "resolved", "fathom.straggler.source": "gateway"}}]}`,
+		{"time": "2026-11-26T10:00:09Z", "node": "node-1", "rank": 2, "body": "rank 2 on node-1 is back", "attributes": {"fathom.straggler.state": "resolved", "fathom.straggler.source": "gateway"}},
+		{"time": "2026-11-26T10:00:12Z", "node": "node-1", "rank": 2, "body": "rank 2 on node-1 stalled in nccl:1 for 1s", "attributes": {"fathom.straggler.state": "stall", "fathom.straggler.source": "gateway"}},
+		{"time": "2026-11-26T10:00:14Z", "node": "node-3", "rank": 7, "body": "rank 7 on node-3 stalled in nccl:1 for 800ms", "attributes": {"fathom.straggler.state": "stall", "fathom.straggler.source": "gateway"}}]}`,
 	"get_cost": `{"stragglers": [{"node": "node-2", "rank": 5, "steps": 23, "affected_ranks": 7, "gpu_hours": 0.0017, "usd": 0}]}`,
 	"get_trace_stats": `{"stats": [
 		{"api": "cudaStreamSynchronize", "node": "node-1", "calls": 1532, "p50": 0.6, "p99": 13.1, "unit": "ms"},
@@ -47,7 +49,7 @@ var demo = canned{
 
 // The report of the demo's incident: the HIGH chain first with its evidence and fix, the
 // resolved one marked; rank 5 flagged (once, by the gateway's record) and rank 2 flagged
-// and back; what rank 5 cost; the slowest calls in readable units; no colour off a
+// and back (its stall after that, and rank 7's, are stalls, not flags); what rank 5 cost; the slowest calls in readable units; no colour off a
 // terminal.
 func TestTheReportSaysWhatTheToolsFound(t *testing.T) {
 	var out bytes.Buffer
@@ -67,6 +69,7 @@ Causal chains: 2 in the window, 1 still open; costliest first
 Stragglers: 2 flagged in the window, 1 still flagged
   rank 5 on node-2 is a straggler in nccl:1
   rank 2 on node-1 is a straggler in nccl:1 (back since 2026-11-26T10:00:09Z)
+  and 2 stalls on 2 ranks, each shorter than a straggler (fathom.straggler.state stall)
   cost: rank 5 on node-2 kept 7 peers waiting 6.1 GPU-seconds over 23 flagged intervals
 
 Slowest calls (p99)

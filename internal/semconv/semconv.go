@@ -290,7 +290,7 @@ var Attributes = []Doc{
 	{GPUModel, "resource", "", "GPU model, e.g. H100-SXM; prices straggler time in the Echo store's get_cost"},
 	{GPUVendor, "resource", "", "whose GPU runtime the process calls: `nvidia` (CUDA runtime or driver API) or `amd` (HIP); `cuda.*` names and metrics cover both, with HIP's function names in cuda.api.name"},
 	{CloudProvider, "resource", "", "cloud provider (OTel name); prices straggler time with fathom.gpu.model"},
-	{StragglerState, "log", "", "on fathom.straggler records: straggler (beyond its cohort's line), silent (stopped reporting while its cohort reports), resolved, or no_thresholds (a node lost the gateway's line)"},
+	{StragglerState, "log", "", "on fathom.straggler records: straggler (beyond its cohort's line), silent (stopped reporting while its cohort reports), resolved, no_thresholds (a node lost the gateway's line), or stall (beyond the line for a while but back before it was flagged: a record, not a flag)"},
 	{StragglerSource, "log", "", "on fathom.straggler records: gateway (the cohort compared at the gateway) or node (a node's own ranks judged against the line the gateway pushed back)"},
 	{StragglerSignal, "point/log", "", "the per-rank signal compared, e.g. fathom.rank.device_wait.time"},
 	{StragglerValue, "log", "", "on fathom.straggler records: the rank's value of the signal, per second of the interval"},

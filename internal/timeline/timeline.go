@@ -50,7 +50,9 @@ type Flag struct {
 	Node   string
 	Rank   int64
 	Signal string
-	// State is straggler, silent, resolved or no_thresholds; Source gateway or node.
+	// State is straggler, silent, resolved, no_thresholds or stall (a rank beyond the
+	// line for a while, back before it was flagged: shown, not a flag); Source gateway
+	// or node.
 	State  string
 	Source string
 	// Since is when the rank's first interval beyond the line began (zero if unknown).
@@ -150,12 +152,13 @@ type Counts struct {
 	Collectives     int `json:"collectives"`
 	CollectiveFlows int `json:"collective_flows"`
 	StragglerFlags  int `json:"straggler_flags"`
+	Stalls          int `json:"stalls"`
 	Chains          int `json:"chains"`
 	OffCPUSamples   int `json:"off_cpu_samples"`
 }
 
 func (c Counts) total() int {
-	return c.CUDACalls + c.NCCLCalls + c.Collectives + c.CollectiveFlows + c.StragglerFlags + c.Chains + c.OffCPUSamples
+	return c.CUDACalls + c.NCCLCalls + c.Collectives + c.CollectiveFlows + c.StragglerFlags + c.Stalls + c.Chains + c.OffCPUSamples
 }
 
 // Event names of the records the trace reads.
@@ -381,6 +384,8 @@ func (b *builder) flags(flags []Flag, since, until time.Time) {
 		}
 		k := key{f.Node, f.Rank, f.Signal}
 		switch f.State {
+		case "stall":
+			b.stall(k.node, k.rank, k.signal, f, since)
 		case "straggler", "silent":
 			if opened[k] != nil {
 				continue
@@ -409,6 +414,34 @@ func (b *builder) flags(flags []Flag, since, until time.Time) {
 			delete(opened, k)
 		}
 	}
+}
+
+// stall: a slice on the rank's track over the stall its record tells of, from its
+// first interval beyond the line to its end (the record's time). A stall is not a
+// flag: it has its own name and count.
+func (b *builder) stall(node string, rank int64, signal string, f Flag, since time.Time) {
+	from := f.Since
+	if from.IsZero() || from.After(f.Time) {
+		from = f.Time
+	}
+	if f.Time.Before(since) {
+		return
+	}
+	if from.Before(since) {
+		from = since
+	}
+	if !b.take(1) {
+		b.leftOut.Stalls++
+		return
+	}
+	b.kept.Stalls++
+	tk := trackKey{kind: trackRank, rank: rank}
+	b.track(node, tk, fmt.Sprintf("rank %d", rank))
+	start, end := micros(from), micros(f.Time)
+	dur := end - start
+	b.slices = append(b.slices, slice{track: tk, node: node, start: start, end: end, ev: Event{
+		Name: "stall: " + signal, Cat: "stall", Ph: "X", TS: start, Dur: &dur, Args: map[string]any{"rank": rank, "signal": signal, "stall": f.Body},
+	}})
 }
 
 // offCPU: per thread a counter of the share of each export interval it spent off CPU,

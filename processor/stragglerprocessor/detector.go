@@ -533,7 +533,7 @@ func (d *detector) evaluateSignal(c *cohort, sig int, now time.Time, out *evalua
 				out.events = append(out.events, ev)
 				out.ranks[len(out.ranks)-1].flagged = s.flagged
 			}
-			if ep, ended := s.followStall(sm, score > cfg.K, worse*(sm.value-median), median, threshold, score, warm, d.stallLeast()); ended {
+			if ep, ended := s.followStall(sm, score > cfg.K, worse*(sm.value-median), sm.seconds && worse > 0, median, threshold, score, warm, d.stallLeast()); ended {
 				d.recordStall(r, ep, ev, out)
 			}
 			if lag := worse * (sm.value - median); s.flagged && sm.seconds && lag > 0 && sm.span > 0 {
@@ -680,7 +680,7 @@ func (d *detector) evaluateAgainst(src pushback.Source, now time.Time) evaluatio
 						out.events = append(out.events, ev)
 						g.flagged = s.flagged
 					}
-					if ep, ended := s.followStall(sm, t.Beyond(sm.value), worse*(sm.value-t.Median), t.Median, t.Line, evid.score, true, d.stallLeast()); ended {
+					if ep, ended := s.followStall(sm, t.Beyond(sm.value), worse*(sm.value-t.Median), sm.seconds && worse > 0, t.Median, t.Line, evid.score, true, d.stallLeast()); ended {
 						d.recordStall(r, ep, ev, &out)
 					}
 				}

@@ -316,7 +316,7 @@ func TestTheSlowRanksNodeFlagsItselfFromThePushedBackLine(t *testing.T) {
 			wg := l.feed(r, stop)
 			defer func() { close(stop); wg.Wait() }()
 			time.Sleep(4 * time.Second) // healthy: warm-up, lines pushed back to every node
-			if recs := l.records(); len(recs) != 0 {
+			if recs := flags(l.records()); len(recs) != 0 {
 				t.Fatalf("records from a healthy cohort: %+v", recs)
 			}
 			r.mu.Lock()
@@ -330,7 +330,7 @@ func TestTheSlowRanksNodeFlagsItselfFromThePushedBackLine(t *testing.T) {
 			})
 			t.Logf("flagged by its node and the gateway within %v of the slowdown", time.Since(slowed).Round(100*time.Millisecond))
 			time.Sleep(2 * time.Second) // room for a wrong record to arrive
-			if recs := l.records(); len(recs) != 2 {
+			if recs := flags(l.records()); len(recs) != 2 {
 				t.Errorf("records: %+v, want only the node's and the gateway's for rank %d", recs, c.rank)
 			}
 		})

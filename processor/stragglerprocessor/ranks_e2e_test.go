@@ -217,6 +217,18 @@ func every(t testing.TB, period time.Duration, f func(n int) error) (stop func()
 
 // stragglers are the records that name a straggler (not silent, no_thresholds or
 // resolved ones).
+// flags leaves out the stall records: a rank that stalled shorter than min_duration is
+// recorded, not flagged.
+func flags(recs []record) []record {
+	var out []record
+	for _, r := range recs {
+		if r.State != "stall" {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
 func stragglers(recs []record) []record {
 	var out []record
 	for _, r := range recs {
@@ -311,11 +323,11 @@ func TestTheSlowRankOfARealJobIsNamedByItsOwnNode(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			j := startJob(t, jobOptions{ncclMode: c.nccl, slowMode: c.slow, transport: allOver(c.transport), threads: c.threads, hip: c.hip})
 			time.Sleep(12 * time.Second) // healthy: the gateway warms up, lines reach every node
-			if recs := j.records(); len(recs) != 0 {
+			if recs := flags(j.records()); len(recs) != 0 {
 				t.Fatalf("records from a healthy job: %+v", recs)
 			}
 			j.slowRankFlagged()
-			for _, r := range j.records() {
+			for _, r := range flags(j.records()) {
 				if r.Rank != slowRank || r.Node != "node-2" || r.State != "straggler" {
 					t.Errorf("record %+v: want only records of rank 5 on node-2 being a straggler (on device wait, and on host lead when it stalls)", r)
 				}
@@ -400,17 +412,43 @@ func TestAJobWithoutNCCLIsComparedByItsJob(t *testing.T) {
 func TestAOneSecondStallFlagsNobody(t *testing.T) {
 	j := startJob(t, jobOptions{ncclMode: fakegpu.NCCLAsync, slowMode: "stall", hostCompute: 5 * time.Millisecond, slowBy: time.Second, transport: allOver("grpc")})
 	time.Sleep(12 * time.Second) // healthy: the gateway warms up, lines reach every node
-	if recs := j.records(); len(recs) != 0 {
+	if recs := flags(j.records()); len(recs) != 0 {
 		t.Fatalf("records from a healthy job: %+v", recs)
 	}
 	// The rank looks for the file before each all-reduce: the first look finds it and
 	// stalls a second; by the next the file is gone.
+	stalled := time.Now()
 	j.slowDown()
 	time.Sleep(50 * time.Millisecond)
 	j.speedUp()
 	time.Sleep(15 * time.Second)
-	if recs := j.records(); len(recs) != 0 {
-		t.Errorf("records after a single one-second stall: %+v", recs)
+	if recs := flags(j.records()); len(recs) != 0 {
+		t.Errorf("flags after a single one-second stall: %+v", recs)
+	}
+	// It is recorded as a stall of rank 5, by the gateway, over about the second it
+	// lasted (its samples' quarter seconds around it), after the file appeared.
+	stalls := j.sqlRows(`SELECT coalesce(node, ''), coalesce(rank, -1), json_extract_string(attributes, '$."fathom.straggler.source"'),
+			json_extract_string(attributes, '$."fathom.straggler.signal"'), json_extract_string(attributes, '$."fathom.straggler.since"'),
+			epoch_ms(ts), body
+		FROM events WHERE name = 'fathom.straggler' AND json_extract_string(attributes, '$."fathom.straggler.state"') = 'stall' ORDER BY ts`)
+	found := false
+	for _, row := range stalls {
+		t.Logf("stall record: %v", row)
+		if row[0] != "node-2" || int(row[1].(float64)) != slowRank || row[2] != "gateway" {
+			continue
+		}
+		since, err := time.Parse(time.RFC3339Nano, row[4].(string))
+		if err != nil {
+			t.Fatalf("stall record %v: since: %v", row, err)
+		}
+		at := time.UnixMilli(int64(row[5].(float64)))
+		if d := at.Sub(since); since.Before(stalled.Add(-time.Second)) || d < 600*time.Millisecond || d > 2*time.Second {
+			t.Errorf("stall record %v: from %v to %v (%v), the file appeared at %v: want about the second after it", row, since, at, d, stalled)
+		}
+		found = true
+	}
+	if !found {
+		t.Errorf("no stall record of rank 5 on node-2 from the gateway after a one-second stall: %v", stalls)
 	}
 	// The stall happened: it lies between rank 5's sync and its all-reduce, so its
 	// host lead over the run is about a second more than its peers'.
@@ -442,7 +480,7 @@ func TestAHealthyRealJobFlagsNobodyAndAKilledRankIsSilent(t *testing.T) {
 		return nil
 	}})
 	time.Sleep(20 * time.Second)
-	if recs := j.records(); len(recs) != 0 {
+	if recs := flags(j.records()); len(recs) != 0 {
 		t.Fatalf("records from a healthy job: %+v", recs)
 	}
 	// Each node measured its clock against the gateway's: node-3 50 ms ahead, the

@@ -9,16 +9,16 @@ import (
 // worth a record, since the stall happened and cost the rank's peers the time they
 // waited. Its episode is a run of consecutive samples past the sample line (the line
 // the samples rule judges by) while the rank is not flagged. When a sample comes back
-// inside the line, the episode ends, and if it held at least minStallSamples samples
-// and the rank was flagged on no signal meanwhile, it is written as one record with
-// state "stall": since when its first sample's interval began, at its last sample's
-// end, with the value, median, line and score of its worst sample.
+// inside the line the episode ends, and if it was long enough (stallLong) and the
+// rank was flagged on no signal meanwhile, it is written as one record with state
+// "stall": at the end of its last sample, since as long before as it lasted, with the
+// value, median, line and score of its worst sample.
 
-// minStallSamples is the least episode recorded as a stall. One sample past the line
-// is what a healthy rank's noise makes now and then on a real busy host (the
-// committed recordings' healthy time: see docs/straggler.md, Stall records), and the
-// persistence rule already calls it nothing; a stall that spans two samples is one
-// the rank did not make up within a sample.
+// minStallSamples is the least run of samples that is a stall by its samples' spans.
+// One sample past the line is what a healthy rank's noise makes now and then on a
+// busy host (60 to 170 an hour per rank in the committed recordings' healthy time:
+// docs/straggler.md, Stall records), and the persistence rule already calls it
+// nothing. A single sample is a stall only by the time it measured (stallEpisode.extra).
 const minStallSamples = 2
 
 // stallEpisode is a run of samples past the line while the rank is not flagged, and
@@ -26,13 +26,30 @@ const minStallSamples = 2
 type stallEpisode struct {
 	samples    int
 	since, end time.Time
-	worst      float64
-	value      float64
-	median     float64
-	threshold  float64
-	score      float64
-	gauge      bool
-	detail     string
+	// extra is, for a signal of time per second on which higher is worse (host lead,
+	// CPU time, run queue), the time its samples spent past the cohort's median:
+	// what a stall between a rank's sync and its collective adds to its host lead,
+	// all in the one sample in which the collective is entered.
+	extra     time.Duration
+	worst     float64
+	value     float64
+	median    float64
+	threshold float64
+	score     float64
+	gauge     bool
+	detail    string
+}
+
+// lasted is how long the episode's stall lasted: its samples' span, or the time they
+// measured past the median where that is longer.
+func (ep stallEpisode) lasted() time.Duration {
+	return max(ep.end.Sub(ep.since), ep.extra)
+}
+
+// long says whether the episode is a stall: at least least long, by at least
+// minStallSamples samples' span or by the time it measured.
+func (ep stallEpisode) long(least time.Duration) bool {
+	return ep.samples >= minStallSamples && ep.end.Sub(ep.since) >= least || ep.samples > 0 && ep.extra >= least
 }
 
 // stallSpan is what a rank's last stall record covered.
@@ -42,11 +59,12 @@ type stallSpan struct {
 
 // followStall follows the series' stall episode with one judged sample: beyond says
 // the sample is past the line, excess how far past the median on the worse side it
-// lies; median, threshold and score are the line it was judged by. It returns the
-// episode that this sample ended, when it was long enough to be a stall. A flagged
-// series has no episode (its slowness is a straggler's), and before the warm-up
-// nothing is followed.
-func (s *signalSeries) followStall(sm sample, beyond bool, excess, median, threshold, score float64, warm bool, least time.Duration) (stallEpisode, bool) {
+// lies, timeAhead that the signal is time per second and higher is worse (so excess
+// times the sample's span is time the rank spent); median, threshold and score are
+// the line it was judged by. It returns the episode this sample ended, when it was
+// long enough to be a stall (least). A flagged series has no episode (its slowness is
+// a straggler's), and before the warm-up nothing is followed.
+func (s *signalSeries) followStall(sm sample, beyond bool, excess float64, timeAhead bool, median, threshold, score float64, warm bool, least time.Duration) (stallEpisode, bool) {
 	if s.flagged || !warm {
 		s.stall = stallEpisode{}
 		return stallEpisode{}, false
@@ -58,6 +76,9 @@ func (s *signalSeries) followStall(sm sample, beyond bool, excess, median, thres
 		}
 		ep.samples++
 		ep.end = sm.at
+		if timeAhead && excess > 0 {
+			ep.extra += time.Duration(excess * sm.span * float64(time.Second))
+		}
 		if ep.samples == 1 || excess > ep.worst {
 			ep.worst, ep.value, ep.median, ep.threshold, ep.score = excess, sm.value, median, threshold, score
 			ep.gauge, ep.detail = sm.gauge, sm.detail
@@ -66,7 +87,7 @@ func (s *signalSeries) followStall(sm sample, beyond bool, excess, median, thres
 	}
 	ep := s.stall
 	s.stall = stallEpisode{}
-	return ep, ep.samples >= minStallSamples && ep.end.Sub(ep.since) >= least
+	return ep, ep.long(least)
 }
 
 // recordStall writes an ended stall episode of rank r as a stall event (ev carries the
@@ -82,22 +103,23 @@ func (d *detector) recordStall(r *rankState, ep stallEpisode, ev event, out *eva
 			return
 		}
 	}
-	if !r.lastStall.end.IsZero() && !ep.since.After(r.lastStall.end) {
+	if !r.lastStall.end.IsZero() && !ep.end.Add(-ep.lasted()).After(r.lastStall.end) {
 		return // the same stall, seen on another signal
 	}
 	if !r.lastStall.end.IsZero() && ep.end.Sub(r.lastStall.end) < d.stallEvery() {
 		d.drops["stall_rate"]++
 		return
 	}
-	r.lastStall = stallSpan{since: ep.since, end: ep.end}
-	ev.state, ev.since, ev.at, ev.rule, ev.window = "stall", ep.since, ep.end, "", 0
+	since := ep.end.Add(-ep.lasted())
+	r.lastStall = stallSpan{since: since, end: ep.end}
+	ev.state, ev.since, ev.at, ev.rule, ev.window = "stall", since, ep.end, "", 0
 	ev.value, ev.median, ev.threshold, ev.score = ep.value, ep.median, ep.threshold, ep.score
 	ev.gauge, ev.detail = ep.gauge, ep.detail
 	out.events = append(out.events, ev)
 }
 
-// stallLeast is the least span of a stall episode: 0.4 x min_duration (600 ms by
-// default), between two quarter-second samples and three.
+// stallLeast is the least a stall lasts: 0.4 x min_duration (600 ms by default),
+// between two quarter-second samples and three.
 func (d *detector) stallLeast() time.Duration {
 	return d.cfg.MinDuration * 2 / 5
 }

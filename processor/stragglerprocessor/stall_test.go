@@ -1,6 +1,7 @@
 package stragglerprocessor
 
 import (
+	"fmt"
 	"math/rand/v2"
 	"strings"
 	"testing"
@@ -157,6 +158,69 @@ func TestStallRecordsAreBoundedPerRank(t *testing.T) {
 	for i := 1; i < len(stalls); i++ {
 		if gap := stalls[i].at.Sub(stalls[i-1].at); gap < time.Second {
 			t.Errorf("stall records %v apart, want a second at least", gap)
+		}
+	}
+}
+
+// A stall between a rank's sync and its collective shows in its host lead all at
+// once, in the one sample in which it enters the collective: 1 s of lead in a quarter
+// second. That one sample measured a second past its cohort, so it is a stall of about
+// that second (since = its end less the time it measured), on the gateway and on the
+// rank's node; a sample past the line that measured less (0.1 s) is not.
+func TestAStallThatLandsInOneSampleIsRecordedByTheTimeItMeasured(t *testing.T) {
+	for _, lead := range []float64{1.0, 0.1} {
+		cfg := createDefaultConfig()
+		cfg.Persistence = PersistenceConfig{Beyond: 5, Of: 6}
+		cfg.Signals = []SignalConfig{{Metric: "fathom.rank.host_lead.time", Worse: WorseHigher, MADFloor: 0.01}}
+		ncfg := *cfg
+		ncfg.Mode = ModeNode
+		gw, nd := newDetector(cfg), newDetector(&ncfg)
+		key := cohortKey{cluster: "c1", cohort: "comm-1"}
+		lines := heldLines{}
+		pk := pushback.Key{Cluster: "c1", Cohort: "comm-1", Signal: cfg.Signals[0].Metric}
+		start := time.Unix(1_800_000_000, 0)
+		totals := map[int64]float64{}
+		rng := rand.New(rand.NewPCG(15, 16))
+		var gwEvents, nodeEvents []event
+		for i := 1; i <= 160; i++ {
+			end := start.Add(time.Duration(i) * 250 * time.Millisecond)
+			for rank := range int64(8) {
+				totals[rank] += 0.25 * 0.02 * (1 + 0.05*(2*rng.Float64()-1))
+				if rank == 5 && i == 81 {
+					totals[rank] += lead
+				}
+				p := point{cohort: key, node: fmt.Sprintf("node-%d", rank/2), rank: rank, pid: 1000 + rank, cumulative: true, seconds: true,
+					value: totals[rank], start: start.UnixNano(), ts: end.UnixNano()}
+				gw.observe(p, end)
+				if rank/2 == 2 {
+					nd.observe(p, end)
+				}
+			}
+			gwEvents = append(gwEvents, gw.evaluate(end).events...)
+			if l, ok := gw.line(key, 0); ok {
+				lines[pk] = pushback.Threshold{Cluster: "c1", Cohort: "comm-1", Signal: pk.Signal, Median: l.median, Line: l.threshold,
+					Worse: WorseHigher, At: l.at.UnixMilli(), Windows: toPushback(l.windows), Noise: l.noise}
+				nodeEvents = append(nodeEvents, nd.evaluateAgainst(lines, end).events...)
+			}
+		}
+		for name, evs := range map[string][]event{"gateway": gwEvents, "node": nodeEvents} {
+			if flags := flagsOnly(evs); len(flags) != 0 {
+				t.Errorf("lead %v, %s: flags %+v, want none", lead, name, flags)
+			}
+			stalls := stallsOnly(evs)
+			if lead < 0.6 {
+				if len(stalls) != 0 {
+					t.Errorf("lead %v, %s: stalls %+v, want none", lead, name, stalls)
+				}
+				continue
+			}
+			if len(stalls) != 1 || stalls[0].rank != 5 {
+				t.Fatalf("lead %v, %s: stalls %+v, want one of rank 5", lead, name, stalls)
+			}
+			s := stalls[0]
+			if at, lasted := s.at.Sub(start), s.at.Sub(s.since); at != 20250*time.Millisecond || lasted < 950*time.Millisecond || lasted > 1050*time.Millisecond {
+				t.Errorf("lead %v, %s: stall at %v lasting %v, want at 20.25s lasting about 1s", lead, name, at, lasted)
+			}
 		}
 	}
 }
