@@ -310,3 +310,47 @@ func fmtList(members []string) string {
 	}
 	return members[0] + " x" + fmtFloat(len(members))
 }
+
+// TestTimelineDrawsAStallAsItsOwnSlice: the gateway's stall record is a slice on its
+// rank's track from the stall's since to the record's time, named and counted as a
+// stall, not a flag; a node's own stall record and one that ended before the window
+// are not drawn.
+func TestTimelineDrawsAStallAsItsOwnSlice(t *testing.T) {
+	env := plantedStore(t)
+	stall := func(at time.Duration, source string, since time.Time) echoschema.Row {
+		r := echoschema.NewRow()
+		r.Time, r.Kind, r.Name = tl0.Add(at), echoschema.KindLog, semconv.EventStraggler
+		r.Cluster, r.Node, r.Rank, r.PID, r.ThreadID = "c1", "node-b", 2, echoschema.Absent, echoschema.Absent
+		raw, _ := json.Marshal(map[string]any{semconv.StragglerSignal: "fathom.rank.host_lead.time", semconv.StragglerState: "stall",
+			semconv.StragglerSource: source, semconv.StragglerSince: since.Format(time.RFC3339Nano)})
+		r.Attributes, r.Body = string(raw), "rank 2 stalled"
+		return r
+	}
+	if err := env.Store.Append(context.Background(), []echoschema.Row{
+		stall(2*time.Minute, "gateway", tl0.Add(2*time.Minute-1200*time.Millisecond)),
+		stall(2*time.Minute, "node", tl0.Add(2*time.Minute-1200*time.Millisecond)),
+		stall(-time.Minute, "gateway", tl0.Add(-time.Minute-time.Second)),
+	}); err != nil {
+		t.Fatal(err)
+	}
+	r, err := NewRegistry(env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	trace := callTimeline(t, r, `{`+timelineWindow+`}`)
+	if want := (timeline.Counts{Stalls: 1}); trace.Metadata.Kept != want {
+		t.Fatalf("kept %+v, want one stall and nothing else", trace.Metadata.Kept)
+	}
+	var stalls []string
+	for _, e := range trace.TraceEvents {
+		if e.Cat == "stall" {
+			stalls = append(stalls, e.Name+" "+time.UnixMicro(int64(e.TS)).UTC().Format("15:04:05.000")+"+"+time.Duration(*e.Dur*1e3).String())
+		}
+		if e.Cat == "straggler" {
+			t.Errorf("a stall drawn as a straggler flag: %+v", e)
+		}
+	}
+	if want := []string{"stall: fathom.rank.host_lead.time 06:01:58.800+1.2s"}; !reflect.DeepEqual(stalls, want) {
+		t.Errorf("stalls %q, want %q", stalls, want)
+	}
+}
