@@ -143,7 +143,7 @@ var listenerVar = regexp.MustCompile(`\$\{env:(FATHOM_[A-Z_]*(?:_ENDPOINT|_OTLP|
 
 // Listeners are the variables, sorted, through which the shipped config name says where
 // it listens, so that a caller running several collectors on one machine can give each
-// its own loopback ports (collectorrun.LoopbackEnv).
+// its own loopback ports (collectorrun.LoopbackEnv does).
 func Listeners(name string) ([]string, error) {
 	raw, err := configs.Files.ReadFile(name)
 	if err != nil {

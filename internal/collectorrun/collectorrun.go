@@ -18,6 +18,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/fathom-gpu/fathom/internal/collectorconfig"
 )
 
 // Spec says how to run one collector.
@@ -231,10 +233,15 @@ func FreePort() (int, error) {
 // givenPorts are the ports FreePort has returned in this process.
 var givenPorts sync.Map
 
-// LoopbackEnv gives each listener variable (collectorconfig.Listeners) a free loopback
-// port: "127.0.0.1:PORT", or the bare port for a variable ending in _PORT. It returns
-// the environment (KEY=VALUE) and the values by variable.
-func LoopbackEnv(vars []string) ([]string, map[string]string, error) {
+// LoopbackEnv gives each variable through which the shipped config listens
+// (collectorconfig.Listeners) a free loopback port: "127.0.0.1:PORT", or the bare port
+// for a variable ending in _PORT. It returns the environment (KEY=VALUE) and the
+// values by variable.
+func LoopbackEnv(shipped string) ([]string, map[string]string, error) {
+	vars, err := collectorconfig.Listeners(shipped)
+	if err != nil {
+		return nil, nil, err
+	}
 	env := make([]string, 0, len(vars))
 	values := make(map[string]string, len(vars))
 	for _, v := range vars {

@@ -10,6 +10,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/fathom-gpu/fathom/internal/collectorconfig"
 )
 
 // script writes an executable shell script standing in for the binary: the launcher's
@@ -128,14 +130,21 @@ func TestLoopbackPortsAreNeverHandedOutTwice(t *testing.T) {
 		}
 		seen[p] = true
 	}
-	env, values, err := LoopbackEnv([]string{"FATHOM_HEALTH_ENDPOINT", "FATHOM_TELEMETRY_PORT"})
+	env, values, err := LoopbackEnv(collectorconfig.Standalone)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.HasPrefix(values["FATHOM_HEALTH_ENDPOINT"], "127.0.0.1:") || strings.Contains(values["FATHOM_TELEMETRY_PORT"], ":") {
-		t.Errorf("values %v", values)
+	if len(values) != 1 || values["FATHOM_TELEMETRY_PORT"] == "" || strings.Contains(values["FATHOM_TELEMETRY_PORT"], ":") {
+		t.Errorf("standalone's values %v, want its telemetry port alone, bare", values)
 	}
-	if len(env) != 2 || env[0] != "FATHOM_HEALTH_ENDPOINT="+values["FATHOM_HEALTH_ENDPOINT"] {
+	if len(env) != 1 || env[0] != "FATHOM_TELEMETRY_PORT="+values["FATHOM_TELEMETRY_PORT"] {
 		t.Errorf("env %v", env)
+	}
+	_, values, err = LoopbackEnv(collectorconfig.Node)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(values["FATHOM_HEALTH_ENDPOINT"], "127.0.0.1:") || len(values) != 4 {
+		t.Errorf("node's values %v, want its four listeners, addresses on loopback", values)
 	}
 }

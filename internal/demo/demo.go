@@ -174,11 +174,7 @@ func (d *demo) collector(name, shipped string, config *collectorconfig.Config, e
 	if err := config.WriteFile(cfgPath); err != nil {
 		return nil, "", err
 	}
-	vars, err := collectorconfig.Listeners(shipped)
-	if err != nil {
-		return nil, "", err
-	}
-	listen, addrs, err := collectorrun.LoopbackEnv(vars)
+	listen, addrs, err := collectorrun.LoopbackEnv(shipped)
 	if err != nil {
 		return nil, "", err
 	}

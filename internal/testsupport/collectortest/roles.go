@@ -42,11 +42,7 @@ func NewRole(t testing.TB, name string, overlays ...string) *Role {
 	if err != nil {
 		t.Fatal(err)
 	}
-	vars, err := collectorconfig.Listeners(name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	env, listen, err := collectorrun.LoopbackEnv(vars)
+	env, listen, err := collectorrun.LoopbackEnv(name)
 	if err != nil {
 		t.Fatal(err)
 	}
