@@ -30,10 +30,16 @@ deps:
 	  echo "installing clang-19 llvm-19 libbpf-dev bpftool"; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq clang-19 llvm-19 libbpf-dev bpftool >/dev/null; \
 	fi
-	@if ! command -v prometheus >/dev/null || ! command -v npm >/dev/null; then \
-	  echo "installing prometheus nodejs npm"; \
-	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus nodejs npm >/dev/null; \
+	@if ! command -v prometheus >/dev/null; then \
+	  echo "installing prometheus"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null; \
 	  systemctl stop prometheus 2>/dev/null || true; \
+	fi
+	@# Node.js only where it is missing: a machine with its own Node.js (not Debian's)
+	@# cannot take Debian's nodejs and npm beside it, and apt then installs nothing.
+	@if ! command -v npm >/dev/null; then \
+	  echo "installing nodejs npm"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends nodejs npm >/dev/null; \
 	fi
 	@if ! /usr/bin/python3 -c 'import torch' 2>/dev/null; then \
 	  echo "installing python3-torch (the Python stack tests run a real PyTorch loop)"; \
