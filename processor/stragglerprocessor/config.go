@@ -45,6 +45,12 @@ type Config struct {
 	K float64 `mapstructure:"k"`
 	// Quorum is the fewest ranks with a fresh sample that make a comparison.
 	Quorum int `mapstructure:"quorum"`
+	// Pairs (default true) judges a cohort of exactly two fresh ranks, which no
+	// quorum allows, by the difference between them over time: each signal with
+	// windows (min_duration > 0) learns the pair's own level and noise over its first
+	// healthy 20 s and flags the rank that moved away from it, in the signal's worse
+	// direction (docs/straggler.md, Pairs). Gateway only: a node never holds both ranks.
+	Pairs bool `mapstructure:"pairs"`
 	// MADFloor keeps the line from collapsing onto the median when the ranks agree
 	// closely, so scheduling jitter flags nobody.
 	MADFloor MADFloorConfig `mapstructure:"mad_floor"`
@@ -224,6 +230,7 @@ func createDefaultConfig() *Config {
 		}},
 		K:                  3,
 		Quorum:             3,
+		Pairs:              true,
 		MADFloor:           MADFloorConfig{Relative: 0.05},
 		Warmup:             3,
 		Persistence:        PersistenceConfig{Beyond: 3, Of: 4},

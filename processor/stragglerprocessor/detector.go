@@ -127,6 +127,9 @@ type cohort struct {
 	// evaluation (node), so that losing it is said once; heldAt is when it last was.
 	pushed []bool
 	heldAt []time.Time
+	// pairs are, per signal, what a cohort of two fresh ranks learned about the
+	// difference between them (pair.go); nil until it had two.
+	pairs []*pairState
 }
 
 // rankOrder returns the cohort's ranks in ascending order.
@@ -441,6 +444,11 @@ func (d *detector) evaluateSignal(c *cohort, sig int, now time.Time, out *evalua
 		}
 	}
 	if len(values) < cfg.Quorum {
+		if len(fresh) == 2 && d.pairsJudge(sig) {
+			// Two ranks have no median to judge by, but a difference over time.
+			d.evaluateFreshPair(c, sig, newest, now, out)
+			return
+		}
 		// Nothing is judged without a quorum; only each rank's latest sample waits
 		// for the first line drawn once there is one.
 		for _, r := range c.ranks {

@@ -101,6 +101,9 @@ type replayResult struct {
 	// the resolve time after it; flaps are the slow rank's flags after its first
 	// within one slowdown.
 	falseFlags, flaps int
+	// falseAt are when the false flags came, for a caller that weighs them by the
+	// time they came in.
+	falseAt []time.Time
 	healthy           time.Duration
 	log               []string
 	// stalls are the stall records (stall.go) outside the slowdowns and their
@@ -201,6 +204,7 @@ func replay(rec recording, cfg *Config, scores func(now time.Time, g []rankGauge
 			switch {
 			case ev.rank != rec.slowRank || !during:
 				res.falseFlags++
+				res.falseAt = append(res.falseAt, ev.at)
 				res.log = append(res.log, fmt.Sprintf("false flag at %v: rank %d on %s (score %.2f, window %v)", ev.at.Sub(first).Round(time.Millisecond), ev.rank, cfg.Signals[ev.signal].Metric, ev.score, ev.window))
 			case flaggedIn[flagKey{s.pct, ev.signal}] > 0:
 				res.flaps++

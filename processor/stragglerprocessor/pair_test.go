@@ -1,0 +1,128 @@
+package stragglerprocessor
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"testing"
+	"time"
+)
+
+// pairRun feeds a two-rank job's device wait, sampled every 250 ms, to the gateway's
+// detector at the shipped settings: rank 0 computes 70% of its step and waits 0.30
+// s/s, rank 1 (which logs, say) 65% and waits 0.35 (a structural offset), each ±jitter
+// uniformly. slow(i) is how much longer the slow rank's compute is at sample i (0:
+// healthy) and stall(i) whether it is stalled: in a synchronous pair the slow rank's
+// extra compute is time its partner waits, so its wait falls by that much and its
+// partner's rises by it. It returns the events by sample.
+func pairRun(seed uint64, samples int, jitter float64, slowRank int64, slow func(i int) float64, stall func(i int) bool) (*cluster, []int) {
+	c := quarterSecondCluster(nil)
+	rng := rand.New(rand.NewPCG(seed, 23))
+	base := map[int64]float64{0: 0.30, 1: 0.35}
+	compute := map[int64]float64{0: 0.70, 1: 0.65}
+	var at []int
+	for i := range samples {
+		rates := map[int64]float64{}
+		for r, b := range base {
+			rates[r] = b * (1 + jitter*(2*rng.Float64()-1))
+		}
+		if p := slow(i); p > 0 {
+			extra := compute[slowRank] * p
+			rates[slowRank] -= extra
+			rates[1-slowRank] += extra
+		}
+		if stall(i) {
+			rates[slowRank], rates[1-slowRank] = 0.01, 0.95
+		}
+		n := len(c.events)
+		c.step(rates)
+		for range len(c.events) - n {
+			at = append(at, i)
+		}
+	}
+	return c, at
+}
+
+func never(int) bool { return false }
+
+// A pair in which one rank's compute becomes 20% or 10% longer after 40 s of healthy
+// time is flagged on that rank, never the other, within 4 s by the pair rule (its
+// device wait falls against its partner's past the level learned between them); it
+// stays flagged, without a resolution, for as long as it is slow (30 s), and is
+// resolved within 5 s of its recovery, with nothing more in the 30 s after.
+func TestAPairFindsItsSlowRankAndResolvesIt(t *testing.T) {
+	const onset, end = 160, 280 // samples: 40 s healthy, 30 s slow
+	for _, pct := range []float64{20, 10} {
+		for _, slowRank := range []int64{0, 1} {
+			for seed := range uint64(5) {
+				name := fmt.Sprintf("%v%%, rank %d slow, seed %d", pct, slowRank, seed)
+				c, at := pairRun(seed, end+120, 0.10, slowRank, func(i int) float64 {
+					if i >= onset && i < end {
+						return pct / 100
+					}
+					return 0
+				}, never)
+				evs := flagsOnly(c.events)
+				var states []string
+				for _, e := range evs {
+					states = append(states, fmt.Sprintf("%s rank %d", e.state, e.rank))
+				}
+				flags := flagsOnly(c.events)
+				if len(flags) != 2 || flags[0].state != "straggler" || flags[0].rank != slowRank || flags[0].rule != rulePair || flags[1].state != "resolved" || flags[1].rank != slowRank {
+					t.Errorf("%s: events %v, want the slow rank flagged by the pair rule, then resolved", name, states)
+					continue
+				}
+				var flagAt, resolvedAt int
+				for i, e := range c.events {
+					switch e.state {
+					case "straggler":
+						flagAt = at[i]
+					case "resolved":
+						resolvedAt = at[i]
+					}
+				}
+				if d := time.Duration(flagAt-onset) * 250 * time.Millisecond; flagAt < onset || d > 4*time.Second {
+					t.Errorf("%s: flagged %v after the onset, want within 4s", name, d)
+				}
+				if d := time.Duration(resolvedAt-end) * 250 * time.Millisecond; resolvedAt < end || d > 5*time.Second {
+					t.Errorf("%s: resolved %v after the recovery, want within 5s of it", name, d)
+				}
+			}
+		}
+	}
+}
+
+// A healthy pair with a structural offset (0.30 against 0.35 s/s of device wait) and
+// ±10% jitter a sample flags nobody: 30 seeds of 500 s each (4.2 pair-hours).
+func TestAHealthyPairFlagsNobody(t *testing.T) {
+	flagged := 0
+	for seed := range uint64(30) {
+		c, _ := pairRun(seed+1000, 2000, 0.10, 0, func(int) float64 { return 0 }, never)
+		for _, e := range c.events {
+			if e.state == "straggler" {
+				flagged++
+				t.Logf("seed %d: %s", seed, c.describeEvents())
+				break
+			}
+		}
+	}
+	t.Logf("%d of 30 healthy pair runs of 500 s flagged a rank", flagged)
+	if flagged != 0 {
+		t.Errorf("%d of 30 healthy pair runs flagged a rank, want none", flagged)
+	}
+}
+
+// A one-second stall of one rank of a pair (four quarter-second samples in which it
+// waits for nothing and its partner waits for it) flags nobody, and is recorded as one
+// stall of the stalled rank: its device wait fell against its partner's.
+func TestAOneSecondStallInAPairFlagsNobody(t *testing.T) {
+	for seed := range uint64(10) {
+		c, _ := pairRun(seed, 300, 0.05, 1, func(int) float64 { return 0 }, func(i int) bool { return i >= 200 && i < 204 })
+		if flags := flagsOnly(c.events); len(flags) != 0 {
+			t.Errorf("seed %d: %s, want no flag", seed, c.describeEvents())
+		}
+		stalls := stallsOnly(c.events)
+		if len(stalls) != 1 || stalls[0].rank != 1 || stalls[0].at.Sub(stalls[0].since) != time.Second {
+			t.Errorf("seed %d: stall records %+v, want one of rank 1 lasting 1s", seed, stalls)
+		}
+	}
+}
