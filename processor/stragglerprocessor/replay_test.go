@@ -104,8 +104,8 @@ type replayResult struct {
 	// falseAt are when the false flags came, for a caller that weighs them by the
 	// time they came in.
 	falseAt []time.Time
-	healthy           time.Duration
-	log               []string
+	healthy time.Duration
+	log     []string
 	// stalls are the stall records (stall.go) outside the slowdowns and their
 	// resolve time, and stallRanks the ranks there were.
 	stalls, stallRanks int
