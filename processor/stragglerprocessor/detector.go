@@ -178,9 +178,11 @@ type event struct {
 	since     time.Time
 	at        time.Time
 	rule      string // what flagged a straggler: samples, window or evidence
-	// gauge and detail come from the rank's latest sample (see sample).
-	gauge  bool
-	detail string
+	// gauge and detail come from the rank's latest sample (see sample); seconds, for
+	// a stall, from its worst sample.
+	gauge   bool
+	detail  string
+	seconds bool
 	// window is the window whose median put the rank past its line (value, median,
 	// threshold and score are then that window's), 0 when its samples did.
 	window time.Duration

@@ -25,8 +25,10 @@ type cluster struct {
 	pids       map[int64]int64
 	// starts are the start times of ranks whose series began after start (a restart).
 	starts map[int64]time.Time
-	events []event
-	last   evaluation
+	// seconds marks the points as time per second (unit "s"), as device wait is.
+	seconds bool
+	events  []event
+	last    evaluation
 	// every is the length of an interval (1 s unless a test sets it).
 	every time.Duration
 }
@@ -67,7 +69,7 @@ func (c *cluster) report(rates map[int64]float64) time.Time {
 	for rank, rate := range rates {
 		c.totals[rank] += rate * every.Seconds()
 		p := point{cohort: c.key, node: fmt.Sprintf("node-%d", rank/2), rank: rank, pid: 1000 + rank + c.pids[rank], value: rate * every.Seconds(),
-			start: end.Add(-every).UnixNano(), ts: end.UnixNano()}
+			start: end.Add(-every).UnixNano(), ts: end.UnixNano(), seconds: c.seconds}
 		if c.cumulative {
 			p.cumulative, p.value, p.start = true, c.totals[rank], c.start.UnixNano()
 			if s, ok := c.starts[rank]; ok {

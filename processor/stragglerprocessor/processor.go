@@ -731,7 +731,13 @@ func describe(e event, signal SignalConfig) string {
 		}
 		return s
 	case "stall":
-		s := fmt.Sprintf("%s stalled in %s for %v, shorter than a straggler: %s %.4g%s at its worst vs cohort median %.4g%s (line %.4g%s, %s is worse), from %s to %s",
+		// A rank held up on a signal of time is a stall; past the line on a count
+		// (link errors, retransmits) it had a burst, which is all that can be said.
+		what := "stalled in %s for %v"
+		if !e.seconds {
+			what = "was past its cohort's line in %s for %v and came back"
+		}
+		s := fmt.Sprintf("%s "+what+", shorter than a straggler: %s %.4g%s at its worst vs cohort median %.4g%s (line %.4g%s, %s is worse), from %s to %s",
 			who, e.cohort.cohort, e.at.Sub(e.since).Round(time.Millisecond), signal.Metric, e.value, rate, e.median, rate, e.threshold, rate, signal.Worse,
 			e.since.UTC().Format(time.RFC3339Nano), e.at.UTC().Format(time.RFC3339Nano))
 		if e.detail != "" {

@@ -38,6 +38,9 @@ type stallEpisode struct {
 	score     float64
 	gauge     bool
 	detail    string
+	// seconds: the signal is time spent per second (see sample), so the rank was
+	// held up; on a count (errors, retransmits) it was a burst, not a stall of the rank.
+	seconds bool
 }
 
 // lasted is how long the episode's stall lasted: its samples' span, or the time they
@@ -81,7 +84,7 @@ func (s *signalSeries) followStall(sm sample, beyond bool, excess float64, timeA
 		}
 		if ep.samples == 1 || excess > ep.worst {
 			ep.worst, ep.value, ep.median, ep.threshold, ep.score = excess, sm.value, median, threshold, score
-			ep.gauge, ep.detail = sm.gauge, sm.detail
+			ep.gauge, ep.detail, ep.seconds = sm.gauge, sm.detail, sm.seconds
 		}
 		return stallEpisode{}, false
 	}
@@ -114,7 +117,7 @@ func (d *detector) recordStall(r *rankState, ep stallEpisode, ev event, out *eva
 	r.lastStall = stallSpan{since: since, end: ep.end}
 	ev.state, ev.since, ev.at, ev.rule, ev.window = "stall", since, ep.end, "", 0
 	ev.value, ev.median, ev.threshold, ev.score = ep.value, ep.median, ep.threshold, ep.score
-	ev.gauge, ev.detail = ep.gauge, ep.detail
+	ev.gauge, ev.detail, ev.seconds = ep.gauge, ep.detail, ep.seconds
 	out.events = append(out.events, ev)
 }
 

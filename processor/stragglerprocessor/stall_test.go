@@ -38,6 +38,7 @@ func stallsOnly(evs []event) []event {
 // returns both detectors' events and the time the cluster started.
 func stallRun(t *testing.T, rank5 []float64) (gw, node []event, start time.Time, gwDet, nodeDet *detector) {
 	c := quarterSecondCluster(t)
+	c.seconds = true
 	ncfg := createDefaultConfig()
 	ncfg.Mode, ncfg.Persistence = ModeNode, PersistenceConfig{Beyond: 5, Of: 6}
 	nd := newDetector(ncfg)
@@ -60,7 +61,7 @@ func stallRun(t *testing.T, rank5 []float64) (gw, node []event, start time.Time,
 			Worse: WorseLower, At: l.at.UnixMilli(), Windows: toPushback(l.windows), Noise: l.noise}
 		for _, rank := range []int64{4, 5} {
 			nd.observe(point{cohort: c.key, node: "node-2", rank: rank, pid: 1000 + rank, cumulative: true, value: c.totals[rank],
-				start: c.start.UnixNano(), ts: end.UnixNano()}, end)
+				start: c.start.UnixNano(), ts: end.UnixNano(), seconds: true}, end)
 		}
 		node = append(node, nd.evaluateAgainst(lines, end).events...)
 	}
@@ -222,5 +223,23 @@ func TestAStallThatLandsInOneSampleIsRecordedByTheTimeItMeasured(t *testing.T) {
 				t.Errorf("lead %v, %s: stall at %v lasting %v, want at 20.25s lasting about 1s", lead, name, at, lasted)
 			}
 		}
+	}
+}
+
+// A stall record on a count (link errors, retransmits) says the rank was past its
+// cohort's line and came back, not that it stalled: a burst of errors held nobody up
+// (CI saw a failing link's rank "stalled" for 2 s before it was flagged).
+func TestAStallRecordOnACountSaysWhatCrossed(t *testing.T) {
+	start := time.Unix(1_800_000_000, 0)
+	ev := event{cohort: cohortKey{cluster: "c1", cohort: "comm-1"}, node: "node-2", rank: 5, state: "stall",
+		value: 14, median: 0, threshold: 3, score: 9, since: start, at: start.Add(2 * time.Second)}
+	signal := SignalConfig{Metric: "fathom.rank.rdma.errors", Worse: WorseHigher}
+	body := describe(ev, signal)
+	if !strings.Contains(body, "rank 5 on node-2 was past its cohort's line in comm-1 for 2s and came back, shorter than a straggler") || strings.Contains(body, "stalled") {
+		t.Errorf("count: %q", body)
+	}
+	ev.seconds = true
+	if body := describe(ev, signal); !strings.Contains(body, "rank 5 on node-2 stalled in comm-1 for 2s") {
+		t.Errorf("time: %q", body)
 	}
 }
