@@ -50,6 +50,10 @@ type Threshold struct {
 	// accumulated evidence by it as the gateway does, instead of by its own few
 	// ranks' noise.
 	Noise float64 `json:"-"`
+	// Drawn is when the newest sample the line was drawn from ended (unix
+	// milliseconds, on its node's clock; 0: not sent): a node judges a sample by a line
+	// drawn from its peers' samples of the same time, not by one drawn before they came.
+	Drawn int64 `json:"-"`
 }
 
 // WindowLine is a cohort's line for the medians of its ranks' samples over the last
@@ -101,6 +105,9 @@ type wireCohort struct {
 	// its own and not a sixth field of a line: a node that predates it ignores a key
 	// it does not know, where it rejects a line of six fields (and with it the answer).
 	Noise []wireNoise `json:"n,omitempty"`
+	// Drawn is each line's At less its Drawn, in milliseconds, in the order of Lines,
+	// when every line has one: a key of its own, for the same reason as Noise.
+	Drawn []int64 `json:"d,omitempty"`
 }
 
 // wireNoise is a line's noise with three significant digits.
@@ -227,6 +234,13 @@ func group(ts []Threshold) []wireCohort {
 			c.Noise = append(c.Noise, make([]wireNoise, len(c.Lines)-len(c.Noise))...)
 			c.Noise = append(c.Noise, wireNoise(t.Noise))
 		}
+		if t.Drawn != 0 && len(c.Drawn) == len(c.Lines) {
+			c.Drawn = append(c.Drawn, t.At-t.Drawn)
+		} else {
+			// A line without it: the cohort's lines say none, rather than a 0 that
+			// would read as drawn at the evaluation itself.
+			c.Drawn = nil
+		}
 		c.Lines = append(c.Lines, wireLine{signal: t.Signal, median: t.Median, line: t.Line, worse: t.Worse, windows: t.Windows})
 	}
 	return out
@@ -255,12 +269,18 @@ func Decode(s string) ([]Threshold, error) {
 			if len(c.Noise) != 0 && len(c.Noise) != len(c.Lines) {
 				return nil, fmt.Errorf("thresholds value: cohort %q has %d lines and %d noises", c.Cohort, len(c.Lines), len(c.Noise))
 			}
+			if len(c.Drawn) != 0 && len(c.Drawn) != len(c.Lines) {
+				return nil, fmt.Errorf("thresholds value: cohort %q has %d lines and %d sample times", c.Cohort, len(c.Lines), len(c.Drawn))
+			}
 			for i, l := range c.Lines {
 				t := Threshold{Cluster: c.Cluster, Cohort: c.Cohort, Signal: l.signal, Median: l.median, Line: l.line, Worse: l.worse, At: c.At, Windows: l.windows}
 				if len(c.Noise) > 0 {
 					if n := float64(c.Noise[i]); finite(n) && n > 0 {
 						t.Noise = n
 					}
+				}
+				if len(c.Drawn) > 0 {
+					t.Drawn = c.At - c.Drawn[i]
 				}
 				ts = append(ts, t)
 			}

@@ -101,17 +101,19 @@ func TestEncodeKeepsTheOrderGiven(t *testing.T) {
 // The lines the default signal list pushes for one cohort fit the 1 KiB an answer
 // carries by default: device wait, host lead and CPU time with their three windows
 // (min_duration 1.5 s: 3, 6 and 12 s) and their noise, and the five signals judged by
-// their samples alone (GPU, fabric, TCP) without either. The windows come back to five
-// significant digits, the noise to three. Seven lines that all had windows fit before
+// their samples alone (GPU, fabric, TCP) without either, each with the time of the
+// samples it was drawn from. The windows come back to five significant digits, the
+// noise to three, the sample times exact (786 bytes before the sample times). Seven lines that all had windows fit before
 // the noise (1,022 bytes with it: one left out).
-func TestOneCohortsDefaultLinesWithWindowsAndNoiseFitInOneKiB(t *testing.T) {
+func TestOneCohortsDefaultLinesFitInOneKiB(t *testing.T) {
 	signals := []string{"fathom.rank.device_wait.time", "fathom.rank.host_lead.time", "fathom.rank.cpu.time", "fathom.rank.gpu.sm_clock.deficit",
 		"fathom.rank.gpu.errors", "fathom.rank.rdma.errors", "fathom.rank.rdma.xmit_wait", "fathom.rank.tcp.retransmits"}
 	var in []Threshold
 	for i, s := range signals {
 		f := float64(i + 1)
 		th := Threshold{Cluster: "prod-eu-west", Cohort: "nccl:f09f67cf0e91f865", Signal: s,
-			Median: 0.30099999999999993 * f, Line: 0.23406060999999995 * f, Worse: []string{"lower", "higher"}[i%2], At: 1_800_000_013_000}
+			Median: 0.30099999999999993 * f, Line: 0.23406060999999995 * f, Worse: []string{"lower", "higher"}[i%2], At: 1_800_000_013_000,
+			Drawn: 1_800_000_012_655 - int64(i/3)*1000}
 		if i < 3 {
 			th.Windows = []WindowLine{{3, 0.30123456 * f, 0.2812345 * f}, {6, 0.30123456 * f, 0.2912345 * f}, {12, 0.30123456 * f, 0.2962345 * f}}
 			th.Noise = 0.28712345 * f
@@ -136,8 +138,11 @@ func TestOneCohortsDefaultLinesWithWindowsAndNoiseFitInOneKiB(t *testing.T) {
 		if math.Abs(out[i].Noise-in[i].Noise) > 5e-3*in[i].Noise {
 			t.Errorf("line %d: noise %v, want %v", i, out[i].Noise, in[i].Noise)
 		}
+		if out[i].Drawn != in[i].Drawn {
+			t.Errorf("line %d: drawn from samples of %d, want %d", i, out[i].Drawn, in[i].Drawn)
+		}
 	}
-	t.Logf("the default lines with windows and noise: %d bytes", len(v))
+	t.Logf("the default lines with windows, noise and sample times: %d bytes", len(v))
 }
 
 // A line's noise rides beside the lines, under a key of the cohort's own: a node that
@@ -255,5 +260,51 @@ func TestResponseCollects(t *testing.T) {
 	got := r.Thresholds()
 	if !reflect.DeepEqual(got, []Threshold{a2, b}) {
 		t.Errorf("collected %+v", got)
+	}
+}
+
+// The time a line's samples ended rides beside the lines as each line's age before the
+// evaluation, under a key of the cohort's own that a node before it ignores. A cohort
+// with a line that has none says none for any (0 would read as "drawn at the
+// evaluation"), and a count that does not match the lines is refused.
+func TestSampleTimesRideBesideTheLines(t *testing.T) {
+	in := []Threshold{
+		{Cluster: "c1", Cohort: "comm-1", Signal: "fathom.rank.device_wait.time", Median: 0.3, Line: 0.25, Worse: "lower", At: 1_800_000_013_000, Drawn: 1_800_000_012_640},
+		{Cluster: "c1", Cohort: "comm-1", Signal: "fathom.rank.cpu.time", Median: 0.24, Line: 0.26, Worse: "higher", At: 1_800_000_013_000, Drawn: 1_800_000_013_020},
+		{Cluster: "c1", Cohort: "comm-2", Signal: "fathom.rank.cpu.time", Median: 0.24, Line: 0.26, Worse: "higher", At: 1_800_000_013_000, Drawn: 1_800_000_012_700},
+		{Cluster: "c1", Cohort: "comm-2", Signal: "fathom.rank.host_lead.time", Median: 0.3, Line: 0.4, Worse: "higher", At: 1_800_000_013_000},
+	}
+	v, left := Encode(in, 1024)
+	if left != 0 {
+		t.Fatalf("%d left out", left)
+	}
+	raw, err := base64.RawURLEncoding.DecodeString(strings.TrimPrefix(v, "v3."))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A sample that ended after the evaluation (a node's clock ahead of the
+	// gateway's) is a negative age.
+	if !strings.Contains(string(raw), `"d":[360,-20]`) || strings.Count(string(raw), `"d":`) != 1 {
+		t.Errorf("wire form %s, want comm-1's sample ages only", raw)
+	}
+	out, err := Decode(v)
+	if err != nil || len(out) != 4 {
+		t.Fatalf("decoded %+v (%v)", out, err)
+	}
+	for i, want := range []int64{1_800_000_012_640, 1_800_000_013_020, 0, 0} {
+		if out[i].Drawn != want {
+			t.Errorf("line %d: drawn %d, want %d", i, out[i].Drawn, want)
+		}
+	}
+	var old []struct {
+		Cohort string     `json:"co"`
+		Lines  []wireLine `json:"l"`
+	}
+	if err := json.Unmarshal(raw, &old); err != nil || len(old) != 2 || len(old[0].Lines) != 2 {
+		t.Errorf("a node before the sample times read %+v (%v)", old, err)
+	}
+	bad, _ := json.Marshal([]map[string]any{{"co": "comm-1", "t": 1, "l": [][]any{{".cpu.time", 0.24, 0.26, "h"}}, "d": []int64{3, 4}}})
+	if _, err := Decode("v3." + base64.RawURLEncoding.EncodeToString(bad)); err == nil {
+		t.Error("two sample times for one line were read")
 	}
 }

@@ -143,7 +143,10 @@ func (c *cohort) rankOrder() []int64 {
 type line struct {
 	median, threshold float64
 	at                time.Time
-	ok                bool
+	// drawn is when the newest sample the line was drawn from ended: a node waits
+	// for a line drawn from samples as new as the one it judges.
+	drawn time.Time
+	ok    bool
 	// noise is the cohort's score noise (evidence.go), pushed back with the line.
 	noise float64
 	// windows are the lines over each window (windows.go), pushed back with it.
@@ -475,7 +478,7 @@ func (d *detector) evaluateSignal(c *cohort, sig int, now time.Time, out *evalua
 	}
 	rule := d.evidenceRule(sig, noise).floored(spread, signal.MADFloor)
 	c.evaluations[sig]++
-	c.lines[sig] = line{median: median, threshold: threshold, at: now, ok: true, windows: windows, noise: noise}
+	c.lines[sig] = line{median: median, threshold: threshold, at: now, drawn: newest, ok: true, windows: windows, noise: noise}
 	warm := c.evaluations[sig] > cfg.Warmup
 	out.groups = append(out.groups, cohortGauge{cohort: c.key, signal: sig, median: median, threshold: threshold, ranks: len(values)})
 
@@ -660,16 +663,18 @@ func (d *detector) evaluateAgainst(src pushback.Source, now time.Time) evaluatio
 				if len(s.unjudged) > 0 && s.waitingSince.IsZero() {
 					s.waitingSince = s.unjudged[0].received
 				}
-				// The windows are judged once the line is new enough for the latest
-				// sample; the samples it is new enough for are judged, oldest first;
-				// the rest wait for the next answer (or until lineWait).
+				// The samples the line is new enough for are judged, oldest first; the
+				// rest wait for the next answer (or until lineWait). The windows are
+				// judged with them, once a line is new enough for the oldest: a node
+				// has its own samples before the gateway does, so a line is seldom new
+				// enough for the latest.
 				wv := windowVerdict{held: s.windowsHeld}
-				if n := len(s.unjudged); n > 0 && !waitsForLine(t, s.unjudged[n-1].received, s.waitingSince, now, away) {
+				if len(s.unjudged) > 0 && !waitsForLine(t, s.unjudged[0], s.waitingSince, now, away) {
 					wv = s.judgeWindows(windows, worse, d.cfg.K, d.cfg.ResolveWithin, &d.scratch)
 				}
 				judged := 0
 				for _, sm := range s.unjudged {
-					if waitsForLine(t, sm.received, s.waitingSince, now, away) {
+					if waitsForLine(t, sm, s.waitingSince, now, away) {
 						break
 					}
 					judged++
@@ -713,26 +718,40 @@ func (d *detector) evaluateAgainst(src pushback.Source, now time.Time) evaluatio
 	return out
 }
 
-// A node judges a fresh sample against the line in the answer to the export that
-// carried it, not the one it held when the sample came: that line was drawn before the
-// peers' samples of the same interval, and when a rank slows down, the peers' waits
-// move the median, so the old line is an interval late. The answer comes within the
-// node's batch delay and a round trip. lineSkew allows for the gateway's evaluation
-// interval and for clocks apart; past lineWait (an answer lost, a line polled by GET,
-// a gateway whose evaluations fall just before the node's exports) the sample is judged
-// against what is held. The wait runs from the first sample left unjudged: counted from
-// each new sample, a node whose exports always land just after the gateway's
-// evaluations would wait forever.
+// A node judges a fresh sample against the line drawn with it, as the gateway judges
+// it, not the line it held when the sample came: that line was drawn before the peers'
+// samples of the same interval, and when a rank slows down, the peers' waits move the
+// median, so the old line is an interval late; on a busy host the whole cohort's level
+// moves from one interval to the next, and a sample judged against another interval's
+// line scores that move. The gateway says with each line when the newest sample it was
+// drawn from ended (pushback.Threshold.Drawn); that is at or after the sample's own end
+// once the gateway has the sample, whatever the nodes' clocks, since the sample is one
+// of those it was drawn from. The line comes in the answer to the export after the one
+// that carried the sample: the node's batch delay, a round trip and up to an
+// evaluation interval later. A gateway that does not say (older) is taken at its
+// evaluation time: a line computed lineSkew before the sample came is new enough. Past
+// lineWait (an answer lost, a line polled by GET) the sample is judged against what is
+// held. The wait runs from the first sample left unjudged: counted from each new
+// sample, a node whose lines always come a little late would wait forever.
+//
+// Replayed on the recordings with the line an evaluation late (replay_test.go), a node
+// judging by the line it held when its samples came flagged the 10% slowdown of the
+// 8-rank recording in 28.5 s against its gateway's 9.5 s, and a slow rank flagged, then
+// resolved and flagged again within one slowdown, where judging by the line drawn with
+// its samples is as fast as its gateway plus the answer's delay.
 const (
 	lineSkew = 300 * time.Millisecond
 	lineWait = 2 * time.Second
 )
 
-// waitsForLine says whether a sample received at received should wait for a line newer
-// than t: while none is new enough for it, for lineWait, and for as long as the gateway
-// is away.
-func waitsForLine(t pushback.Threshold, received, waitingSince, now time.Time, away bool) bool {
-	return time.UnixMilli(t.At).Before(received.Add(-lineSkew)) && (away || now.Sub(waitingSince) < lineWait)
+// waitsForLine says whether sample sm should wait for a line newer than t: while none
+// is new enough for it, for lineWait, and for as long as the gateway is away.
+func waitsForLine(t pushback.Threshold, sm sample, waitingSince, now time.Time, away bool) bool {
+	early := time.UnixMilli(t.At).Before(sm.received.Add(-lineSkew))
+	if t.Drawn != 0 {
+		early = t.Drawn < sm.at.UnixMilli()
+	}
+	return early && (away || now.Sub(waitingSince) < lineWait)
 }
 
 // gatewayAway says whether the gateway has not answered this node for lineWait, when the

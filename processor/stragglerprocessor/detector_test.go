@@ -468,6 +468,43 @@ func TestANodeJudgesAFreshSampleAgainstTheNextLine(t *testing.T) {
 	}
 }
 
+// A line says when the newest sample it was drawn from ended (Drawn): a node's sample
+// waits for a line drawn from samples as new as itself, even one the gateway computed
+// after the sample came, since the gateway may not have had the sample then; judged
+// against that earlier line, which the old rule (computed at most lineSkew before the
+// sample came) accepted, the rank that just slowed down was not beyond it.
+func TestANodeWaitsForALineDrawnFromSamplesAsNewAsItsOwn(t *testing.T) {
+	cfg := createDefaultConfig()
+	cfg.Mode = ModeNode
+	cfg.Persistence = PersistenceConfig{Beyond: 1, Of: 1}
+	d := newDetector(cfg)
+	key := cohortKey{cluster: "c1", cohort: "comm-1"}
+	t0 := time.Unix(1_800_000_000, 0)
+	end := t0.Add(time.Second)
+	lineKey := pushback.Key{Cluster: "c1", Cohort: "comm-1", Signal: cfg.Signals[0].Metric}
+	// Computed 200 ms after the sample ended, from samples that ended 250 ms before it.
+	before := pushback.Threshold{Cluster: "c1", Cohort: "comm-1", Signal: lineKey.Signal, Median: 0.10, Line: 0.05, Worse: "lower",
+		At: end.Add(200 * time.Millisecond).UnixMilli(), Drawn: end.Add(-250 * time.Millisecond).UnixMilli()}
+	lines := heldLines{lineKey: before}
+	for _, o := range []struct {
+		at    time.Time
+		total float64
+	}{{t0, 0}, {end, 0.08}} { // 0.08/s: within the earlier line (0.05), beyond the one drawn with it
+		d.observe(point{cohort: key, node: "node-2", rank: 5, pid: 1, cumulative: true, value: o.total,
+			start: t0.UnixNano(), ts: o.at.UnixNano()}, o.at)
+	}
+	if ev := d.evaluateAgainst(lines, end.Add(250*time.Millisecond)); len(ev.events) != 0 {
+		t.Fatalf("judged against a line drawn before the gateway had the sample: %+v", ev.events)
+	}
+	drawn := pushback.Threshold{Cluster: "c1", Cohort: "comm-1", Signal: lineKey.Signal, Median: 0.30, Line: 0.23, Worse: "lower",
+		At: end.Add(450 * time.Millisecond).UnixMilli(), Drawn: end.UnixMilli()}
+	lines[lineKey] = drawn
+	ev := d.evaluateAgainst(lines, end.Add(500*time.Millisecond))
+	if len(ev.events) != 1 || ev.events[0].state != "straggler" || ev.events[0].threshold != 0.23 {
+		t.Fatalf("against the line drawn with it: %+v, want one straggler event on line 0.23", ev.events)
+	}
+}
+
 // The gateway evaluates just before each of the node's exports arrives, so every line
 // a node holds was drawn more than lineSkew before its latest sample, and each second a
 // new sample comes. Each sample is judged against the first line drawn after it came,

@@ -119,8 +119,9 @@ const replayDelay = 300 * time.Millisecond
 const resolveGrace = 10 * time.Second
 
 // replay judges rec with cfg in gateway mode, and, when byNodes, as the matrix does:
-// each node's own detector judging its ranks against the gateway's lines of the same
-// evaluation, its flags the ones counted. Each evaluation's rank scores (the gateway's)
+// each node's own detector, which has its samples replayDelay before the gateway,
+// judging its ranks against the gateway's lines of the evaluation before (the answer
+// to its next export), its flags the ones counted. Each evaluation's rank scores (the gateway's)
 // go to scores when it is not nil.
 func replay(rec recording, cfg *Config, scores func(now time.Time, g []rankGauge), byNodes bool) replayResult {
 	d := newDetector(cfg)
@@ -150,6 +151,7 @@ func replay(rec recording, cfg *Config, scores func(now time.Time, g []rankGauge
 	type flagKey struct{ pct, signal int }
 	flaggedIn := map[flagKey]int{}
 	next := 0
+	previous := heldLines{}
 	for now := first.Add(cfg.EvaluationInterval); !now.After(last.Add(replayDelay)); now = now.Add(cfg.EvaluationInterval) {
 		for ; next < len(rec.points) && !time.Unix(0, rec.points[next].p.ts).Add(replayDelay).After(now); next++ {
 			rp := rec.points[next]
@@ -165,7 +167,8 @@ func replay(rec recording, cfg *Config, scores func(now time.Time, g []rankGauge
 				if nodes[p.node] == nil {
 					nodes[p.node] = newDetector(&nodeCfg)
 				}
-				nodes[p.node].observe(p, time.Unix(0, p.ts).Add(replayDelay))
+				// A node has its own samples as they end, before its gateway.
+				nodes[p.node].observe(p, time.Unix(0, p.ts))
 			}
 		}
 		if _, slow := slowdownAt(now, resolveGrace); !slow {
@@ -183,14 +186,17 @@ func replay(rec recording, cfg *Config, scores func(now time.Time, g []rankGauge
 					if l, ok := d.line(key, sig); ok {
 						k := pushback.Key{Cluster: key.cluster, Cohort: key.cohort, Signal: sc.Metric}
 						lines[k] = pushback.Threshold{Cluster: key.cluster, Cohort: key.cohort, Signal: sc.Metric, Median: l.median,
-							Line: l.threshold, Worse: sc.Worse, At: l.at.UnixMilli(), Windows: toPushback(l.windows), Noise: l.noise}
+							Line: l.threshold, Worse: sc.Worse, At: l.at.UnixMilli(), Drawn: l.drawn.UnixMilli(), Windows: toPushback(l.windows), Noise: l.noise}
 					}
 				}
 			}
+			// The nodes hold the lines of the gateway's evaluation before: a line
+			// reaches a node in the answer to its next export.
 			events = nil
 			for _, n := range nodes {
-				events = append(events, n.evaluateAgainst(lines, now).events...)
+				events = append(events, n.evaluateAgainst(previous, now).events...)
 			}
+			previous = lines
 		}
 		for _, ev := range events {
 			if _, during := slowdownAt(ev.at, resolveGrace); ev.state == "stall" && !during {
@@ -299,6 +305,9 @@ func TestRecordedJobsAreJudgedRight(t *testing.T) {
 		// spreads a sample on the base recording against 0.29 over the cohort, the
 		// slow rank's node found 10% in 6.2 s, and 28.5 s in 8ranks.)
 		res = replay(rec, shippedConfig(), nil, true)
+		for _, l := range res.log {
+			t.Logf("%s nodes: %s", rec.shape, l)
+		}
 		t.Logf("%s, nodes: onset to flag %v; %d false flags; %d flagged again; %d stall records in healthy time", rec.shape, res.latencies, res.falseFlags, res.flaps, res.stalls)
 		for pct, bound := range bounds {
 			if l, ok := res.latencies[pct]; ok && (l < 0 || l > bound) {

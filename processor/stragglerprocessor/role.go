@@ -70,7 +70,7 @@ func (g *gatewayRole) answer(resp *pushback.Response, points []point, sent []sen
 		if l, ok := g.det.line(p.cohort, p.signal); ok {
 			sig := g.signals[p.signal]
 			resp.Add(pushback.Threshold{Cluster: p.cohort.cluster, Cohort: sent[i].cohort, Signal: sig.Metric,
-				Median: l.median, Line: l.threshold, Worse: sig.Worse, At: l.at.UnixMilli(), Windows: toPushback(l.windows), Noise: l.noise})
+				Median: l.median, Line: l.threshold, Worse: sig.Worse, At: l.at.UnixMilli(), Drawn: l.drawn.UnixMilli(), Windows: toPushback(l.windows), Noise: l.noise})
 		}
 	}
 }
