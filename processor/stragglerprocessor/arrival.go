@@ -10,7 +10,9 @@ import (
 // Arrival lag is the one signal the gateway makes itself: per sampled collective
 // instance (communicator, sequence), how long after the instance's median rank each
 // rank entered it. Every rank's node samples the same sequences (nccl.seq modulo
-// sample_every), so an instance arrives whole from every node. Entry times are on each
+// sample_every), so an instance arrives whole from every node; a recovered
+// communicator's records carry each rank's own count instead, and its ranks' offsets
+// are learned first (arrivalalign.go). Entry times are on each
 // node's own clock; each is taken back by the offset its node measured against the
 // gateway's clock (the clock exchange of the thresholds extension), so a node whose
 // clock is off does not make its ranks late.
@@ -71,11 +73,15 @@ type arrivals struct {
 	lags    map[cohortKey]map[int64]*lagSum
 	clocks  map[clockKey]nodeClock
 	drops   map[string]int64
+	// recovered learns the offsets of recovered communicators' ranks (arrivalalign.go);
+	// recoveredRanks counts the ranks it follows, at most maxInstances.
+	recovered      map[recoveredKey]*recoveredComm
+	recoveredRanks int
 }
 
 func newArrivals(window time.Duration, maxInstances, maxRanks int, drops map[string]int64) *arrivals {
 	return &arrivals{window: window, maxInstances: maxInstances, maxRanks: maxRanks, pending: map[instanceKey]*instance{},
-		lags: map[cohortKey]map[int64]*lagSum{}, clocks: map[clockKey]nodeClock{}, drops: drops}
+		lags: map[cohortKey]map[int64]*lagSum{}, clocks: map[clockKey]nodeClock{}, drops: drops, recovered: map[recoveredKey]*recoveredComm{}}
 }
 
 // clockOffset records what a node said of its clock.
@@ -182,6 +188,7 @@ func (a *arrivals) dropOldest(reason string) {
 // drain returns each rank's mean lag since the last call, and starts new sums.
 func (a *arrivals) drain(now time.Time) []lagSum {
 	a.expire(now)
+	a.expireRecovered(now)
 	var out []lagSum
 	for _, byRank := range a.lags {
 		for _, s := range byRank {

@@ -3,6 +3,7 @@ package stragglerprocessor
 import (
 	"context"
 	"fmt"
+	"hash/fnv"
 	"math"
 	"strconv"
 	"strings"
@@ -334,6 +335,10 @@ func (s *straggler) processLogs(_ context.Context, ld plog.Logs) (plog.Logs, err
 		key    instanceKey
 		nranks int
 		rank   arrivalRank
+		// local marks a recovered communicator's record: key.seq is the rank's own
+		// count (nccl.seq.local), shape its collective's.
+		local bool
+		shape uint64
 	}
 	var entries []entry
 	rls := ld.ResourceLogs()
@@ -360,11 +365,20 @@ func (s *straggler) processLogs(_ context.Context, ld plog.Logs) (plog.Logs, err
 				if !okE {
 					entryNS, okE = int64(lr.Timestamp()), lr.Timestamp() != 0
 				}
+				local := false
+				if !okSeq {
+					seq, okSeq = intAttr(a, semconv.NCCLSeqLocal)
+					local = okSeq
+				}
 				if comm == "" || !okSeq || !okN || !okR || !okE {
 					continue
 				}
-				entries = append(entries, entry{key: instanceKey{cluster: rp.cohort.cluster, comm: comm, seq: seq}, nranks: int(nranks),
-					rank: arrivalRank{commRank: commRank, rank: rp.rank, pid: rp.pid, cohort: rp.cohort, job: rp.job, node: rp.node, entry: entryNS}})
+				e := entry{key: instanceKey{cluster: rp.cohort.cluster, comm: comm, seq: seq}, nranks: int(nranks),
+					rank: arrivalRank{commRank: commRank, rank: rp.rank, pid: rp.pid, cohort: rp.cohort, job: rp.job, node: rp.node, entry: entryNS}}
+				if local {
+					e.local, e.shape = true, collectiveShape(a)
+				}
+				entries = append(entries, e)
 			}
 		}
 	}
@@ -374,11 +388,28 @@ func (s *straggler) processLogs(_ context.Context, ld plog.Logs) (plog.Logs, err
 			if c := s.jobs.resolve(e.rank.cohort.cluster, e.rank.job); givesWayToItsJob(e.rank.cohort.cohort) && c != "" {
 				e.rank.cohort.cohort = c
 			}
+			if e.local {
+				s.arr.addLocal(recoveredKey{cluster: e.key.cluster, comm: e.key.comm}, e.key.seq, e.shape, e.nranks, e.rank, now)
+				continue
+			}
 			s.arr.add(e.key, e.nranks, e.rank, now)
 		}
+		s.arr.align(now)
 		s.mu.Unlock()
 	}
 	return s.passLogs(ld)
+}
+
+// collectiveShape is FNV-1a 64 over what every rank passes alike to one collective:
+// its op, count, data type and reduction.
+func collectiveShape(a pcommon.Map) uint64 {
+	h := fnv.New64a()
+	count, _ := intAttr(a, semconv.NCCLCount)
+	for _, part := range []string{strAttr(a, semconv.NCCLOp), strconv.FormatInt(count, 10), strAttr(a, semconv.NCCLDataType), strAttr(a, semconv.NCCLReduceOp)} {
+		h.Write([]byte(part))
+		h.Write([]byte{0})
+	}
+	return h.Sum64()
 }
 
 // passLogs passes the records read on, or drops them when pass_through is off.

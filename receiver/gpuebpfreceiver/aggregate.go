@@ -431,9 +431,10 @@ type processSeries struct {
 	worldCommRecovered bool
 	// unnamedComms are the communicators whose setup was not seen, by comm pointer.
 	unnamedComms map[uint64]*unnamedComm
-	// recoveredCollectives counts its collectives on recovered communicators, whose
-	// records are sampled by it (they have no nccl.seq).
-	recoveredCollectives uint64
+	// recoveredPeerCalls counts its sends and receives on recovered communicators,
+	// whose records are sampled by it (they have no nccl.seq; collectives are kept in
+	// bursts, unnamedComm.bursts).
+	recoveredPeerCalls uint64
 	// hostLead sums, over the process's collectives, the time from its thread's last
 	// return from a device wait to its entry into the collective (seconds).
 	hostLead     float64

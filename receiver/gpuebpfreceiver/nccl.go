@@ -12,6 +12,7 @@ import (
 	"github.com/fathom-gpu/fathom/internal/pyframes"
 	"github.com/fathom-gpu/fathom/internal/rdmasysfs"
 	"github.com/fathom-gpu/fathom/internal/semconv"
+	"github.com/fathom-gpu/fathom/receiver/gpuebpfreceiver/internal/commrecovery"
 )
 
 // maxNCCLSeriesPerProcess bounds a process's (communicator, rank, op) series. A
@@ -96,10 +97,10 @@ func (a *aggregator) ncclCall(ev *probes.NCCLCall, frames []pyframes.Frame, trun
 	}
 	k := ncclKey{comm: ev.CommHash, rank: ev.Rank, nranks: ev.Nranks, api: ev.Api}
 	var s *ncclSeries
+	var recovered *unnamedComm
 	if ev.CommHash == 0 && ev.Comm != 0 {
 		// A communicator whose setup was not seen: its calls wait for a name.
-		var recovered bool
-		if s, k, recovered = a.unnamedCommCall(p, ev); recovered {
+		if s, k, recovered = a.unnamedCommCall(p, ev); recovered != nil {
 			named := *ev
 			named.CommHash, named.Rank, named.Nranks = k.comm, k.rank, k.nranks
 			ev = &named
@@ -122,7 +123,7 @@ func (a *aggregator) ncclCall(ev *probes.NCCLCall, frames []pyframes.Frame, trun
 		s.errors++
 	}
 	native := a.nativeOf(ev.Hdr.Pid, ev.NativeFrames, ev.Native[:])
-	a.logs.ncclCall(p, ev, k.recovered, seconds, callStack{python: frames, truncated: truncated, native: native})
+	a.logs.ncclCall(p, ev, recovered, seconds, callStack{python: frames, truncated: truncated, native: native})
 }
 
 // ncclSeriesOf returns the process's series k, creating it within the process's cap
@@ -260,10 +261,13 @@ func isCommLifecycle(api uint32) bool {
 // whose sequence number is a multiple of sample_every: every rank keeps the same
 // instances, so the gateway can match each kept instance across all of its ranks.
 //
-// A recovered communicator's calls have no sequence number its ranks agree on: a
-// process's collectives on it are kept one in sample_every by its own count, so the
-// store has its records, which the gateway does not match across ranks.
-func (s *logSink) ncclCall(p *processSeries, ev *probes.NCCLCall, recovered bool, seconds float64, stack callStack) {
+// A recovered communicator's calls (recovered not nil) have no sequence number its
+// ranks agree on, only each process's own count (nccl.seq.local), which differs from
+// another rank's by a constant. So that every rank keeps the same instances all the
+// same, its collectives are kept in bursts that begin at a wall-clock boundary
+// (commrecovery.Bursts): every rank's burst holds nearly the same collectives, and the
+// gateway learns each rank's offset from them (docs/straggler.md, Arrival lag).
+func (s *logSink) ncclCall(p *processSeries, ev *probes.NCCLCall, recovered *unnamedComm, seconds float64, stack callStack) {
 	collective := probes.IsCollective(ev.Api) || ev.Api == probes.NCCLSend || ev.Api == probes.NCCLRecv
 	reason := ""
 	switch {
@@ -273,8 +277,14 @@ func (s *logSink) ncclCall(p *processSeries, ev *probes.NCCLCall, recovered bool
 		reason = "communicator"
 	case collective && ev.HasSeq != 0 && ev.Seq%s.ncclSampleEvery == 0:
 		reason = "sampled"
-	case collective && recovered:
-		if p.recoveredCollectives++; (p.recoveredCollectives-1)%s.ncclSampleEvery == 0 {
+	case recovered != nil && probes.IsCollective(ev.Api):
+		if recovered.bursts.Keep(commrecovery.DefaultBursts, int64(s.clock.wall(ev.Hdr.TsNs))) {
+			reason = "sampled"
+		}
+	case recovered != nil && collective:
+		// Sends and receives: no rank matches them with another's, so one in
+		// sample_every of the process's own, for the store.
+		if p.recoveredPeerCalls++; (p.recoveredPeerCalls-1)%s.ncclSampleEvery == 0 {
 			reason = "sampled"
 		}
 	}
@@ -297,9 +307,12 @@ func (s *logSink) ncclCall(p *processSeries, ev *probes.NCCLCall, recovered bool
 	attrs := lr.Attributes()
 	attrs.PutStr(semconv.EventName, name)
 	lr.SetEventName(name)
-	putNCCLSeries(attrs, ncclKey{comm: ev.CommHash, rank: ev.Rank, nranks: ev.Nranks, api: ev.Api, recovered: recovered})
+	putNCCLSeries(attrs, ncclKey{comm: ev.CommHash, rank: ev.Rank, nranks: ev.Nranks, api: ev.Api, recovered: recovered != nil})
 	if ev.HasSeq != 0 {
 		attrs.PutInt(semconv.NCCLSeq, int64(ev.Seq))
+	}
+	if recovered != nil && probes.IsCollective(ev.Api) {
+		attrs.PutInt(semconv.NCCLSeqLocal, int64(recovered.collectives))
 	}
 	if ev.Peer >= 0 {
 		attrs.PutInt(semconv.NCCLPeer, int64(ev.Peer))

@@ -23,18 +23,24 @@ type unnamedComm struct {
 	named        bool
 	gaveUp       bool // counted without a communicator from now on
 	name         ncclKey
+	// collectives is the process's own count of its collectives on it since the
+	// collector first saw it (nccl.seq.local of the latest): no rank's count agrees with
+	// another's, but each differs from the others' by a constant, which the gateway
+	// learns from the records' bursts.
+	collectives uint64
+	bursts      commrecovery.BurstState
 }
 
 // unnamedCommCall takes a call on a communicator whose setup was not seen. It returns
-// the series the call goes to (nil: the caller's, under the key returned) and whether
-// the key names a recovered communicator.
-func (a *aggregator) unnamedCommCall(p *processSeries, ev *probes.NCCLCall) (*ncclSeries, ncclKey, bool) {
+// the series the call goes to (nil: the caller's, under the key returned) and, when the
+// key names a recovered communicator, that communicator.
+func (a *aggregator) unnamedCommCall(p *processSeries, ev *probes.NCCLCall) (*ncclSeries, ncclKey, *unnamedComm) {
 	unnamed := ncclKey{rank: -1, nranks: -1, api: ev.Api}
 	c := p.unnamedComms[ev.Comm]
 	if c == nil {
 		if len(p.unnamedComms) >= maxUnnamedCommsPerProcess {
 			a.drops.add("cardinality", 1)
-			return nil, unnamed, false
+			return nil, unnamed, nil
 		}
 		if p.unnamedComms == nil {
 			p.unnamedComms = map[uint64]*unnamedComm{}
@@ -51,10 +57,11 @@ func (a *aggregator) unnamedCommCall(p *processSeries, ev *probes.NCCLCall) (*nc
 		}
 	}
 	if c.gaveUp {
-		return nil, unnamed, false
+		return nil, unnamed, nil
 	}
 	ts := int64(ev.Hdr.TsNs)
 	if isCollective[ev.Api] {
+		c.collectives++
 		shape := commrecovery.Shape{API: ev.Api, DataType: ev.Datatype, RedOp: ev.Redop, Count: ev.Count}
 		if c.seen.Observe(shape, ts, commrecovery.DefaultRule) && c.named {
 			// A shape the set did not hold: its name was drawn too early. Calls wait
@@ -69,14 +76,14 @@ func (a *aggregator) unnamedCommCall(p *processSeries, ev *probes.NCCLCall) (*nc
 	if c.named {
 		k := c.name
 		k.api = ev.Api
-		return nil, k, true
+		return nil, k, c
 	}
 	s := c.waiting[ev.Api]
 	if s == nil {
 		s = &ncclSeries{}
 		c.waiting[ev.Api] = s
 	}
-	return s, unnamed, false
+	return s, unnamed, nil
 }
 
 // nameComm names c and moves its waiting calls to their named series. The rank and size

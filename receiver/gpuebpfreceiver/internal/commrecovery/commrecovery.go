@@ -135,3 +135,45 @@ func (c *Communicator) ID(job string) uint64 {
 	}
 	return h.Sum64()
 }
+
+// Bursts picks which collectives of a recovered communicator a rank records, so that
+// every rank's records overlap although their own counts began at different calls: a
+// burst of Len consecutive collectives from the first one entered after each boundary
+// of PeriodNS on the wall clock. The ranks of a communicator enter one collective
+// within its lag of each other, so their bursts begin on the same collective, or on
+// neighbours when a boundary falls between their entries, and share at least Len-1
+// collectives, as long as the nodes' clocks agree within the burst's span. The gateway
+// aligns the bursts by their shapes and entry times to learn the offset between the
+// ranks' counts (docs/straggler.md, Arrival lag).
+type Bursts struct {
+	PeriodNS int64
+	Len      int
+}
+
+// DefaultBursts is what the receiver uses: 16 collectives each wall-clock second.
+var DefaultBursts = Bursts{PeriodNS: 1e9, Len: 16}
+
+// BurstState is one communicator's place in its bursts.
+type BurstState struct {
+	started  bool
+	boundary int64 // the period the last burst began in
+	left     int   // collectives still to record in it
+}
+
+// Keep says whether the collective entered at wallNS (unix ns) is recorded. The first
+// collective seen waits for the next boundary: a burst begun mid-period, when the
+// communicator was named, would hold collectives the other ranks do not record.
+func (s *BurstState) Keep(b Bursts, wallNS int64) bool {
+	period := wallNS / b.PeriodNS
+	switch {
+	case !s.started:
+		s.started, s.boundary = true, period
+	case period > s.boundary:
+		s.boundary, s.left = period, b.Len
+	}
+	if s.left > 0 {
+		s.left--
+		return true
+	}
+	return false
+}
