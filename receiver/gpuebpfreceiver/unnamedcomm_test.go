@@ -179,3 +179,68 @@ func TestNoCallWaitsForANameForever(t *testing.T) {
 		}
 	}
 }
+
+// A recovered communicator's collectives are recorded in bursts with the process's own
+// count: four ranks whose collectors began at different calls record, in each wall-clock
+// second after the one they named it in, 16 consecutive collectives numbered by their
+// own count (nccl.seq.local), the first entered after the boundary; the ranks' counts
+// differ by the calls between their collectors' starts, and their bursts hold the same
+// collectives of the job.
+func TestARecoveredCommunicatorsRecordsAreBurstsOfItsOwnCount(t *testing.T) {
+	j := newUnnamedJob(t, 4)
+	skip := []int{0, 5, 7, 31}
+	// 3 all-reduces 50 ms steps for 8 s: 60 a second.
+	j.steps(func(r int) uint64 { return 0x7f0000 + uint64(r)<<12 }, []uint64{6553600, 6553600, 786432}, 50e6, 160, skip)
+	ld, _ := j.agg.logs.take()
+	// byPeriod[second][rank] is the job's call numbers the rank recorded in it.
+	byPeriod := map[int64]map[int][]int64{}
+	for i := range ld.ResourceLogs().Len() {
+		rl := ld.ResourceLogs().At(i)
+		pid, _ := rl.Resource().Attributes().Get(semconv.ProcessPID)
+		r := int(pid.Int()) - syntheticPIDBase
+		lrs := rl.ScopeLogs().At(0).LogRecords()
+		for k := range lrs.Len() {
+			a := lrs.At(k).Attributes()
+			local, ok := a.Get(semconv.NCCLSeqLocal)
+			if !ok {
+				t.Fatalf("rank %d: a recovered communicator's record without %s: %v", r, semconv.NCCLSeqLocal, a.AsRaw())
+			}
+			entry, _ := a.Get(semconv.NCCLEntryTime)
+			p := entry.Int() / 1e9
+			if byPeriod[p] == nil {
+				byPeriod[p] = map[int][]int64{}
+			}
+			// Its own count began at 1 on the call its collector first saw.
+			byPeriod[p][r] = append(byPeriod[p][r], local.Int()-1+int64(skip[r]))
+		}
+	}
+	last := int64(0)
+	for p := range byPeriod {
+		last = max(last, p)
+	}
+	full := 0
+	for p, ranks := range byPeriod {
+		for r, calls := range ranks {
+			for k, c := range calls {
+				if c != calls[0]+int64(k) {
+					t.Fatalf("second %d, rank %d: calls %v, want consecutive", p, r, calls)
+				}
+			}
+			if len(calls) != 16 && (p != last || len(calls) > 16) {
+				// The job's last second may end a burst early.
+				t.Errorf("second %d, rank %d: %d records, want 16", p, r, len(calls))
+			}
+		}
+		if len(ranks) == j.ranks {
+			full++
+			for r := range j.ranks {
+				if ranks[r][0] != ranks[0][0] {
+					t.Errorf("second %d: rank %d's burst begins at call %d, rank 0's at %d", p, r, ranks[r][0], ranks[0][0])
+				}
+			}
+		}
+	}
+	if full < 4 {
+		t.Errorf("%d seconds with every rank's burst, want at least 4: %v", full, byPeriod)
+	}
+}
