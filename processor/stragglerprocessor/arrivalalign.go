@@ -186,14 +186,17 @@ func (a *arrivals) align(now time.Time) {
 					a.drops["offset_ambiguous"]++
 					continue
 				}
-				if ar.kept {
-					if d != ar.offset {
-						// A confident burst against a kept offset: a lag of half a
-						// shape period or more. The offset stays; only a restart
-						// (a new pid, a count begun anew) forgets it.
-						a.drops["offset_disagree"]++
-					}
+				if ar.kept && d == ar.offset {
+					ar.agree = 0
 					continue
+				}
+				if ar.kept {
+					// A confident burst against a kept offset: the rank's count
+					// moved (its node lost a call's event, so its own count is one
+					// short from then on), or a lag past what this can tell. It
+					// takes alignAgree bursts in a row to move the offset, as it
+					// took to learn it.
+					a.drops["offset_disagree"]++
 				}
 				if ar.agree > 0 && d == ar.candidate {
 					ar.agree++
@@ -201,7 +204,7 @@ func (a *arrivals) align(now time.Time) {
 					ar.candidate, ar.agree = d, 1
 				}
 				if ar.agree >= alignAgree {
-					ar.kept, ar.offset = true, d
+					ar.kept, ar.offset, ar.agree = true, d, 0
 					a.addKept(k, c, ar, now)
 				}
 			}

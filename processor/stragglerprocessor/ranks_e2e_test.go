@@ -79,6 +79,11 @@ type jobOptions struct {
 	// spin makes host work spin on the CPU (a busy host, ranks sharing cores) rather
 	// than sleep (as if each rank had cores of its own).
 	spin bool
+	// initBeforeCollectors makes the ranks make their communicator, and then start
+	// their steps, before the node collectors start one after another (a job already
+	// running at a DaemonSet rollout): the collectors name it from its collectives'
+	// shapes (nccl.comm.recovered), each counting from a different call.
+	initBeforeCollectors bool
 }
 
 func (o *jobOptions) defaults() {
@@ -111,9 +116,14 @@ func startJob(t testing.TB, o jobOptions) *job {
 	}
 	j.run = fakegpu.StartDDP(t, paths, fakegpu.DDPOptions{
 		Ranks: o.ranks, Steps: 100000, BucketBytes: 16 << 10, HostCompute: o.hostCompute, HostComputeSleeps: !o.spin,
-		NCCLMode: o.ncclMode, NoNCCL: o.noNCCL, Gate: true, Env: rankEnv, RankEnv: o.rankEnv, Threads: o.threads, HIP: o.hip,
+		NCCLMode: o.ncclMode, NoNCCL: o.noNCCL, Gate: true, GateAfterInit: o.initBeforeCollectors, Env: rankEnv, RankEnv: o.rankEnv, Threads: o.threads, HIP: o.hip,
 		Slow: &fakegpu.Slowness{Rank: o.slowRank, Delay: o.slowBy, Mode: o.slowMode, WhileFile: j.slowFile},
 	})
+	if o.initBeforeCollectors {
+		if err := j.run.Release(); err != nil {
+			t.Fatal(err)
+		}
+	}
 	for node := range o.ranks / o.perNode {
 		transport := o.transport(node)
 		var pids []string
@@ -149,8 +159,10 @@ receivers:
 		}
 		j.nodes = append(j.nodes, n.Start(t, env...))
 	}
-	if err := j.run.Release(); err != nil {
-		t.Fatal(err)
+	if !o.initBeforeCollectors {
+		if err := j.run.Release(); err != nil {
+			t.Fatal(err)
+		}
 	}
 	return j
 }
