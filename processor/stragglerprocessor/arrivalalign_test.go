@@ -236,7 +236,7 @@ func (run *recoveredRun) meanLag(r int) float64 { return run.lags[r] / float64(r
 func ddpJob(seed uint64) *recoveredJob {
 	rng := rand.New(rand.NewPCG(seed, 1))
 	j := &recoveredJob{ranks: 8, step: 20 * time.Millisecond, counts: []int64{6553600, 6553600, 6553600, 786432},
-		at: []time.Duration{8 * time.Millisecond, 10 * time.Millisecond, 12 * time.Millisecond, 14 * time.Millisecond},
+		at:     []time.Duration{8 * time.Millisecond, 10 * time.Millisecond, 12 * time.Millisecond, 14 * time.Millisecond},
 		jitter: 200 * time.Microsecond, seconds: 20, seed: seed, delay: make([]time.Duration, 8)}
 	lags := make([]time.Duration, j.ranks)
 	for r := range j.ranks {

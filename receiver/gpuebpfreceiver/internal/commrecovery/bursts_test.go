@@ -40,7 +40,7 @@ func TestEveryRanksBurstsHoldTheSameCollectives(t *testing.T) {
 	for _, gap := range []int64{100e3, 2e6, 6e6, 300e6} {
 		calls := int(20e9 / gap)
 		views := make([]map[int64][]int, 8)
-		last := int64(0) // the period the last rank began in: all record from the next
+		last := int64(0)   // the period the last rank began in: all record from the next
 		const spread = 1e6 // the ranks' lags, and jitter, lie within a millisecond
 		for r := range views {
 			from := rng.IntN(calls / 4)
