@@ -429,23 +429,30 @@ func TestANodeJudgesItsRanksAgainstThePushedBackLine(t *testing.T) {
 	}
 }
 
-// A node's fresh sample waits for the line of the answer to its own export (drawn after
-// the peers' samples of the same interval), unless none comes within lineWait: judged
-// against the interval-old line, a rank that just slowed down is not beyond it yet.
-func TestANodeJudgesAFreshSampleAgainstTheNextLine(t *testing.T) {
+// nodeJudgingEachSample is a node's detector that flags on one sample past the line,
+// the key of its first signal's line for comm-1, and a function that gives it rank 5's
+// cumulative total (on node-2, counted from t0) at a time.
+func nodeJudgingEachSample(t0 time.Time) (*detector, pushback.Key, func(at time.Time, total float64)) {
 	cfg := createDefaultConfig()
 	cfg.Mode = ModeNode
 	cfg.Persistence = PersistenceConfig{Beyond: 1, Of: 1}
 	d := newDetector(cfg)
 	key := cohortKey{cluster: "c1", cohort: "comm-1"}
-	t0 := time.Unix(1_800_000_000, 0)
-	lineKey := pushback.Key{Cluster: "c1", Cohort: "comm-1", Signal: cfg.Signals[0].Metric}
-	old := pushback.Threshold{Cluster: "c1", Cohort: "comm-1", Signal: lineKey.Signal, Median: 0.10, Line: 0.05, Worse: "lower", At: t0.UnixMilli()}
-	lines := heldLines{lineKey: old}
 	observe := func(at time.Time, total float64) {
 		d.observe(point{cohort: key, node: "node-2", rank: 5, pid: 1, cumulative: true, value: total,
 			start: t0.UnixNano(), ts: at.UnixNano()}, at)
 	}
+	return d, pushback.Key{Cluster: "c1", Cohort: "comm-1", Signal: cfg.Signals[0].Metric}, observe
+}
+
+// A node's fresh sample waits for the line of the answer to its own export (drawn after
+// the peers' samples of the same interval), unless none comes within lineWait: judged
+// against the interval-old line, a rank that just slowed down is not beyond it yet.
+func TestANodeJudgesAFreshSampleAgainstTheNextLine(t *testing.T) {
+	t0 := time.Unix(1_800_000_000, 0)
+	d, lineKey, observe := nodeJudgingEachSample(t0)
+	old := pushback.Threshold{Cluster: "c1", Cohort: "comm-1", Signal: lineKey.Signal, Median: 0.10, Line: 0.05, Worse: "lower", At: t0.UnixMilli()}
+	lines := heldLines{lineKey: old}
 	observe(t0, 0)
 	observe(t0.Add(time.Second), 0.08) // 0.08/s: within the old line (0.05), beyond the new one
 	if ev := d.evaluateAgainst(lines, t0.Add(time.Second+250*time.Millisecond)); len(ev.events) != 0 {
@@ -474,25 +481,15 @@ func TestANodeJudgesAFreshSampleAgainstTheNextLine(t *testing.T) {
 // against that earlier line, which the old rule (computed at most lineSkew before the
 // sample came) accepted, the rank that just slowed down was not beyond it.
 func TestANodeWaitsForALineDrawnFromSamplesAsNewAsItsOwn(t *testing.T) {
-	cfg := createDefaultConfig()
-	cfg.Mode = ModeNode
-	cfg.Persistence = PersistenceConfig{Beyond: 1, Of: 1}
-	d := newDetector(cfg)
-	key := cohortKey{cluster: "c1", cohort: "comm-1"}
 	t0 := time.Unix(1_800_000_000, 0)
 	end := t0.Add(time.Second)
-	lineKey := pushback.Key{Cluster: "c1", Cohort: "comm-1", Signal: cfg.Signals[0].Metric}
+	d, lineKey, observe := nodeJudgingEachSample(t0)
 	// Computed 200 ms after the sample ended, from samples that ended 250 ms before it.
 	before := pushback.Threshold{Cluster: "c1", Cohort: "comm-1", Signal: lineKey.Signal, Median: 0.10, Line: 0.05, Worse: "lower",
 		At: end.Add(200 * time.Millisecond).UnixMilli(), Drawn: end.Add(-250 * time.Millisecond).UnixMilli()}
 	lines := heldLines{lineKey: before}
-	for _, o := range []struct {
-		at    time.Time
-		total float64
-	}{{t0, 0}, {end, 0.08}} { // 0.08/s: within the earlier line (0.05), beyond the one drawn with it
-		d.observe(point{cohort: key, node: "node-2", rank: 5, pid: 1, cumulative: true, value: o.total,
-			start: t0.UnixNano(), ts: o.at.UnixNano()}, o.at)
-	}
+	observe(t0, 0)
+	observe(end, 0.08) // 0.08/s: within the earlier line (0.05), beyond the one drawn with it
 	if ev := d.evaluateAgainst(lines, end.Add(250*time.Millisecond)); len(ev.events) != 0 {
 		t.Fatalf("judged against a line drawn before the gateway had the sample: %+v", ev.events)
 	}
