@@ -764,12 +764,13 @@ func describe(e event, signal SignalConfig) string {
 	case "stall":
 		// A rank held up on a signal of time is a stall; past the line on a count
 		// (link errors, retransmits) it had a burst, which is all that can be said.
-		what := "stalled in %s for %v"
+		lasted := e.at.Sub(e.since).Round(time.Millisecond)
+		what := fmt.Sprintf("stalled in %s for %v", e.cohort.cohort, lasted)
 		if !e.seconds {
-			what = "was past its cohort's line in %s for %v and came back"
+			what = fmt.Sprintf("was past its cohort's line in %s for %v and came back", e.cohort.cohort, lasted)
 		}
-		s := fmt.Sprintf("%s "+what+", shorter than a straggler: %s %.4g%s at its worst vs cohort median %.4g%s (line %.4g%s, %s is worse), from %s to %s",
-			who, e.cohort.cohort, e.at.Sub(e.since).Round(time.Millisecond), signal.Metric, e.value, rate, e.median, rate, e.threshold, rate, signal.Worse,
+		s := fmt.Sprintf("%s %s, shorter than a straggler: %s %.4g%s at its worst vs cohort median %.4g%s (line %.4g%s, %s is worse), from %s to %s",
+			who, what, signal.Metric, e.value, rate, e.median, rate, e.threshold, rate, signal.Worse,
 			e.since.UTC().Format(time.RFC3339Nano), e.at.UTC().Format(time.RFC3339Nano))
 		if e.detail != "" {
 			s += "; " + e.detail
