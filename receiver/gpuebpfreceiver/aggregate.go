@@ -16,6 +16,7 @@ import (
 	"github.com/fathom-gpu/fathom/internal/procinfo"
 	"github.com/fathom-gpu/fathom/internal/pyframes"
 	"github.com/fathom-gpu/fathom/internal/symbolize"
+	"github.com/fathom-gpu/fathom/receiver/gpuebpfreceiver/internal/collsample"
 )
 
 // memcpyKinds is the number of cudaMemcpyKind values kept per API (0..4); index
@@ -435,6 +436,9 @@ type processSeries struct {
 	// whose records are sampled by it (they have no nccl.seq; collectives are kept in
 	// bursts, unnamedComm.bursts).
 	recoveredPeerCalls uint64
+	// collSample picks, per named communicator, which of its collectives are kept
+	// (at most maxSampledComms).
+	collSample map[uint64]*collsample.State
 	// hostLead sums, over the process's collectives, the time from its thread's last
 	// return from a device wait to its entry into the collective (seconds).
 	hostLead     float64

@@ -166,6 +166,12 @@ type NCCLLogsConfig struct {
 	// collective, so every rank keeps the same instances and each kept instance can be
 	// matched in full. 1 keeps all. Errors and communicator setup are always kept.
 	SampleEvery int `mapstructure:"sample_every"`
+	// MinPerSecond keeps more of a communicator's collectives where it makes few: one
+	// in sample_every, halved (down to every one) while fewer than this many a second
+	// would be kept, so that a job of long steps still has its collectives matched and
+	// its arrival lag judged every step. Every rank of a communicator chooses the same
+	// from the same rate. 0 keeps one in sample_every always.
+	MinPerSecond float64 `mapstructure:"min_per_second"`
 	// MaxPerSecond caps nccl.* records per second on the node, apart from the other
 	// records' cap; the rest are counted as dropped (nccl_log_rate).
 	MaxPerSecond int `mapstructure:"max_per_second"`
@@ -307,7 +313,7 @@ func createDefaultConfig() *Config {
 			MaxPerSecond:       1000,
 			OutlierFactor:      4,
 			OutlierMinDuration: time.Millisecond,
-			NCCL:               NCCLLogsConfig{SampleEvery: 16, MaxPerSecond: 500},
+			NCCL:               NCCLLogsConfig{SampleEvery: 16, MinPerSecond: 8, MaxPerSecond: 500},
 		},
 		RDMA:    RDMAConfig{SysfsRoot: "/sys/class/infiniband", PollInterval: 10 * time.Second},
 		NVML:    NVMLConfig{Enabled: true},
@@ -377,6 +383,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Logs.NCCL.SampleEvery < 1 {
 		errs = append(errs, fmt.Errorf("logs.nccl.sample_every must be at least 1 (1 keeps every collective), got %d", c.Logs.NCCL.SampleEvery))
+	}
+	if !(c.Logs.NCCL.MinPerSecond >= 0) || math.IsInf(c.Logs.NCCL.MinPerSecond, 0) {
+		errs = append(errs, fmt.Errorf("logs.nccl.min_per_second must be a number of at least 0 (0 keeps one in sample_every always), got %g", c.Logs.NCCL.MinPerSecond))
 	}
 	if c.Logs.NCCL.MaxPerSecond < 0 {
 		errs = append(errs, fmt.Errorf("logs.nccl.max_per_second must not be negative, got %d", c.Logs.NCCL.MaxPerSecond))

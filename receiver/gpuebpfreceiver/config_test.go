@@ -32,7 +32,7 @@ func TestLoadConfig(t *testing.T) {
 		custom.Discovery.AttachOnMap || custom.KernelState.PinDir != "/sys/fs/bpf/fathom" ||
 		custom.Logs.MaxPerSecond != 50 || custom.Logs.OutlierMinDuration != 5*time.Millisecond ||
 		custom.Limits.RingBufferBytes != 16<<20 || custom.Limits.MaxProcesses != 64 ||
-		custom.Logs.NCCL != (NCCLLogsConfig{SampleEvery: 4, MaxPerSecond: 2000}) ||
+		custom.Logs.NCCL != (NCCLLogsConfig{SampleEvery: 4, MinPerSecond: 2.5, MaxPerSecond: 2000}) ||
 		custom.RDMA != (RDMAConfig{SysfsRoot: "/host/sys/class/infiniband", PollInterval: 30 * time.Second}) ||
 		custom.NVML != (NVMLConfig{Enabled: true, LibraryPath: "/host/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1"}) ||
 		custom.ROCmSMI != (ROCmSMIConfig{Enabled: true, LibraryPath: "/host/opt/rocm/lib/librocm_smi64.so.1"}) || def.ROCmSMI != (ROCmSMIConfig{Enabled: true}) {
@@ -61,7 +61,7 @@ func TestInvalidConfigsSayWhatIsWrong(t *testing.T) {
 	cases := map[string][]string{
 		"bad_mode": {`mode must be "ebpf" or "synthetic", not "kprobe"`},
 		"bad_limits": {"with all: false, name at least one of pids or cgroups", `logs.policy must be "all", "notable" or "none", not "some"`, "limits.ring_buffer_bytes must be a power of two of at least 4096, got 5000",
-			"logs.nccl.sample_every must be at least 1", "rdma.poll_interval must be at least 100ms, got 1ms",
+			"logs.nccl.sample_every must be at least 1", "logs.nccl.min_per_second must be a number of at least 0 (0 keeps one in sample_every always), got -1", "rdma.poll_interval must be at least 100ms, got 1ms",
 			`kernel_state.pin_dir must be an absolute path on a bpf file system (e.g. /sys/fs/bpf/fathom), got "fathom"`},
 		"bad_rank_signals_multiple": {"collection_interval (1s) must be a whole multiple of rank_signals.interval (300ms)"},
 		"bad_rank_signals_delta":    {"rank_signals.interval needs temporality: cumulative; with delta, leave it 0"},

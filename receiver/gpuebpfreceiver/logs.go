@@ -18,6 +18,7 @@ import (
 	"github.com/fathom-gpu/fathom/internal/pyframes"
 	"github.com/fathom-gpu/fathom/internal/semconv"
 	"github.com/fathom-gpu/fathom/internal/symbolize"
+	"github.com/fathom-gpu/fathom/receiver/gpuebpfreceiver/internal/collsample"
 )
 
 // maxPendingLogs bounds records waiting for the next flush, whatever the rate cap.
@@ -35,8 +36,10 @@ type logSink struct {
 	// CUDA outliers of theirs, nor the reverse.
 	ncclLimiter     *rate.Limiter
 	ncclSampleEvery uint64
-	drops           *counterSet
-	hostResource    func(pcommon.Resource)
+	// ncclSample picks the collectives of named communicators kept (collsample).
+	ncclSample   collsample.Rule
+	drops        *counterSet
+	hostResource func(pcommon.Resource)
 
 	// stacks decides which records carry their stacks whole.
 	stacks stackTally
@@ -56,6 +59,7 @@ func newLogSink(cfg *Config, clock *wallClock, drops *counterSet, hostResource f
 		limiter:         rate.NewLimiter(limit, max(cfg.Logs.MaxPerSecond, 1)),
 		ncclLimiter:     rate.NewLimiter(rate.Limit(cfg.Logs.NCCL.MaxPerSecond), max(cfg.Logs.NCCL.MaxPerSecond, 1)),
 		ncclSampleEvery: uint64(max(cfg.Logs.NCCL.SampleEvery, 1)),
+		ncclSample:      collsample.Rule{Most: uint64(max(cfg.Logs.NCCL.SampleEvery, 1)), PerSecond: cfg.Logs.NCCL.MinPerSecond},
 		clock:           clock,
 		drops:           drops,
 		hostResource:    hostResource,

@@ -12,6 +12,7 @@ import (
 	"github.com/fathom-gpu/fathom/internal/pyframes"
 	"github.com/fathom-gpu/fathom/internal/rdmasysfs"
 	"github.com/fathom-gpu/fathom/internal/semconv"
+	"github.com/fathom-gpu/fathom/receiver/gpuebpfreceiver/internal/collsample"
 	"github.com/fathom-gpu/fathom/receiver/gpuebpfreceiver/internal/commrecovery"
 )
 
@@ -248,6 +249,29 @@ func (a *aggregator) emitRDMA(set *metricSet, host hostTotals, prev *hostTotals,
 	}
 }
 
+// maxSampledComms bounds the communicators per process whose rate picks the
+// collectives kept; past it, one in sample_every is kept (counted as
+// nccl_sample_comms).
+const maxSampledComms = 64
+
+// keepCollective says whether the collective ev, which has a sequence number, is kept:
+// by its communicator's rate (collsample), so that every rank keeps the same ones.
+func (s *logSink) keepCollective(p *processSeries, ev *probes.NCCLCall) bool {
+	st := p.collSample[ev.CommHash]
+	if st == nil {
+		if len(p.collSample) >= maxSampledComms {
+			s.drops.add("nccl_sample_comms", 1)
+			return ev.Seq%s.ncclSampleEvery == 0
+		}
+		if p.collSample == nil {
+			p.collSample = map[uint64]*collsample.State{}
+		}
+		st = &collsample.State{}
+		p.collSample[ev.CommHash] = st
+	}
+	return st.Keep(s.ncclSample, ev.Seq, int64(s.clock.wall(ev.Hdr.TsNs)))
+}
+
 func isCommLifecycle(api uint32) bool {
 	switch api {
 	case probes.NCCLCommInitRank, probes.NCCLCommInitRankConfig, probes.NCCLCommInitAll, probes.NCCLCommSplit,
@@ -275,7 +299,7 @@ func (s *logSink) ncclCall(p *processSeries, ev *probes.NCCLCall, recovered *unn
 		reason = "error"
 	case isCommLifecycle(ev.Api):
 		reason = "communicator"
-	case collective && ev.HasSeq != 0 && ev.Seq%s.ncclSampleEvery == 0:
+	case collective && ev.HasSeq != 0 && s.keepCollective(p, ev):
 		reason = "sampled"
 	case recovered != nil && probes.IsCollective(ev.Api):
 		if recovered.bursts.Keep(commrecovery.DefaultBursts, int64(s.clock.wall(ev.Hdr.TsNs))) {

@@ -3,6 +3,8 @@ package gpuebpfreceiver
 import (
 	"testing"
 
+	"go.opentelemetry.io/collector/pdata/plog"
+
 	"github.com/fathom-gpu/fathom/internal/probes"
 	"github.com/fathom-gpu/fathom/internal/semconv"
 )
@@ -17,14 +19,18 @@ func newTestAggregator(cfg *Config, synthetic bool) *aggregator {
 	return agg
 }
 
-// allReduces feeds n all-reduces of each of ranks rank processes, sequences 0..n-1.
-func allReduces(agg *aggregator, ranks, n int) {
+// allReduces feeds n all-reduces of each of ranks rank processes, sequences 0..n-1,
+// 1 ms apart.
+func allReduces(agg *aggregator, ranks, n int) { allReducesEvery(agg, ranks, n, 1_000_000) }
+
+// allReducesEvery feeds them gapNS apart.
+func allReducesEvery(agg *aggregator, ranks, n int, gapNS uint64) {
 	for seq := 0; seq < n; seq++ {
 		for rank := 0; rank < ranks; rank++ {
 			var ev probes.NCCLCall
 			ev.Hdr.Pid = uint32(syntheticPIDBase + rank)
 			ev.Hdr.Tid = ev.Hdr.Pid
-			ev.Hdr.TsNs = uint64(seq) * 1_000_000
+			ev.Hdr.TsNs = uint64(seq) * gapNS
 			ev.Api = probes.NCCLAllReduce
 			ev.CommHash, ev.Rank, ev.Nranks = 0xfeed, int32(rank), int32(ranks)
 			ev.Seq, ev.HasSeq = uint64(seq), 1
@@ -69,6 +75,59 @@ func TestNotableNCCLRecordsAreTheSameInstancesOnEveryRank(t *testing.T) {
 	}
 	if drops := agg.drops.snapshot(); drops["nccl_log_rate"] != 0 {
 		t.Errorf("drops %v", drops)
+	}
+}
+
+// keptSeqs are the nccl.seq of the records in ld, by rank.
+func keptSeqs(t *testing.T, ld plog.Logs) map[int64][]int64 {
+	t.Helper()
+	out := map[int64][]int64{}
+	for i := 0; i < ld.ResourceLogs().Len(); i++ {
+		lrs := ld.ResourceLogs().At(i).ScopeLogs().At(0).LogRecords()
+		for j := 0; j < lrs.Len(); j++ {
+			a := lrs.At(j).Attributes()
+			rank, _ := a.Get(semconv.NCCLRank)
+			seq, _ := a.Get(semconv.NCCLSeq)
+			out[rank.Int()] = append(out[rank.Int()], seq.Int())
+		}
+	}
+	return out
+}
+
+// A communicator of long steps (one all-reduce every 640 ms) has every collective
+// kept on every rank once its first whole window of the wall clock is counted, where
+// one in 16 kept one every ten seconds; a fast one (1,000 a second) keeps one in 16.
+func TestASlowCommunicatorKeepsMoreOfItsCollectives(t *testing.T) {
+	cfg := createDefaultConfig() // sample_every 16, min_per_second 8
+	agg := newTestAggregator(cfg, true)
+	allReducesEvery(agg, 3, 50, 640_000_000) // 32 s
+	ld, _ := agg.logs.take()
+	byRank := keptSeqs(t, ld)
+	for rank := int64(0); rank < 3; rank++ {
+		seqs := byRank[rank]
+		// Kept from the first seq past the first two windows (4 s: 7 collectives) on.
+		var from int
+		for i, s := range seqs {
+			if s > 7 {
+				from = i
+				break
+			}
+		}
+		tail := seqs[from:]
+		if len(tail) != int(50-tail[0]) || tail[len(tail)-1] != 49 {
+			t.Errorf("rank %d kept %v, want every collective after the first windows", rank, seqs)
+		}
+	}
+	cfg.Logs.NCCL.MaxPerSecond = 1 << 20 // the budget is the machine's time, not the calls'
+	agg = newTestAggregator(cfg, true)
+	allReducesEvery(agg, 3, 8000, 1_000_000) // 8 s at 1,000 a second
+	ld, _ = agg.logs.take()
+	for rank, seqs := range keptSeqs(t, ld) {
+		for i, s := range seqs {
+			if s != int64(16*i) {
+				t.Fatalf("rank %d kept %v..., want one in 16", rank, seqs[:min(len(seqs), 10)])
+			}
+		}
 	}
 }
 
