@@ -206,6 +206,12 @@ func runMatrixRow(t *testing.T, row matrixRow, trials int, healthyWindow, notFou
 		account(on)
 	}
 	res.gatewayCPUShare = (processCPU(t, j.gateway.Pid()) - cpuBefore).Seconds() / time.Since(runStart).Seconds()
+	// What the gateway matched of the ranks' collectives, for reading a row's result:
+	// arrival lag is the signal of a rank late into each collective.
+	for _, r := range j.sqlRows(`SELECT rank, count(*), avg(value), max(value) FROM events
+		WHERE name = 'fathom.rank.arrival_lag' GROUP BY rank ORDER BY rank`) {
+		t.Logf("%s: arrival lag of rank %v: %v samples, mean %v s, max %v s", row.name(), r[0], r[1], r[2], r[3])
+	}
 	slices.Sort(res.latencies)
 	slices.Sort(res.nodeLatency)
 	slices.Sort(res.gatewayLatency)
