@@ -130,6 +130,9 @@ type cohort struct {
 	// pairs are, per signal, what a cohort of two fresh ranks learned about the
 	// difference between them (pair.go); nil until it had two.
 	pairs []*pairState
+	// spreads are, per signal, the samples' spread at each evaluation over the longest
+	// window, for the window lines (windows.go).
+	spreads [][]windowSample
 }
 
 // rankOrder returns the cohort's ranks in ascending order.
@@ -264,7 +267,7 @@ func (d *detector) observe(p point, now time.Time) {
 			d.evictOldestCohort()
 		}
 		c = &cohort{key: p.cohort, ranks: map[int64]*rankState{}, evaluations: make([]int, len(d.cfg.Signals)),
-			lines: make([]line, len(d.cfg.Signals)), noise: make([]scoreNoise, len(d.cfg.Signals)),
+			lines: make([]line, len(d.cfg.Signals)), noise: make([]scoreNoise, len(d.cfg.Signals)), spreads: make([][]windowSample, len(d.cfg.Signals)),
 			pushed: make([]bool, len(d.cfg.Signals)), heldAt: make([]time.Time, len(d.cfg.Signals))}
 		d.cohorts[p.cohort] = c
 	}
@@ -470,7 +473,7 @@ func (d *detector) evaluateSignal(c *cohort, sig int, now time.Time, out *evalua
 		worse = -1
 	}
 	threshold := median + worse*cfg.K*spread
-	windows := d.drawWindowLines(fresh, sig, spread, worse)
+	windows := d.drawWindowLines(fresh, sig, c.rememberSpread(sig, spread, now, d.longest), worse)
 	var noise float64
 	if cfg.windowed(sig) {
 		// Only a signal with windows has evidence, and only its noise is sent.

@@ -144,15 +144,33 @@ type windowValue struct {
 	ok     bool
 }
 
+// rememberSpread keeps the cohort's sample spread of this evaluation for signal sig,
+// lets go of those older than the longest window, and returns the spreads kept.
+func (c *cohort) rememberSpread(sig int, spread float64, now time.Time, longest time.Duration) []windowSample {
+	at := now.UnixNano()
+	h := append(c.spreads[sig], windowSample{at: at, value: spread})
+	cut := 0
+	for cut < len(h) && (at-h[cut].at >= int64(longest) || len(h)-cut > maxHistory) {
+		cut++
+	}
+	c.spreads[sig] = append(h[:0], h[cut:]...)
+	return c.spreads[sig]
+}
+
 // drawWindowLines draws the cohort's line over each window from the window medians of
 // its fresh ranks (those in fresh). Its spread is at least what the median of the
-// window's samples inherits from the samples' own spread (sampleSpread, floors
-// included): √(π/2) of it over √n, n = w / span, span being the ranks' median sample
-// length. A few ranks' window medians can agree by chance far more closely than their
-// noise allows, and their MAD alone then draws the line inside the noise (six ranks of
-// the busy-host model flagged a healthy rank 3 times in 10,000 s so). A window with
-// fewer than quorum medians has no line.
-func (d *detector) drawWindowLines(fresh []*signalSeries, sig int, sampleSpread, worse float64) []windowLine {
+// window's samples inherits from the samples' own spread (the median of the cohort's
+// sample spreads over the window, floors included, from spreads): √(π/2) of it over
+// √n, n = w / span, span being the ranks' median sample length. A few ranks' window
+// medians can agree by chance far more closely than their noise allows, and their MAD
+// alone then draws the line inside the noise (six ranks of the busy-host model flagged
+// a healthy rank 3 times in 10,000 s so). The spread over the window, not the
+// evaluation's: six ranks' samples of one evaluation have a spread that varied twenty
+// times over from one evaluation to the next on a job of 640 ms steps (arrival lag
+// matched once a second), and each line it drew above a slow rank's window median
+// reset that window's crossing, so no window stayed past its line for a whole window.
+// A window with fewer than quorum medians has no line.
+func (d *detector) drawWindowLines(fresh []*signalSeries, sig int, spreads []windowSample, worse float64) []windowLine {
 	if !d.cfg.windowed(sig) {
 		return nil
 	}
@@ -172,6 +190,10 @@ func (d *detector) drawWindowLines(fresh []*signalSeries, sig int, sampleSpread,
 		}
 		if len(medians) < d.cfg.Quorum {
 			continue
+		}
+		sampleSpread, ok := windowMedian(spreads, w, &d.scratch)
+		if !ok && len(spreads) > 0 {
+			sampleSpread = spreads[len(spreads)-1].value // the window not yet covered
 		}
 		inherited := sampleSpread
 		if span > 0 {
