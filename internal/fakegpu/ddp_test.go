@@ -453,3 +453,63 @@ func TestDDPReplicasWithoutNCCLWaitForNobody(t *testing.T) {
 	}
 	t.Logf("median step: slow replica %v, its peers %v", stepOf[1], medianOf(healthy))
 }
+
+// procStatus is a field of /proc/pid/status ("Threads", "Cpus_allowed_list").
+func procStatus(t *testing.T, pid int, field string) string {
+	t.Helper()
+	raw, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "status"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(raw), "\n") {
+		if v, ok := strings.CutPrefix(line, field+":"); ok {
+			return strings.TrimSpace(v)
+		}
+	}
+	t.Fatalf("no %s in /proc/%d/status", field, pid)
+	return ""
+}
+
+// CPU contention lasts as long as its slowdown: while the --slow-while-file exists the
+// slow rank runs pinned to one CPU beside its busy threads, and once it is gone the
+// threads end and the rank may run anywhere again. (They ran to the job's end, which
+// kept the benchmark's slow rank slow through the healthy minutes after its first
+// trial, and it was flagged there.)
+func TestContentionEndsWithTheSlowdown(t *testing.T) {
+	p := Build(t)
+	slowFile := filepath.Join(t.TempDir(), "slow")
+	run := StartDDP(t, p, DDPOptions{Ranks: 2, Steps: 100000, BucketBytes: 4 << 10, KernelTime: 20 * time.Microsecond,
+		HostCompute: time.Millisecond, Gate: true,
+		Slow: &Slowness{Rank: 1, Delay: time.Millisecond, Mode: "contention", Threads: 2, WhileFile: slowFile}})
+	pid := run.Ranks[1].Pid
+	threads, cpus := procStatus(t, pid, "Threads"), procStatus(t, pid, "Cpus_allowed_list")
+	if err := run.Release(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor := func(what string, ok func() bool) {
+		t.Helper()
+		for deadline := time.Now().Add(20 * time.Second); !ok(); time.Sleep(20 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("rank 1 (pid %d): %s: threads %s, CPUs %s", pid, what, procStatus(t, pid, "Threads"), procStatus(t, pid, "Cpus_allowed_list"))
+			}
+		}
+	}
+	base, _ := strconv.Atoi(threads)
+	for round := range 2 {
+		if err := os.WriteFile(slowFile, nil, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		waitFor("slowed: want 2 busy threads and one CPU", func() bool {
+			n, _ := strconv.Atoi(procStatus(t, pid, "Threads"))
+			c := procStatus(t, pid, "Cpus_allowed_list")
+			return n == base+2 && !strings.ContainsAny(c, ",-")
+		})
+		if err := os.Remove(slowFile); err != nil {
+			t.Fatal(err)
+		}
+		waitFor("healthy again: want its threads and CPUs of before", func() bool {
+			return procStatus(t, pid, "Threads") == threads && procStatus(t, pid, "Cpus_allowed_list") == cpus
+		})
+		t.Logf("round %d: slowed and back: %s threads, CPUs %s", round, threads, cpus)
+	}
+}

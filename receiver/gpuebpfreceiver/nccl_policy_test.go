@@ -52,20 +52,7 @@ func TestNotableNCCLRecordsAreTheSameInstancesOnEveryRank(t *testing.T) {
 	if n != 3*10 {
 		t.Fatalf("%d records, want 30 (every 4th of 40, on 3 ranks)", n)
 	}
-	seqsByRank := map[int64][]int64{}
-	for i := 0; i < ld.ResourceLogs().Len(); i++ {
-		lrs := ld.ResourceLogs().At(i).ScopeLogs().At(0).LogRecords()
-		for j := 0; j < lrs.Len(); j++ {
-			a := lrs.At(j).Attributes()
-			rank, _ := a.Get(semconv.NCCLRank)
-			seq, _ := a.Get(semconv.NCCLSeq)
-			id, _ := a.Get(semconv.NCCLCommID)
-			if id.Str() != "000000000000feed" || lrs.At(j).EventName() != semconv.EventNCCLCollective {
-				t.Fatalf("record %v", a.AsRaw())
-			}
-			seqsByRank[rank.Int()] = append(seqsByRank[rank.Int()], seq.Int())
-		}
-	}
+	seqsByRank := keptSeqs(t, ld)
 	for rank, seqs := range seqsByRank {
 		for i, s := range seqs {
 			if s != int64(4*i) {
@@ -78,7 +65,8 @@ func TestNotableNCCLRecordsAreTheSameInstancesOnEveryRank(t *testing.T) {
 	}
 }
 
-// keptSeqs are the nccl.seq of the records in ld, by rank.
+// keptSeqs are the nccl.seq of the records in ld, by rank; each must be a collective
+// of the communicator allReduces calls on.
 func keptSeqs(t *testing.T, ld plog.Logs) map[int64][]int64 {
 	t.Helper()
 	out := map[int64][]int64{}
@@ -88,6 +76,10 @@ func keptSeqs(t *testing.T, ld plog.Logs) map[int64][]int64 {
 			a := lrs.At(j).Attributes()
 			rank, _ := a.Get(semconv.NCCLRank)
 			seq, _ := a.Get(semconv.NCCLSeq)
+			id, _ := a.Get(semconv.NCCLCommID)
+			if id.Str() != "000000000000feed" || lrs.At(j).EventName() != semconv.EventNCCLCollective {
+				t.Fatalf("record %v", a.AsRaw())
+			}
 			out[rank.Int()] = append(out[rank.Int()], seq.Int())
 		}
 	}

@@ -645,7 +645,7 @@ static int run_rank(void)
 	const char *mode = opt.slow_mode;
 	pthread_t busy[64];
 	int busy_started = 0;
-	cpu_set_t cpu;
+	cpu_set_t cpu, unpinned;
 	int pytorch = !strcmp(opt.threads, "pytorch");
 	pthread_t autograd_thread, watchdog_thread;
 	if (pytorch) {
@@ -680,6 +680,17 @@ static int run_rank(void)
 		int slow_now = slow && s >= opt.slow_from_step && file_says_slow;
 		if (slow_now && !was_slow && opt.slow_while_file)
 			slow_us = slow_delay_from(opt.slow_while_file, opt.slow_us);
+		if (!slow_now && was_slow && busy_started) {
+			/* The contention ends with the slowdown: its busy threads stop and the
+			 * rank may run on any CPU again. Left running, they kept the rank slow
+			 * through the healthy minutes after a benchmark's first trial. */
+			atomic_store(&stop_busy, 1);
+			for (int i = 0; i < busy_started; i++)
+				pthread_join(busy[i], NULL);
+			busy_started = 0;
+			atomic_store(&stop_busy, 0);
+			sched_setaffinity(0, sizeof(unpinned), &unpinned);
+		}
 		was_slow = slow_now;
 		uint64_t sync_before = stats[API_cudaStreamSynchronize].total_ns;
 		step_start[s] = now_ns();
@@ -695,6 +706,7 @@ static int run_rank(void)
 		}
 		if (slow_now && !strcmp(mode, "contention")) {
 			if (!busy_started) {
+				sched_getaffinity(0, sizeof(unpinned), &unpinned);
 				CPU_ZERO(&cpu);
 				CPU_SET(sched_getcpu(), &cpu);
 				sched_setaffinity(0, sizeof(cpu), &cpu);
