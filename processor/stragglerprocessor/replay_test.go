@@ -319,3 +319,29 @@ func TestRecordedJobsAreJudgedRight(t *testing.T) {
 		}
 	}
 }
+
+// A recorded job of long steps (testdata/longsteps/step200.csv.gz: the matrix's 200 ms
+// step row, 640 ms steps on this 2-core host, TestRecordRankSignals with
+// FATHOM_RECORD_SHAPE=step200) has its 20% slowdown found, late, and nobody else
+// flagged. Replayed on 2026-11-27: 25.3 s at the gateway and at the nodes, by a window
+// on CPU time; 10% and 5% not found in their 40 s; no false flag in 3.5 healthy
+// minutes. It is kept apart from testdata/recordings, whose tests hold every
+// recording to the goals (20% within 4 s), which long steps do not meet
+// (docs/straggler.md). The bound is what was measured, with room: a change that loses
+// long steps again fails here.
+func TestARecordedJobOfLongStepsIsFoundLate(t *testing.T) {
+	rec := readRecording(t, "testdata/longsteps/step200.csv.gz")
+	for _, byNodes := range []bool{false, true} {
+		res := replay(rec, shippedConfig(), nil, byNodes)
+		for _, l := range res.log {
+			t.Logf("nodes %v: %s", byNodes, l)
+		}
+		t.Logf("nodes %v: onset to flag %v; %d false flags in %v healthy; %d flagged again", byNodes, res.latencies, res.falseFlags, res.healthy, res.flaps)
+		if l := res.latencies[20]; l < 0 || l > 35*time.Second {
+			t.Errorf("nodes %v: the 20%% slowdown of rank %d found after %v, want within 35 s", byNodes, rec.slowRank, l)
+		}
+		if res.falseFlags != 0 || res.flaps != 0 {
+			t.Errorf("nodes %v: %d false flags, %d flagged again within a slowdown", byNodes, res.falseFlags, res.flaps)
+		}
+	}
+}
