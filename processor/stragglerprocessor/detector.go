@@ -473,7 +473,7 @@ func (d *detector) evaluateSignal(c *cohort, sig int, now time.Time, out *evalua
 		worse = -1
 	}
 	threshold := median + worse*cfg.K*spread
-	windows := d.drawWindowLines(fresh, sig, c.rememberSpread(sig, spread, now, d.longest), worse)
+	windows := d.drawWindowLines(fresh, sig, c.rememberSpread(sig, spread, now, d.longest, d.drops), worse)
 	var noise float64
 	if cfg.windowed(sig) {
 		// Only a signal with windows has evidence, and only its noise is sent.

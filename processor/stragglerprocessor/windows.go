@@ -79,19 +79,25 @@ func (s *signalSeries) remember(sm sample, pid int64, longest time.Duration, dro
 	if longest <= 0 {
 		return
 	}
-	at := sm.at.UnixNano()
-	s.history = append(s.history, windowSample{at: at, value: sm.value, span: sm.span})
+	s.history = appendWithin(s.history, windowSample{at: sm.at.UnixNano(), value: sm.value, span: sm.span}, longest, drops)
+}
+
+// appendWithin appends ws to history and lets go of what ended longest or more before
+// it, and, past maxHistory, of the oldest (counted as window_cap in drops).
+func appendWithin(history []windowSample, ws windowSample, longest time.Duration, drops map[string]int64) []windowSample {
+	history = append(history, ws)
 	cut := 0
-	for cut < len(s.history) && at-s.history[cut].at >= int64(longest) {
+	for cut < len(history) && ws.at-history[cut].at >= int64(longest) {
 		cut++
 	}
-	if over := len(s.history) - cut - maxHistory; over > 0 {
+	if over := len(history) - cut - maxHistory; over > 0 {
 		cut += over
 		drops["window_cap"] += int64(over)
 	}
 	if cut > 0 {
-		s.history = append(s.history[:0], s.history[cut:]...)
+		history = append(history[:0], history[cut:]...)
 	}
+	return history
 }
 
 // windowMedian is the median of the samples in history that ended within w before its
@@ -145,15 +151,9 @@ type windowValue struct {
 }
 
 // rememberSpread keeps the cohort's sample spread of this evaluation for signal sig,
-// lets go of those older than the longest window, and returns the spreads kept.
-func (c *cohort) rememberSpread(sig int, spread float64, now time.Time, longest time.Duration) []windowSample {
-	at := now.UnixNano()
-	h := append(c.spreads[sig], windowSample{at: at, value: spread})
-	cut := 0
-	for cut < len(h) && (at-h[cut].at >= int64(longest) || len(h)-cut > maxHistory) {
-		cut++
-	}
-	c.spreads[sig] = append(h[:0], h[cut:]...)
+// over the longest window as a series keeps its samples, and returns the spreads kept.
+func (c *cohort) rememberSpread(sig int, spread float64, now time.Time, longest time.Duration, drops map[string]int64) []windowSample {
+	c.spreads[sig] = appendWithin(c.spreads[sig], windowSample{at: now.UnixNano(), value: spread}, longest, drops)
 	return c.spreads[sig]
 }
 

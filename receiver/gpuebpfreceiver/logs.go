@@ -34,9 +34,9 @@ type logSink struct {
 	clock       *wallClock
 	// NCCL records have their own budget: a busy all-reduce loop must not starve the
 	// CUDA outliers of theirs, nor the reverse.
-	ncclLimiter     *rate.Limiter
-	ncclSampleEvery uint64
-	// ncclSample picks the collectives of named communicators kept (collsample).
+	ncclLimiter *rate.Limiter
+	// ncclSample picks the collectives of named communicators kept (collsample); its
+	// Most is logs.nccl.sample_every.
 	ncclSample   collsample.Rule
 	drops        *counterSet
 	hostResource func(pcommon.Resource)
@@ -53,17 +53,16 @@ type logSink struct {
 func newLogSink(cfg *Config, clock *wallClock, drops *counterSet, hostResource func(pcommon.Resource)) *logSink {
 	limit := rate.Limit(cfg.Logs.MaxPerSecond)
 	s := &logSink{
-		policy:          cfg.Logs.Policy,
-		factor:          cfg.Logs.OutlierFactor,
-		minDuration:     cfg.Logs.OutlierMinDuration.Seconds(),
-		limiter:         rate.NewLimiter(limit, max(cfg.Logs.MaxPerSecond, 1)),
-		ncclLimiter:     rate.NewLimiter(rate.Limit(cfg.Logs.NCCL.MaxPerSecond), max(cfg.Logs.NCCL.MaxPerSecond, 1)),
-		ncclSampleEvery: uint64(max(cfg.Logs.NCCL.SampleEvery, 1)),
-		ncclSample:      collsample.Rule{Most: uint64(max(cfg.Logs.NCCL.SampleEvery, 1)), PerSecond: cfg.Logs.NCCL.MinPerSecond},
-		clock:           clock,
-		drops:           drops,
-		hostResource:    hostResource,
-		stacks:          stackTally{drops: drops},
+		policy:       cfg.Logs.Policy,
+		factor:       cfg.Logs.OutlierFactor,
+		minDuration:  cfg.Logs.OutlierMinDuration.Seconds(),
+		limiter:      rate.NewLimiter(limit, max(cfg.Logs.MaxPerSecond, 1)),
+		ncclLimiter:  rate.NewLimiter(rate.Limit(cfg.Logs.NCCL.MaxPerSecond), max(cfg.Logs.NCCL.MaxPerSecond, 1)),
+		ncclSample:   collsample.Rule{Most: uint64(max(cfg.Logs.NCCL.SampleEvery, 1)), PerSecond: cfg.Logs.NCCL.MinPerSecond},
+		clock:        clock,
+		drops:        drops,
+		hostResource: hostResource,
+		stacks:       stackTally{drops: drops},
 	}
 	s.reset()
 	return s

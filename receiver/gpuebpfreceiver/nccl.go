@@ -261,7 +261,7 @@ func (s *logSink) keepCollective(p *processSeries, ev *probes.NCCLCall) bool {
 	if st == nil {
 		if len(p.collSample) >= maxSampledComms {
 			s.drops.add("nccl_sample_comms", 1)
-			return ev.Seq%s.ncclSampleEvery == 0
+			return ev.Seq%s.ncclSample.Most == 0
 		}
 		if p.collSample == nil {
 			p.collSample = map[uint64]*collsample.State{}
@@ -308,7 +308,7 @@ func (s *logSink) ncclCall(p *processSeries, ev *probes.NCCLCall, recovered *unn
 	case recovered != nil && collective:
 		// Sends and receives: no rank matches them with another's, so one in
 		// sample_every of the process's own, for the store.
-		if p.recoveredPeerCalls++; (p.recoveredPeerCalls-1)%s.ncclSampleEvery == 0 {
+		if p.recoveredPeerCalls++; (p.recoveredPeerCalls-1)%s.ncclSample.Most == 0 {
 			reason = "sampled"
 		}
 	}

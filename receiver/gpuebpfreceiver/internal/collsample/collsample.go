@@ -35,11 +35,10 @@ type Rule struct {
 
 // State is one communicator's choice on one rank.
 type State struct {
-	started bool
 	// measured: a whole window has been counted. The window the first collective
 	// came in is only part counted, and a rate from it would be too low.
 	measured bool
-	every    uint64
+	every    uint64 // 0 before the first collective
 	window   int64  // the wall-clock window the current count began in
 	seqAt    uint64 // the sequence number of the first collective in it
 }
@@ -50,10 +49,10 @@ func (s *State) Keep(r Rule, seq uint64, wallNS int64) bool {
 	most := max(r.Most, 1)
 	window := wallNS / WindowNS
 	switch {
-	case !s.started:
+	case s.every == 0:
 		// A rank starts at the most, which divides by every other choice: what it
 		// keeps until its first window ends matches whatever the other ranks chose.
-		s.started, s.every, s.window, s.seqAt = true, most, window, seq
+		s.every, s.window, s.seqAt = most, window, seq
 	case window > s.window && seq >= s.seqAt:
 		if s.measured {
 			rate := float64(seq-s.seqAt) / (float64(window-s.window) * WindowNS / 1e9)
@@ -69,7 +68,7 @@ func (s *State) Keep(r Rule, seq uint64, wallNS int64) bool {
 
 // Every is the current choice (Most before the first collective).
 func (s *State) Every(r Rule) uint64 {
-	if !s.started {
+	if s.every == 0 {
 		return max(r.Most, 1)
 	}
 	return s.every
