@@ -54,6 +54,22 @@ type Threshold struct {
 	// milliseconds, on its node's clock; 0: not sent): a node judges a sample by a line
 	// drawn from its peers' samples of the same time, not by one drawn before they came.
 	Drawn int64 `json:"-"`
+	// Pair says this is no line but the gateway's verdict on a cohort of two ranks,
+	// judged by the difference between them over time: a node cannot draw that from
+	// its own ranks' samples, so it says what the gateway holds. Flagged are the ranks
+	// the gateway holds flagged on the signal (none: both judged healthy); Median and
+	// Line are unused.
+	Pair    bool       `json:"-"`
+	Flagged []PairFlag `json:"-"`
+}
+
+// PairFlag is a rank of a two-rank cohort that the gateway holds flagged, with what
+// its record said: since when (unix milliseconds, the gateway's clock), the sample
+// that flagged it, the value its partner made expected, the line and the score.
+type PairFlag struct {
+	Rank                         int64
+	Since                        int64
+	Value, Expected, Line, Score float64
 }
 
 // WindowLine is a cohort's line for the medians of its ranks' samples over the last
@@ -108,7 +124,81 @@ type wireCohort struct {
 	// Drawn is each line's At less its Drawn, in milliseconds, in the order of Lines,
 	// when every line has one: a key of its own, for the same reason as Noise.
 	Drawn []int64 `json:"d,omitempty"`
+	// Pairs are the cohort's pair verdicts (Threshold.Pair), apart from its lines: a
+	// node that predates them ignores the key and sees a cohort of no lines, where a
+	// verdict written as a line would be judged as one.
+	Pairs []wirePair `json:"p,omitempty"`
 }
+
+// wirePair is written as [signal, worse] and then one array per flagged rank: [rank,
+// milliseconds from since to the cohort's time, value, expected, line, score], the
+// numbers with seven significant digits.
+type wirePair struct {
+	signal  string
+	worse   string
+	flagged []PairFlag
+	at      int64
+}
+
+// maxPairFlags bounds the flagged ranks read per pair verdict: a pair has two.
+const maxPairFlags = 2
+
+func (p wirePair) MarshalJSON() ([]byte, error) {
+	out, err := appendSignal([]byte{'['}, p.signal)
+	if err != nil {
+		return nil, err
+	}
+	out = append(out, `,"`...)
+	out = append(out, p.worse[0], '"')
+	for _, f := range p.flagged {
+		if !finite(f.Value) || !finite(f.Expected) || !finite(f.Line) || !finite(f.Score) {
+			return nil, fmt.Errorf("pair verdict of %s is not a finite number", p.signal)
+		}
+		out = append(out, ",["...)
+		out = strconv.AppendInt(out, f.Rank, 10)
+		out = append(out, ',')
+		out = strconv.AppendInt(out, p.at-f.Since, 10)
+		for _, v := range []float64{f.Value, f.Expected, f.Line, f.Score} {
+			out = append(out, ',')
+			out = strconv.AppendFloat(out, v, 'g', 7, 64)
+		}
+		out = append(out, ']')
+	}
+	return append(out, ']'), nil
+}
+
+func (p *wirePair) UnmarshalJSON(b []byte) error {
+	var raw []json.RawMessage
+	if err := json.Unmarshal(b, &raw); err != nil {
+		return err
+	}
+	if len(raw) < 2 || len(raw) > 2+maxPairFlags {
+		return fmt.Errorf("a pair verdict has %d fields, want a signal, its worse side and up to %d flagged ranks", len(raw), maxPairFlags)
+	}
+	var worse string
+	if err := errors.Join(json.Unmarshal(raw[0], &p.signal), json.Unmarshal(raw[1], &worse)); err != nil {
+		return err
+	}
+	var err error
+	if p.worse, err = readWorse(worse); err != nil {
+		return err
+	}
+	p.signal = readSignal(p.signal)
+	for _, r := range raw[2:] {
+		var nums []float64
+		if err := json.Unmarshal(r, &nums); err != nil {
+			return fmt.Errorf("a pair verdict's flagged rank: %w", err)
+		}
+		if len(nums) != 6 || nums[0] != math.Trunc(nums[0]) || nums[0] < 0 || nums[1] != math.Trunc(nums[1]) || math.Abs(nums[1]) > maxSinceMillis {
+			return fmt.Errorf("a pair verdict's flagged rank %v is not [rank, ms since, value, expected, line, score]", nums)
+		}
+		p.flagged = append(p.flagged, PairFlag{Rank: int64(nums[0]), Since: -int64(nums[1]), Value: nums[2], Expected: nums[3], Line: nums[4], Score: nums[5]})
+	}
+	return nil
+}
+
+// maxSinceMillis bounds how long before its verdict a flag may say it began: a year.
+const maxSinceMillis = 366 * 24 * 3600 * 1000
 
 // wireNoise is a line's noise with three significant digits.
 type wireNoise float64
@@ -138,15 +228,10 @@ func (l wireLine) MarshalJSON() ([]byte, error) {
 	if math.IsNaN(l.median) || math.IsInf(l.median, 0) || math.IsNaN(l.line) || math.IsInf(l.line, 0) {
 		return nil, fmt.Errorf("line of %s is not a finite number", l.signal)
 	}
-	name := l.signal
-	if rest, ok := strings.CutPrefix(name, rankSignalPrefix); ok {
-		name = "." + rest
-	}
-	b, err := json.Marshal(name)
+	out, err := appendSignal([]byte{'['}, l.signal)
 	if err != nil {
 		return nil, err
 	}
-	out := append([]byte{'['}, b...)
 	out = append(out, ',')
 	out = strconv.AppendFloat(out, l.median, 'g', 7, 64)
 	out = append(out, ',')
@@ -174,6 +259,38 @@ func (l wireLine) MarshalJSON() ([]byte, error) {
 }
 
 func finite(x float64) bool { return !math.IsNaN(x) && !math.IsInf(x, 0) }
+
+// appendSignal writes a signal's name as a JSON string, "fathom.rank.<rest>" as
+// ".<rest>".
+func appendSignal(out []byte, signal string) ([]byte, error) {
+	if rest, ok := strings.CutPrefix(signal, rankSignalPrefix); ok {
+		signal = "." + rest
+	}
+	b, err := json.Marshal(signal)
+	if err != nil {
+		return nil, err
+	}
+	return append(out, b...), nil
+}
+
+// readSignal is the signal's name appendSignal wrote.
+func readSignal(name string) string {
+	if rest, ok := strings.CutPrefix(name, "."); ok {
+		return rankSignalPrefix + rest
+	}
+	return name
+}
+
+// readWorse reads a worse side written as its first letter.
+func readWorse(w string) (string, error) {
+	switch w {
+	case "l":
+		return "lower", nil
+	case "h":
+		return "higher", nil
+	}
+	return "", fmt.Errorf("a worse side is %q, want l or h", w)
+}
 
 // maxWindows bounds the windows read per line.
 const maxWindows = 8
@@ -206,18 +323,10 @@ func (l *wireLine) UnmarshalJSON(b []byte) error {
 			l.windows = append(l.windows, WindowLine{Seconds: flat[i], Median: flat[i+1], Line: flat[i+2]})
 		}
 	}
-	if rest, ok := strings.CutPrefix(l.signal, "."); ok {
-		l.signal = rankSignalPrefix + rest
-	}
-	switch worse {
-	case "l":
-		l.worse = "lower"
-	case "h":
-		l.worse = "higher"
-	default:
-		return fmt.Errorf("a line's worse side is %q, want l or h", worse)
-	}
-	return nil
+	l.signal = readSignal(l.signal)
+	var err error
+	l.worse, err = readWorse(worse)
+	return err
 }
 
 // group puts consecutive thresholds of one cohort and evaluation together, keeping
@@ -229,6 +338,10 @@ func group(ts []Threshold) []wireCohort {
 			out = append(out, wireCohort{Cluster: t.Cluster, Cohort: t.Cohort, At: t.At})
 		}
 		c := &out[len(out)-1]
+		if t.Pair {
+			c.Pairs = append(c.Pairs, wirePair{signal: t.Signal, worse: t.Worse, flagged: t.Flagged, at: t.At})
+			continue
+		}
 		if t.Noise > 0 || len(c.Noise) > 0 {
 			// Noise for every line of the cohort once one has any, 0 for those without.
 			c.Noise = append(c.Noise, make([]wireNoise, len(c.Lines)-len(c.Noise))...)
@@ -281,6 +394,14 @@ func Decode(s string) ([]Threshold, error) {
 				}
 				if len(c.Drawn) > 0 {
 					t.Drawn = c.At - c.Drawn[i]
+				}
+				ts = append(ts, t)
+			}
+			for _, p := range c.Pairs {
+				t := Threshold{Cluster: c.Cluster, Cohort: c.Cohort, Signal: p.signal, Worse: p.worse, At: c.At, Pair: true}
+				for _, f := range p.flagged {
+					f.Since += c.At
+					t.Flagged = append(t.Flagged, f)
 				}
 				ts = append(ts, t)
 			}

@@ -226,6 +226,12 @@ func TestDecodeRefusesWhatItCannotTrust(t *testing.T) {
 		"windows by text":  b64(`[{"co":"c","t":1,"l":[["s",1,2,"l","3s"]]}]`),
 		"too many windows": b64(`[{"co":"c","t":1,"l":[["s",1,2,"l",[` + strings.Repeat("1,1,1,", 8) + `1,1,1]]]}]`),
 		"six fields":       b64(`[{"co":"c","t":1,"l":[["s",1,2,"l",[3,1,2],1]]}]`),
+		"pair sideways":    b64(`[{"co":"c","t":1,"p":[["s","s"]]}]`),
+		"pair of three":    b64(`[{"co":"c","t":1,"p":[["s","h",[1,0,1,1,1,1],[2,0,1,1,1,1],[3,0,1,1,1,1]]]}]`),
+		"pair rank half":   b64(`[{"co":"c","t":1,"p":[["s","h",[1.5,0,1,1,1,1]]]}]`),
+		"pair rank short":  b64(`[{"co":"c","t":1,"p":[["s","h",[1,0,1,1,1]]]}]`),
+		"pair since ages":  b64(`[{"co":"c","t":1,"p":[["s","h",[1,1e15,1,1,1,1]]]}]`),
+		"pair by text":     b64(`[{"co":"c","t":1,"p":[["s","h","rank 1"]]}]`),
 		"v1 incomplete":    "v1." + base64.RawURLEncoding.EncodeToString([]byte(`[{"co":"c","s":"s","w":"sideways"}]`)),
 		"oversized":        "v3." + strings.Repeat("A", MaxDecode),
 	} {
@@ -306,5 +312,41 @@ func TestSampleTimesRideBesideTheLines(t *testing.T) {
 	bad, _ := json.Marshal([]map[string]any{{"co": "comm-1", "t": 1, "l": [][]any{{".cpu.time", 0.24, 0.26, "h"}}, "d": []int64{3, 4}}})
 	if _, err := Decode("v3." + base64.RawURLEncoding.EncodeToString(bad)); err == nil {
 		t.Error("two sample times for one line were read")
+	}
+}
+
+// A pair's verdict rides in the cohort's answer apart from its lines: the node reads
+// back which rank the gateway holds flagged, since when and what its record said, and
+// a node that predates verdicts sees a cohort without lines, not a line at 0.
+func TestPairVerdictsRideApartFromTheLines(t *testing.T) {
+	at := int64(1_800_000_013_000)
+	in := []Threshold{
+		{Cluster: "c1", Cohort: "pair-1", Signal: "fathom.rank.cpu.time", Worse: "higher", At: at, Pair: true,
+			Flagged: []PairFlag{{Rank: 1, Since: at - 2250, Value: 0.2875, Expected: 0.2401, Line: 0.2612, Score: 4.125}}},
+		{Cluster: "c1", Cohort: "pair-1", Signal: "fathom.rank.device_wait.time", Worse: "lower", At: at, Pair: true},
+		{Cluster: "c1", Cohort: "comm-2", Signal: "fathom.rank.cpu.time", Median: 0.24, Line: 0.26, Worse: "higher", At: at},
+	}
+	v, left := Encode(in, 1024)
+	if left != 0 {
+		t.Fatalf("%d left out", left)
+	}
+	out, err := Decode(v)
+	if err != nil || !reflect.DeepEqual(out, in) {
+		t.Fatalf("decoded %+v (%v), want %+v", out, err, in)
+	}
+	raw, err := base64.RawURLEncoding.DecodeString(strings.TrimPrefix(v, "v3."))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var old []struct {
+		Cohort string     `json:"co"`
+		Lines  []wireLine `json:"l"`
+	}
+	if err := json.Unmarshal(raw, &old); err != nil || len(old) != 2 || len(old[0].Lines) != 0 || len(old[1].Lines) != 1 {
+		t.Errorf("a node before pair verdicts read %+v (%v) from %s, want no line for pair-1", old, err, raw)
+	}
+	in[0].Flagged[0].Score = math.NaN()
+	if v, _ := Encode(in, 1024); v != "" {
+		t.Errorf("a verdict with a NaN score was written: %q", v)
 	}
 }

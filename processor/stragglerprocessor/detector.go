@@ -130,6 +130,9 @@ type cohort struct {
 	// pairs are, per signal, what a cohort of two fresh ranks learned about the
 	// difference between them (pair.go); nil until it had two.
 	pairs []*pairState
+	// adopted are the pair verdicts a node holds flagged, by rank and signal
+	// (adoptPairVerdict); none on the gateway.
+	adopted []adoptedFlag
 	// spreads are, per signal, the samples' spread at each evaluation over the longest
 	// window, for the window lines (windows.go).
 	spreads [][]windowSample
@@ -432,6 +435,29 @@ func (d *detector) line(key cohortKey, sig int) (line, bool) {
 	return c.lines[sig], true
 }
 
+// pushed is what the gateway answers a node's export with for cohort key and signal
+// sig: the cohort's line, or, where its last evaluation judged the cohort as a pair,
+// its verdict on the pair.
+func (d *detector) pushed(key cohortKey, sig int) (pushback.Threshold, bool) {
+	c := d.cohorts[key]
+	if c == nil {
+		return pushback.Threshold{}, false
+	}
+	signal := d.cfg.Signals[sig]
+	l := c.lines[sig]
+	if sig < len(c.pairs) {
+		if p := c.pairs[sig]; p != nil && !p.judgedAt.IsZero() && (!l.ok || p.judgedAt.After(l.at)) {
+			return pushback.Threshold{Cluster: key.cluster, Cohort: key.cohort, Signal: signal.Metric, Worse: signal.Worse,
+				At: p.judgedAt.UnixMilli(), Pair: true, Flagged: p.verdict(c, sig)}, true
+		}
+	}
+	if !l.ok {
+		return pushback.Threshold{}, false
+	}
+	return pushback.Threshold{Cluster: key.cluster, Cohort: key.cohort, Signal: signal.Metric, Median: l.median, Line: l.threshold,
+		Worse: signal.Worse, At: l.at.UnixMilli(), Drawn: l.drawn.UnixMilli(), Windows: toPushback(l.windows), Noise: l.noise}, true
+}
+
 func (d *detector) evaluateSignal(c *cohort, sig int, now time.Time, out *evaluation) {
 	cfg := d.cfg
 	signal := cfg.Signals[sig]
@@ -641,6 +667,10 @@ func (d *detector) evaluateAgainst(src pushback.Source, now time.Time) evaluatio
 				continue
 			}
 			c.pushed[sig], c.heldAt[sig] = true, now
+			if t.Pair {
+				d.adoptPairVerdict(c, sig, t, now, &out)
+				continue
+			}
 			windows := pushedWindows(t)
 			worse := 1.0
 			if t.Worse == WorseLower {

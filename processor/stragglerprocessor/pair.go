@@ -5,6 +5,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/fathom-gpu/fathom/internal/pushback"
 	"github.com/fathom-gpu/fathom/internal/series"
 )
 
@@ -36,7 +37,10 @@ import (
 //
 // A pair is judged at the gateway only: a node holds only its own ranks and judges
 // them against the lines the gateway pushes back, and a pair has no line a node could
-// judge by without its partner's samples.
+// judge by without its partner's samples. So the gateway pushes back its verdict
+// instead (pushback.Threshold.Pair: which of the two it holds flagged, since when, and
+// what its record said), and the node says the same of its ranks an answer later
+// (adoptPairVerdict).
 const (
 	// pairHorizon is how far back the level is learned; pairLearn how much healthy
 	// time a pair needs before it can flag anyone.
@@ -85,6 +89,31 @@ type pairState struct {
 	// noise: a pair's noise is d's, in its own units, and must not mix with a cohort's.
 	scores  scoreNoise
 	scratch []float64
+	// judgedAt is the evaluation that last judged the pair, and flags what each rank
+	// flagged on the signal said when it was (pushed back to the nodes with the
+	// verdict).
+	judgedAt time.Time
+	flags    []pushback.PairFlag
+}
+
+// verdict is what the gateway pushes back for the pair at its last evaluation: the
+// ranks it holds flagged.
+func (p *pairState) verdict(c *cohort, sig int) []pushback.PairFlag {
+	var out []pushback.PairFlag
+	for _, f := range p.flags {
+		if r := c.ranks[f.Rank]; r != nil && r.series[sig].flagged {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+// noteFlag keeps what rank's flag said (state "straggler"), or forgets it.
+func (p *pairState) noteFlag(ev event, state string) {
+	p.flags = slices.DeleteFunc(p.flags, func(f pushback.PairFlag) bool { return f.Rank == ev.rank })
+	if state == "straggler" {
+		p.flags = append(p.flags, pushback.PairFlag{Rank: ev.rank, Since: ev.since.UnixMilli(), Value: ev.value, Expected: ev.median, Line: ev.threshold, Score: ev.score})
+	}
 }
 
 // pairsJudge says whether signal sig of a cohort with two fresh ranks is judged as a
@@ -184,6 +213,7 @@ func (d *detector) evaluatePair(c *cohort, sig int, a, b int64, newest, now time
 	signal := cfg.Signals[sig]
 	p := c.pair(sig, a, b)
 	p.learn()
+	p.judgedAt = now
 	worse := 1.0
 	if signal.Worse == WorseLower {
 		worse = -1
@@ -254,6 +284,7 @@ func (d *detector) evaluatePair(c *cohort, sig int, a, b int64, newest, now time
 				}
 				ev.state, ev.since, ev.rule = state, s.since, s.rule
 				out.events = append(out.events, ev)
+				p.noteFlag(ev, state)
 			}
 			if ep, ended := s.followStall(sm, score > cfg.K, worse*(sm.value-expected), sm.seconds && worse > 0, expected, threshold, score, warm, d.stallLeast()); ended {
 				d.recordStall(r, ep, ev, out)
@@ -300,4 +331,53 @@ func (d *detector) evaluateFreshPair(c *cohort, sig int, newest, now time.Time, 
 		}
 	}
 	d.evaluatePair(c, sig, ranks[0], ranks[1], newest, now, out)
+}
+
+// adoptPairVerdict is a node's judgement of its ranks in a cohort of two on signal sig:
+// its gateway's verdict t, pushed back. Each rank of this node the gateway holds
+// flagged is flagged with what the gateway's record said; one it no longer holds
+// flagged is resolved.
+func (d *detector) adoptPairVerdict(c *cohort, sig int, t pushback.Threshold, now time.Time, out *evaluation) {
+	for _, rank := range c.rankOrder() {
+		r := c.ranks[rank]
+		s := &r.series[sig]
+		if s.latest.received.IsZero() || now.Sub(s.latest.received) > d.cfg.SilentAfter {
+			continue
+		}
+		// Nothing here judges samples: the latest waits, as with no line, for a
+		// cohort that has a line again.
+		s.keepLatestUnjudged()
+		i := slices.IndexFunc(t.Flagged, func(f pushback.PairFlag) bool { return f.Rank == rank })
+		ev := event{cohort: c.key, job: r.job, node: r.node, rank: rank, signal: sig, value: s.latest.value,
+			at: now, gauge: s.latest.gauge, detail: s.latest.detail, rule: rulePair}
+		switch {
+		case i >= 0 && !s.flagged:
+			f := t.Flagged[i]
+			s.flagged, s.window, s.rule, s.since = true, 0, rulePair, time.UnixMilli(f.Since)
+			ev.value, ev.median, ev.threshold, ev.score = f.Value, f.Expected, f.Line, f.Score
+			ev.state, ev.since = "straggler", s.since
+			out.events = append(out.events, ev)
+			c.adopted = append(slices.DeleteFunc(c.adopted, func(a adoptedFlag) bool { return a.rank == rank && a.signal == sig }),
+				adoptedFlag{rank: rank, signal: sig, median: f.Expected, line: f.Line})
+		case i < 0 && s.flagged:
+			s.flagged = false
+			// The record says the partner's value its flag expected: the gateway
+			// sends no line for a rank it holds healthy.
+			if j := slices.IndexFunc(c.adopted, func(a adoptedFlag) bool { return a.rank == rank && a.signal == sig }); j >= 0 {
+				ev.median, ev.threshold = c.adopted[j].median, c.adopted[j].line
+				c.adopted = slices.Delete(c.adopted, j, j+1)
+			}
+			ev.state, ev.since, ev.rule = "resolved", s.since, s.rule
+			out.events = append(out.events, ev)
+		}
+		out.ranks = append(out.ranks, rankGauge{cohort: c.key, job: r.job, node: r.node, rank: rank, signal: sig, flagged: s.flagged})
+	}
+}
+
+// adoptedFlag is what a node kept of a pair verdict it adopted, for the record that
+// resolves it.
+type adoptedFlag struct {
+	rank         int64
+	signal       int
+	median, line float64
 }

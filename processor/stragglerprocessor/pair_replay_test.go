@@ -37,94 +37,103 @@ func ranksOf(rec recording) []int64 {
 // Two-rank jobs made of the committed recordings' ranks, replayed through the gateway's
 // detector at the shipped settings: the slow rank with each other rank (its node-mate
 // and those on other nodes), and every two healthy ranks. The slow rank is found at 20%
-// within 4 s and at 10% within 10 s of the onset in every pair; no healthy rank is
-// flagged, in the slow pairs or the healthy ones, nor the slow rank while healthy.
+// within 6 s of the onset in every pair; no healthy rank is flagged, in the slow pairs
+// or the healthy ones, nor the slow rank while healthy. The same holds of the pairs'
+// nodes, which say what the gateway's verdict pushed back to them says: a node has no
+// line to judge a pair by.
 func TestRecordedPairsAreJudgedRight(t *testing.T) {
 	paths, err := filepath.Glob("testdata/recordings/*.csv.gz")
 	if err != nil || len(paths) == 0 {
 		t.Fatalf("no recording (%v)", err)
 	}
-	// 20% within 6 s (measured: p50 2.8 s, slowest 5.3 s); 10% and 5% are reported,
-	// not required: a pair's drift (pairDrift) hides them on these busy hosts.
+	// 20% within 6 s (measured: p50 2.8 s, slowest 5.3 s; at the nodes an answer
+	// later); 10% and 5% are reported, not required: a pair's drift (pairDrift) hides
+	// them on these busy hosts.
 	bounds := map[int]time.Duration{20: 6 * time.Second}
 	type tally struct {
 		pairs, found int
 		latencies    []time.Duration
 	}
-	byPct := map[int]*tally{}
-	healthyPairs, falseFlags, flaps, stalls, partnerFlags, thirdRankFlags := 0, 0, 0, 0, 0, 0
-	var quiet time.Duration
-	for _, path := range paths {
-		rec := readRecording(t, path)
-		ranks := ranksOf(rec)
-		for i, a := range ranks {
-			for _, b := range ranks[i+1:] {
-				pair := onlyRanks(rec, a, b)
-				res := replay(pair, shippedConfig(), nil, false)
-				slow := a == rec.slowRank || b == rec.slowRank
-				name := fmt.Sprintf("%s ranks %d,%d", rec.shape, a, b)
-				for _, l := range res.log {
-					t.Logf("%s: %s", name, l)
-				}
-				t.Logf("%s: onset to flag %v; %d false flags in %v healthy; %d flagged again; %d stall records", name, res.latencies, res.falseFlags, res.healthy, res.flaps, res.stalls)
-				flaps += res.flaps
-				stalls += res.stalls
-				q := quietTime(pair)
-				quiet += q
-				for _, at := range res.falseAt {
-					if disturbed(rec, at) {
-						if slow {
-							partnerFlags++
-						} else {
-							thirdRankFlags++
+	for _, byNodes := range []bool{false, true} {
+		who := "gateway"
+		if byNodes {
+			who = "nodes"
+		}
+		byPct := map[int]*tally{}
+		healthyPairs, falseFlags, flaps, stalls, partnerFlags, thirdRankFlags := 0, 0, 0, 0, 0, 0
+		var quiet time.Duration
+		for _, path := range paths {
+			rec := readRecording(t, path)
+			ranks := ranksOf(rec)
+			for i, a := range ranks {
+				for _, b := range ranks[i+1:] {
+					pair := onlyRanks(rec, a, b)
+					res := replay(pair, shippedConfig(), nil, byNodes)
+					slow := a == rec.slowRank || b == rec.slowRank
+					name := fmt.Sprintf("%s: %s ranks %d,%d", who, rec.shape, a, b)
+					for _, l := range res.log {
+						t.Logf("%s: %s", name, l)
+					}
+					t.Logf("%s: onset to flag %v; %d false flags in %v healthy; %d flagged again; %d stall records", name, res.latencies, res.falseFlags, res.healthy, res.flaps, res.stalls)
+					flaps += res.flaps
+					stalls += res.stalls
+					q := quietTime(pair)
+					quiet += q
+					for _, at := range res.falseAt {
+						if disturbed(rec, at) {
+							if slow {
+								partnerFlags++
+							} else {
+								thirdRankFlags++
+							}
+							continue
 						}
+						falseFlags++
+					}
+					if !slow {
+						healthyPairs++
 						continue
 					}
-					falseFlags++
-				}
-				if !slow {
-					healthyPairs++
-					continue
-				}
-				for pct, l := range res.latencies {
-					if byPct[pct] == nil {
-						byPct[pct] = &tally{}
-					}
-					tl := byPct[pct]
-					tl.pairs++
-					if l >= 0 {
-						tl.found++
-						tl.latencies = append(tl.latencies, l)
-					}
-					if bound, ok := bounds[pct]; ok && (l < 0 || l > bound) {
-						t.Errorf("%s: the %d%% slowdown of rank %d found after %v, want within %v", name, pct, rec.slowRank, l, bound)
+					for pct, l := range res.latencies {
+						if byPct[pct] == nil {
+							byPct[pct] = &tally{}
+						}
+						tl := byPct[pct]
+						tl.pairs++
+						if l >= 0 {
+							tl.found++
+							tl.latencies = append(tl.latencies, l)
+						}
+						if bound, ok := bounds[pct]; ok && (l < 0 || l > bound) {
+							t.Errorf("%s: the %d%% slowdown of rank %d found after %v, want within %v", name, pct, rec.slowRank, l, bound)
+						}
 					}
 				}
 			}
 		}
-	}
-	for _, pct := range []int{20, 10, 5} {
-		tl := byPct[pct]
-		if tl == nil {
-			continue
+		for _, pct := range []int{20, 10, 5} {
+			tl := byPct[pct]
+			if tl == nil {
+				continue
+			}
+			slices.Sort(tl.latencies)
+			row := fmt.Sprintf("%s: %d%%: found in %d of %d slow pairs", who, pct, tl.found, tl.pairs)
+			if n := len(tl.latencies); n > 0 {
+				row += fmt.Sprintf(", p50 %v, max %v", tl.latencies[n/2], tl.latencies[n-1])
+			}
+			t.Log(row)
 		}
-		slices.Sort(tl.latencies)
-		row := fmt.Sprintf("%d%%: found in %d of %d slow pairs", pct, tl.found, tl.pairs)
-		if n := len(tl.latencies); n > 0 {
-			row += fmt.Sprintf(", p50 %v, max %v", tl.latencies[n/2], tl.latencies[n-1])
+		// Measured on these recordings at pairDrift 1.1: none in quiet time; the slow
+		// rank's partner twice (cpu.time, within the 30 s after a slowdown ended, the
+		// recorded job's other ranks still settling) and a healthy pair three times
+		// while a third rank of the recorded job was slow (its node-mate shares its
+		// CPUs: a disturbance no two-rank job has); the slow rank flagged again once in
+		// one slowdown. Those are bounded at what was measured; the nodes say the same.
+		if falseFlags != 0 || partnerFlags > 2 || thirdRankFlags > 3 || flaps > 1 {
+			t.Errorf("%s: false flags: %d in quiet time (want 0), %d of the slow rank's partner (want at most 2), %d of a healthy pair while a third rank was slow (want at most 3), the slow rank flagged again %d times (want at most 1)", who, falseFlags, partnerFlags, thirdRankFlags, flaps)
 		}
-		t.Log(row)
+		t.Logf("%s: %d healthy pairs; %d false flags in %v quiet pair-time; %d flags of the slow rank's partner and %d of a healthy pair while a third rank was slow or within %v after; %d flagged again; %d stall records", who, healthyPairs, falseFlags, quiet, partnerFlags, thirdRankFlags, resolveGrace+pairHorizon, flaps, stalls)
 	}
-	// Measured on these recordings at pairDrift 1.1: none in quiet time; the slow
-	// rank's partner twice (cpu.time, within the 30 s after a slowdown ended, the
-	// recorded job's other ranks still settling) and a healthy pair three times while
-	// a third rank of the recorded job was slow (its node-mate shares its CPUs: a
-	// disturbance no two-rank job has); the slow rank flagged again once in one
-	// slowdown. Those are bounded at what was measured.
-	if falseFlags != 0 || partnerFlags > 2 || thirdRankFlags > 3 || flaps > 1 {
-		t.Errorf("false flags: %d in quiet time (want 0), %d of the slow rank's partner (want at most 2), %d of a healthy pair while a third rank was slow (want at most 3), the slow rank flagged again %d times (want at most 1)", falseFlags, partnerFlags, thirdRankFlags, flaps)
-	}
-	t.Logf("%d healthy pairs; %d false flags in %v quiet pair-time; %d flags of the slow rank's partner and %d of a healthy pair while a third rank was slow or within %v after; %d flagged again; %d stall records", healthyPairs, falseFlags, quiet, partnerFlags, thirdRankFlags, resolveGrace+pairHorizon, flaps, stalls)
 }
 
 // disturbed says whether at is within a slowdown of the recording or the time after it

@@ -2,9 +2,12 @@ package stragglerprocessor
 
 import (
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"testing"
 	"time"
+
+	"github.com/fathom-gpu/fathom/internal/pushback"
 )
 
 // pairRun feeds a two-rank job's device wait, sampled every 250 ms, to the gateway's
@@ -124,5 +127,60 @@ func TestAOneSecondStallInAPairFlagsNobody(t *testing.T) {
 		if len(stalls) != 1 || stalls[0].rank != 1 || stalls[0].at.Sub(stalls[0].since) != time.Second {
 			t.Errorf("seed %d: stall records %+v, want one of rank 1 lasting 1s", seed, stalls)
 		}
+	}
+}
+
+// A node holds one rank of a two-rank job and has no line to judge it by: it says what
+// its gateway's pushed-back verdict says, an answer later. Its rank is flagged with the
+// gateway's since, sample, expected value and line, held while the verdict holds it,
+// and resolved (with the expected value and line it was flagged against) once the
+// verdict no longer does; the partner's flag, on another node, is not this node's.
+func TestANodeSaysItsGatewaysVerdictOnAPair(t *testing.T) {
+	cfg := createDefaultConfig()
+	cfg.Mode = ModeNode
+	c := newCluster(t, cfg, true)
+	sig := cfg.Signals[0]
+	key := pushback.Key{Cluster: "c1", Cohort: "comm-1", Signal: sig.Metric}
+	lines := heldLines{}
+	verdict := func(flagged ...pushback.PairFlag) {
+		lines[key] = pushback.Threshold{Cluster: "c1", Cohort: "comm-1", Signal: sig.Metric, Worse: sig.Worse, Pair: true, Flagged: flagged}
+	}
+	step := func() {
+		c.interval++
+		end := c.start.Add(time.Duration(c.interval) * time.Second)
+		c.totals[1] += 0.2
+		c.det.observe(point{cohort: c.key, node: "node-1", rank: 1, pid: 1, cumulative: true, value: c.totals[1],
+			start: c.start.UnixNano(), ts: end.UnixNano()}, end)
+		c.events = append(c.events, c.det.evaluateAgainst(lines, end).events...)
+	}
+	verdict()
+	step()
+	step()
+	since := c.start.Add(1500 * time.Millisecond)
+	flag := pushback.PairFlag{Rank: 1, Since: since.UnixMilli(), Value: 0.21, Expected: 0.3, Line: 0.26, Score: -4.5}
+	verdict(pushback.PairFlag{Rank: 0, Since: since.UnixMilli(), Value: 0.1, Expected: 0.3, Line: 0.26, Score: -9})
+	step()
+	if len(c.events) != 0 {
+		t.Fatalf("the partner's flag was said here: %s", c.describeEvents())
+	}
+	verdict(flag)
+	for range 3 {
+		step()
+	}
+	if len(c.events) != 1 {
+		t.Fatalf("events %s, want one flag held", c.describeEvents())
+	}
+	if e := c.events[0]; e.state != "straggler" || e.rank != 1 || e.rule != rulePair || !e.since.Equal(since) ||
+		e.value != 0.21 || e.median != 0.3 || e.threshold != 0.26 || e.score != -4.5 || e.node != "node-1" {
+		t.Errorf("flag %+v, want rank 1 on node-1 by the pair rule since %v with the gateway's sample 0.21, expected 0.3, line 0.26, score -4.5", e, since)
+	}
+	verdict()
+	step()
+	step()
+	if len(c.events) != 2 {
+		t.Fatalf("events %s, want the flag resolved once", c.describeEvents())
+	}
+	if e := c.events[1]; e.state != "resolved" || e.rank != 1 || e.median != 0.3 || e.threshold != 0.26 || math.Abs(e.value-0.2) > 1e-9 {
+		t.Errorf("resolution %+v, want rank 1 at its sample 0.2 against the expected 0.3 it was flagged by", e)
 	}
 }

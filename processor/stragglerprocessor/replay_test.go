@@ -11,8 +11,6 @@ import (
 	"strconv"
 	"testing"
 	"time"
-
-	"github.com/fathom-gpu/fathom/internal/pushback"
 )
 
 // Replaying recorded jobs. TestRecordRankSignals (bench) runs a shape of the detection
@@ -182,11 +180,9 @@ func replay(rec recording, cfg *Config, scores func(now time.Time, g []rankGauge
 		if byNodes {
 			lines := heldLines{}
 			for key := range d.cohorts {
-				for sig, sc := range cfg.Signals {
-					if l, ok := d.line(key, sig); ok {
-						k := pushback.Key{Cluster: key.cluster, Cohort: key.cohort, Signal: sc.Metric}
-						lines[k] = pushback.Threshold{Cluster: key.cluster, Cohort: key.cohort, Signal: sc.Metric, Median: l.median,
-							Line: l.threshold, Worse: sc.Worse, At: l.at.UnixMilli(), Drawn: l.drawn.UnixMilli(), Windows: toPushback(l.windows), Noise: l.noise}
+				for sig := range cfg.Signals {
+					if t, ok := d.pushed(key, sig); ok {
+						lines[t.Key()] = t
 					}
 				}
 			}

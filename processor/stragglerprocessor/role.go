@@ -38,7 +38,7 @@ func newRole(cfg *Config, det *detector, signalIndex map[string]int) role {
 	if cfg.Mode == ModeNode {
 		return &nodeRole{det: det, thresholds: cfg.Thresholds}
 	}
-	g := &gatewayRole{det: det, signals: cfg.Signals}
+	g := &gatewayRole{det: det}
 	if i, ok := signalIndex[semconv.MetricRankArrivalLag]; ok {
 		g.arr = newArrivals(cfg.ArrivalLag.MatchWindow, cfg.ArrivalLag.MaxInstances, cfg.Limits.MaxRanksPerCohort, det.drops)
 		g.arrivalSignal = i
@@ -48,8 +48,7 @@ func newRole(cfg *Config, det *detector, signalIndex map[string]int) role {
 
 // gatewayRole compares every cohort's ranks with each other and pushes the lines back.
 type gatewayRole struct {
-	det     *detector
-	signals []SignalConfig
+	det *detector
 	// arr matches collective instances for the arrival-lag signal, nil when it is not
 	// among the signals.
 	arr           *arrivals
@@ -67,10 +66,9 @@ func (g *gatewayRole) answer(resp *pushback.Response, points []point, sent []sen
 		return
 	}
 	for i, p := range points {
-		if l, ok := g.det.line(p.cohort, p.signal); ok {
-			sig := g.signals[p.signal]
-			resp.Add(pushback.Threshold{Cluster: p.cohort.cluster, Cohort: sent[i].cohort, Signal: sig.Metric,
-				Median: l.median, Line: l.threshold, Worse: sig.Worse, At: l.at.UnixMilli(), Drawn: l.drawn.UnixMilli(), Windows: toPushback(l.windows), Noise: l.noise})
+		if t, ok := g.det.pushed(p.cohort, p.signal); ok {
+			t.Cohort = sent[i].cohort
+			resp.Add(t)
 		}
 	}
 }
