@@ -49,7 +49,8 @@ type Config struct {
 	// quorum allows, by the difference between them over time: each signal with
 	// windows (min_duration > 0) learns the pair's own level and noise over its first
 	// healthy 20 s and flags the rank that moved away from it, in the signal's worse
-	// direction (docs/straggler.md, Pairs). Gateway only: a node never holds both ranks.
+	// direction (docs/straggler.md, Pairs). Judged at the gateway (a node never holds
+	// both ranks), which pushes its verdict back for the nodes to say.
 	Pairs bool `mapstructure:"pairs"`
 	// MADFloor keeps the line from collapsing onto the median when the ranks agree
 	// closely, so scheduling jitter flags nobody.
