@@ -283,6 +283,18 @@ func (l *loop) records() []record {
 	return out
 }
 
+// flagBodies are the bodies of the straggler flags in the store, with the rule and
+// signal of each: what a test that got a flag it did not want prints.
+func (l *loop) flagBodies() []string {
+	var out []string
+	for _, row := range l.sqlRows(`SELECT coalesce(json_extract_string(attributes, '$."fathom.straggler.source"'), ''),
+		coalesce(json_extract_string(attributes, '$."fathom.straggler.rule"'), ''), coalesce(body, '')
+		FROM events WHERE name = 'fathom.straggler' AND json_extract_string(attributes, '$."fathom.straggler.state"') = 'straggler' ORDER BY ts`) {
+		out = append(out, fmt.Sprintf("%v (%v rule): %v", row[0], row[1], row[2]))
+	}
+	return out
+}
+
 func (l *loop) waitRecords(what string, timeout time.Duration, done func([]record) bool) []record {
 	l.t.Helper()
 	deadline := time.Now().Add(timeout)

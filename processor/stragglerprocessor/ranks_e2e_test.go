@@ -562,7 +562,7 @@ func TestARealJobRidesOutAGatewayRestart(t *testing.T) {
 	})
 	time.Sleep(8 * time.Second) // the restarted gateway warms up and pushes lines again
 	if s := stragglers(j.records()); len(s) != 0 {
-		t.Fatalf("stragglers before any slowdown: %+v", s)
+		t.Fatalf("stragglers before any slowdown: %+v\n%s", s, strings.Join(j.flagBodies(), "\n"))
 	}
 	j.slowDown()
 	j.waitRecords("rank 5's node to flag it after the restart", 30*time.Second, func(recs []record) bool {
