@@ -426,15 +426,6 @@ func (d *detector) live(now time.Time) []*cohort {
 	return cohorts
 }
 
-// line returns a cohort's last line for a signal (gateway), for the push-back.
-func (d *detector) line(key cohortKey, sig int) (line, bool) {
-	c := d.cohorts[key]
-	if c == nil || !c.lines[sig].ok {
-		return line{}, false
-	}
-	return c.lines[sig], true
-}
-
 // pushed is what the gateway answers a node's export with for cohort key and signal
 // sig: the cohort's line, or, where its last evaluation judged the cohort as a pair,
 // its verdict on the pair.

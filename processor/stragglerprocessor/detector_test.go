@@ -367,6 +367,16 @@ func TestStateIsBounded(t *testing.T) {
 	}
 }
 
+// line returns a cohort's last line for a signal (gateway), for the tests that look at
+// it; what is pushed back is detector.pushed.
+func (d *detector) line(key cohortKey, sig int) (line, bool) {
+	c := d.cohorts[key]
+	if c == nil || !c.lines[sig].ok {
+		return line{}, false
+	}
+	return c.lines[sig], true
+}
+
 // heldLines is what a node's thresholds extension holds, for the node-mode tests.
 type heldLines map[pushback.Key]pushback.Threshold
 
