@@ -702,12 +702,6 @@ func (d *detector) evaluateAgainst(src pushback.Source, now time.Time) evaluatio
 						break
 					}
 					judged++
-					if t.Drawn != 0 && sm.behind(time.UnixMilli(t.Drawn)) {
-						// Left out as its gateway leaves it out: a line drawn from
-						// samples seconds newer says nothing of this one.
-						d.drops["stale"]++
-						continue
-					}
 					var evid evidenceVerdict
 					if spread > 0 {
 						score := worse * (sm.value - t.Median) / spread

@@ -512,38 +512,6 @@ func TestANodeWaitsForALineDrawnFromSamplesAsNewAsItsOwn(t *testing.T) {
 	}
 }
 
-// A node leaves out what its gateway leaves out: a sample that ended seconds before
-// the newest its gateway's line was drawn from (a node collector starved of CPU by a
-// host-wide burst sends its samples late) is counted stale, not judged by a line of
-// another time. Judged, rank 5's sample far under the line flagged it where its gateway,
-// dropping the same sample, flagged nobody: the matrix's node-only false flags, a node's
-// two ranks at once on a busy host.
-func TestANodeLeavesOutSamplesItsGatewayLeftOut(t *testing.T) {
-	t0 := time.Unix(1_800_000_000, 0)
-	end := t0.Add(time.Second)
-	d, lineKey, observe := nodeJudgingEachSample(t0)
-	observe(t0, 0)
-	observe(end, 0.08) // 0.08/s: far under the line (0.23)
-	// Drawn from samples that ended 3 s after this one: more than twice its own second
-	// and half a second more.
-	lines := heldLines{lineKey: {Cluster: "c1", Cohort: "comm-1", Signal: lineKey.Signal, Median: 0.30, Line: 0.23, Worse: "lower",
-		At: end.Add(3200 * time.Millisecond).UnixMilli(), Drawn: end.Add(3 * time.Second).UnixMilli()}}
-	if ev := d.evaluateAgainst(lines, end.Add(3250*time.Millisecond)); len(ev.events) != 0 {
-		t.Fatalf("judged a sample 3 s older than its line's: %+v", ev.events)
-	}
-	if d.drops["stale"] != 1 {
-		t.Errorf("%d samples counted stale, want 1", d.drops["stale"])
-	}
-	// The next sample, in step with its line, is judged.
-	next := end.Add(time.Second)
-	observe(next, 0.16)
-	lines[lineKey] = pushback.Threshold{Cluster: "c1", Cohort: "comm-1", Signal: lineKey.Signal, Median: 0.30, Line: 0.23, Worse: "lower",
-		At: next.Add(200 * time.Millisecond).UnixMilli(), Drawn: next.Add(250 * time.Millisecond).UnixMilli()}
-	if ev := d.evaluateAgainst(lines, next.Add(250*time.Millisecond)); len(ev.events) != 1 || ev.events[0].state != "straggler" {
-		t.Fatalf("a sample in step with its line: %+v, want rank 5 flagged", ev.events)
-	}
-}
-
 // The gateway evaluates just before each of the node's exports arrives, so every line
 // a node holds was drawn more than lineSkew before its latest sample, and each second a
 // new sample comes. Each sample is judged against the first line drawn after it came,
