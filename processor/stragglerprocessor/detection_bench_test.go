@@ -3,8 +3,10 @@
 package stragglerprocessor_test
 
 import (
+	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -98,8 +100,12 @@ const matrixTableHead = "| dimension | value | found (first flag) | p50 onset to
 // FATHOM_BENCH_TRIALS trials (default 20) with healthy windows of
 // FATHOM_BENCH_HEALTHY (default 30s, so 10 healthy minutes a row), or only the rows
 // whose names contain one of FATHOM_BENCH_ROWS (comma-separated, e.g. "base,step=").
-// The table is printed and written to build/straggler-matrix.md.
+// FATHOM_BENCH_BURSTS=1 runs the rows beside compileBursts. The table is printed and
+// written to build/straggler-matrix.md.
 func TestStragglerDetectionMatrix(t *testing.T) {
+	if os.Getenv("FATHOM_BENCH_BURSTS") == "1" {
+		defer compileBursts(t)()
+	}
 	trials := 20
 	if v, err := strconv.Atoi(os.Getenv("FATHOM_BENCH_TRIALS")); err == nil && v > 0 {
 		trials = v
@@ -131,4 +137,32 @@ func TestStragglerDetectionMatrix(t *testing.T) {
 	if err := os.WriteFile(out, []byte(table), 0o644); err != nil {
 		t.Error(err)
 	}
+}
+
+// compileBursts loads the host as a concurrent test run does, until stop is called: a
+// compile from scratch (go build -a into an empty cache: many short processes on every
+// core) for 8 s, then 12 s quiet. Two busy loops did not disturb the loop's nodes (no
+// false flag, docs/straggler.md); beside this, the PyTorch row's nodes flagged healthy
+// ranks 12 times in one run of three healthy minutes, their gateway nobody, and in the
+// next run nobody flagged anyone: where the bursts fall against the trials matters.
+func compileBursts(t *testing.T) (stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for ctx.Err() == nil {
+			cache := t.TempDir()
+			burst, end := context.WithTimeout(ctx, 8*time.Second)
+			cmd := exec.CommandContext(burst, "go", "build", "-a", "-o", os.DevNull, "github.com/fathom-gpu/fathom/internal/series")
+			cmd.Env = append(os.Environ(), "GOCACHE="+cache, "GOFLAGS=")
+			_ = cmd.Run() // cut off by the timeout: the load is the point, not the build
+			end()
+			_ = os.RemoveAll(cache)
+			select {
+			case <-ctx.Done():
+			case <-time.After(12 * time.Second):
+			}
+		}
+	}()
+	return func() { cancel(); <-done }
 }
