@@ -59,16 +59,26 @@ type Threshold struct {
 	// its own ranks' samples, so it says what the gateway holds. Flagged are the ranks
 	// the gateway holds flagged on the signal (none: both judged healthy); Median and
 	// Line are unused.
-	Pair    bool       `json:"-"`
-	Flagged []PairFlag `json:"-"`
+	Pair bool `json:"-"`
+	// Verdicts says that Flagged is the gateway's verdict on the line's cohort as well
+	// (v3 with `f`): of the ranks of the node it answers, the ones it holds flagged on
+	// the signal. A node says that verdict rather than judging its ranks by the line
+	// itself: it sees its own ranks' samples sooner than their peers', and a line
+	// drawn before a burst that slows the whole host flags its ranks alone.
+	Verdicts bool   `json:"-"`
+	Flagged  []Flag `json:"-"`
 }
 
-// PairFlag is a rank of a two-rank cohort that the gateway holds flagged, with what
-// its record said: since when (unix milliseconds, the gateway's clock), the sample
-// that flagged it, the value its partner made expected, the line and the score.
-type PairFlag struct {
+// Flag is a rank the gateway holds flagged: since when (unix milliseconds, the
+// gateway's clock) and, for a cohort's verdict, the rule that flagged it and its
+// window (seconds, 0 but for the window rule); for a pair's, what its record said:
+// the sample that flagged it, the value its partner made expected, the line and the
+// score. A node writes a cohort flag's numbers from its own sample and the line.
+type Flag struct {
 	Rank                         int64
 	Since                        int64
+	Rule                         string
+	Window                       float64
 	Value, Expected, Line, Score float64
 }
 
@@ -128,7 +138,85 @@ type wireCohort struct {
 	// node that predates them ignores the key and sees a cohort of no lines, where a
 	// verdict written as a line would be judged as one.
 	Pairs []wirePair `json:"p,omitempty"`
+	// Flags are the gateway's verdicts on the cohort's lines for the ranks of the
+	// node it answers (Threshold.Verdicts), sent when every line has them; present
+	// and empty when it holds none of them flagged. A node that predates them ignores
+	// the key and judges by the lines.
+	Flags *[]wireFlag `json:"f,omitempty"`
 }
+
+// wireFlag is a rank flagged on one of its cohort's lines, written as [line index,
+// rank, ms from since to the cohort's time, rule] or, for the window rule, [line
+// index, rank, ms, "w", window seconds]; the rule is its first letter.
+type wireFlag struct {
+	line int
+	Flag
+}
+
+// maxFlags bounds the flagged ranks read per cohort: a node's ranks, many times over.
+const maxFlags = 256
+
+func (f wireFlag) MarshalJSON() ([]byte, error) {
+	out := strconv.AppendInt([]byte{'['}, int64(f.line), 10)
+	out = append(out, ',')
+	out = strconv.AppendInt(out, f.Rank, 10)
+	out = append(out, ',')
+	out = strconv.AppendInt(out, f.Since, 10)
+	switch f.Rule {
+	case RuleSamples, RuleEvidence:
+		out = append(out, `,"`...)
+		out = append(out, f.Rule[0], '"', ']')
+	case RuleWindow:
+		if !(f.Window > 0) || !finite(f.Window) {
+			return nil, fmt.Errorf("a window flag's window of %v s is not a length", f.Window)
+		}
+		out = append(out, `,"w",`...)
+		out = strconv.AppendFloat(out, f.Window, 'g', 5, 64)
+		out = append(out, ']')
+	default:
+		return nil, fmt.Errorf("a flag's rule %q is not samples, window or evidence", f.Rule)
+	}
+	return out, nil
+}
+
+func (f *wireFlag) UnmarshalJSON(b []byte) error {
+	var raw []json.RawMessage
+	if err := json.Unmarshal(b, &raw); err != nil {
+		return err
+	}
+	if len(raw) != 4 && len(raw) != 5 {
+		return fmt.Errorf("a flag has %d fields, want [line, rank, ms since, rule] or a window's [line, rank, ms since, \"w\", seconds]", len(raw))
+	}
+	var rule string
+	if err := errors.Join(json.Unmarshal(raw[0], &f.line), json.Unmarshal(raw[1], &f.Rank),
+		json.Unmarshal(raw[2], &f.Since), json.Unmarshal(raw[3], &rule)); err != nil {
+		return fmt.Errorf("a flag: %w", err)
+	}
+	if f.line < 0 || f.Rank < 0 || f.Since < -maxSinceMillis || f.Since > maxSinceMillis {
+		return fmt.Errorf("a flag [%d, %d, %d] is not [line, rank, ms since]", f.line, f.Rank, f.Since)
+	}
+	switch {
+	case rule == "s" && len(raw) == 4:
+		f.Rule = RuleSamples
+	case rule == "e" && len(raw) == 4:
+		f.Rule = RuleEvidence
+	case rule == "w" && len(raw) == 5:
+		f.Rule = RuleWindow
+		if err := json.Unmarshal(raw[4], &f.Window); err != nil || !(f.Window > 0) {
+			return fmt.Errorf("a window flag's window %s is not a length", raw[4])
+		}
+	default:
+		return fmt.Errorf("a flag's rule %q with %d fields is not s, e, or w with its window", rule, len(raw))
+	}
+	return nil
+}
+
+// The rules a cohort's verdict names (semconv's fathom.straggler.rule values).
+const (
+	RuleSamples  = "samples"
+	RuleWindow   = "window"
+	RuleEvidence = "evidence"
+)
 
 // wirePair is written as [signal, worse] and then one array per flagged rank: [rank,
 // milliseconds from since to the cohort's time, value, expected, line, score], the
@@ -136,7 +224,7 @@ type wireCohort struct {
 type wirePair struct {
 	signal  string
 	worse   string
-	flagged []PairFlag
+	flagged []Flag
 	at      int64
 }
 
@@ -192,7 +280,7 @@ func (p *wirePair) UnmarshalJSON(b []byte) error {
 		if len(nums) != 6 || nums[0] != math.Trunc(nums[0]) || nums[0] < 0 || nums[1] != math.Trunc(nums[1]) || math.Abs(nums[1]) > maxSinceMillis {
 			return fmt.Errorf("a pair verdict's flagged rank %v is not [rank, ms since, value, expected, line, score]", nums)
 		}
-		p.flagged = append(p.flagged, PairFlag{Rank: int64(nums[0]), Since: -int64(nums[1]), Value: nums[2], Expected: nums[3], Line: nums[4], Score: nums[5]})
+		p.flagged = append(p.flagged, Flag{Rank: int64(nums[0]), Since: -int64(nums[1]), Value: nums[2], Expected: nums[3], Line: nums[4], Score: nums[5]})
 	}
 	return nil
 }
@@ -347,6 +435,19 @@ func group(ts []Threshold) []wireCohort {
 			c.Noise = append(c.Noise, make([]wireNoise, len(c.Lines)-len(c.Noise))...)
 			c.Noise = append(c.Noise, wireNoise(t.Noise))
 		}
+		if t.Verdicts && (len(c.Lines) == 0 || c.Flags != nil) {
+			if c.Flags == nil {
+				c.Flags = &[]wireFlag{}
+			}
+			for _, f := range t.Flagged {
+				f.Since = t.At - f.Since
+				*c.Flags = append(*c.Flags, wireFlag{line: len(c.Lines), Flag: f})
+			}
+		} else {
+			// A line without them: the cohort's lines say none, rather than an empty
+			// list that would read as nobody flagged.
+			c.Flags = nil
+		}
 		if t.Drawn != 0 && len(c.Drawn) == len(c.Lines) {
 			c.Drawn = append(c.Drawn, t.At-t.Drawn)
 		} else {
@@ -385,6 +486,10 @@ func Decode(s string) ([]Threshold, error) {
 			if len(c.Drawn) != 0 && len(c.Drawn) != len(c.Lines) {
 				return nil, fmt.Errorf("thresholds value: cohort %q has %d lines and %d sample times", c.Cohort, len(c.Lines), len(c.Drawn))
 			}
+			if c.Flags != nil && len(*c.Flags) > maxFlags {
+				return nil, fmt.Errorf("thresholds value: cohort %q has %d flags, over the %d read", c.Cohort, len(*c.Flags), maxFlags)
+			}
+			first := len(ts)
 			for i, l := range c.Lines {
 				t := Threshold{Cluster: c.Cluster, Cohort: c.Cohort, Signal: l.signal, Median: l.median, Line: l.line, Worse: l.worse, At: c.At, Windows: l.windows}
 				if len(c.Noise) > 0 {
@@ -396,6 +501,18 @@ func Decode(s string) ([]Threshold, error) {
 					t.Drawn = c.At - c.Drawn[i]
 				}
 				ts = append(ts, t)
+			}
+			if c.Flags != nil {
+				for i := range c.Lines {
+					ts[first+i].Verdicts = true
+				}
+				for _, f := range *c.Flags {
+					if f.line >= len(c.Lines) {
+						return nil, fmt.Errorf("thresholds value: cohort %q has a flag on line %d of %d", c.Cohort, f.line, len(c.Lines))
+					}
+					f.Since = c.At - f.Since
+					ts[first+f.line].Flagged = append(ts[first+f.line].Flagged, f.Flag)
+				}
 			}
 			for _, p := range c.Pairs {
 				t := Threshold{Cluster: c.Cluster, Cohort: c.Cohort, Signal: p.signal, Worse: p.worse, At: c.At, Pair: true}

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"math"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -102,9 +103,11 @@ func TestEncodeKeepsTheOrderGiven(t *testing.T) {
 // carries by default: device wait, host lead and CPU time with their three windows
 // (min_duration 1.5 s: 3, 6 and 12 s) and their noise, and the five signals judged by
 // their samples alone (GPU, fabric, TCP) without either, each with the time of the
-// samples it was drawn from. The windows come back to five significant digits, the
-// noise to three, the sample times exact (786 bytes before the sample times). Seven lines that all had windows fit before
-// the noise (1,022 bytes with it: one left out).
+// samples it was drawn from and the gateway's verdict on the node's ranks, one of them
+// flagged on each host-side signal. The windows come back to five significant digits,
+// the noise to three, the sample times and verdicts exact (786 bytes before the sample
+// times, 843 before the verdicts). Seven lines that all had windows fit before the
+// noise (1,022 bytes with it: one left out).
 func TestOneCohortsDefaultLinesFitInOneKiB(t *testing.T) {
 	signals := []string{"fathom.rank.device_wait.time", "fathom.rank.host_lead.time", "fathom.rank.cpu.time", "fathom.rank.gpu.sm_clock.deficit",
 		"fathom.rank.gpu.errors", "fathom.rank.rdma.errors", "fathom.rank.rdma.xmit_wait", "fathom.rank.tcp.retransmits"}
@@ -113,10 +116,15 @@ func TestOneCohortsDefaultLinesFitInOneKiB(t *testing.T) {
 		f := float64(i + 1)
 		th := Threshold{Cluster: "prod-eu-west", Cohort: "nccl:f09f67cf0e91f865", Signal: s,
 			Median: 0.30099999999999993 * f, Line: 0.23406060999999995 * f, Worse: []string{"lower", "higher"}[i%2], At: 1_800_000_013_000,
-			Drawn: 1_800_000_012_655 - int64(i/3)*1000}
+			Drawn: 1_800_000_012_655 - int64(i/3)*1000, Verdicts: true}
 		if i < 3 {
 			th.Windows = []WindowLine{{3, 0.30123456 * f, 0.2812345 * f}, {6, 0.30123456 * f, 0.2912345 * f}, {12, 0.30123456 * f, 0.2962345 * f}}
 			th.Noise = 0.28712345 * f
+			// The node's slow rank, flagged on each host-side signal by another rule.
+			th.Flagged = []Flag{{Rank: 13, Since: 1_800_000_001_250, Rule: []string{RuleEvidence, RuleWindow, RuleSamples}[i]}}
+			if i == 1 {
+				th.Flagged[0].Window = 12
+			}
 		}
 		in = append(in, th)
 	}
@@ -141,8 +149,11 @@ func TestOneCohortsDefaultLinesFitInOneKiB(t *testing.T) {
 		if out[i].Drawn != in[i].Drawn {
 			t.Errorf("line %d: drawn from samples of %d, want %d", i, out[i].Drawn, in[i].Drawn)
 		}
+		if !out[i].Verdicts || !reflect.DeepEqual(out[i].Flagged, in[i].Flagged) {
+			t.Errorf("line %d: verdict %v %+v, want %+v", i, out[i].Verdicts, out[i].Flagged, in[i].Flagged)
+		}
 	}
-	t.Logf("the default lines with windows, noise and sample times: %d bytes", len(v))
+	t.Logf("the default lines with windows, noise, sample times and a rank flagged on three: %d bytes", len(v))
 }
 
 // A line's noise rides beside the lines, under a key of the cohort's own: a node that
@@ -232,6 +243,15 @@ func TestDecodeRefusesWhatItCannotTrust(t *testing.T) {
 		"pair rank short":  b64(`[{"co":"c","t":1,"p":[["s","h",[1,0,1,1,1]]]}]`),
 		"pair since ages":  b64(`[{"co":"c","t":1,"p":[["s","h",[1,1e15,1,1,1,1]]]}]`),
 		"pair by text":     b64(`[{"co":"c","t":1,"p":[["s","h","rank 1"]]}]`),
+		"flag of no line":  b64(`[{"co":"c","t":1,"l":[["s",1,2,"l"]],"f":[[1,3,0,"e"]]}]`),
+		"flag no rule":     b64(`[{"co":"c","t":1,"l":[["s",1,2,"l"]],"f":[[0,3,0,"x"]]}]`),
+		"flag rank half":   b64(`[{"co":"c","t":1,"l":[["s",1,2,"l"]],"f":[[0,1.5,0,"e"]]}]`),
+		"flag rank minus":  b64(`[{"co":"c","t":1,"l":[["s",1,2,"l"]],"f":[[0,-1,0,"e"]]}]`),
+		"flag since ages":  b64(`[{"co":"c","t":1,"l":[["s",1,2,"l"]],"f":[[0,1,1e15,"e"]]}]`),
+		"flag no window":   b64(`[{"co":"c","t":1,"l":[["s",1,2,"l"]],"f":[[0,1,0,"w"]]}]`),
+		"window of 0 s":    b64(`[{"co":"c","t":1,"l":[["s",1,2,"l"]],"f":[[0,1,0,"w",0]]}]`),
+		"samples windowed": b64(`[{"co":"c","t":1,"l":[["s",1,2,"l"]],"f":[[0,1,0,"s",3]]}]`),
+		"too many flags":   b64(`[{"co":"c","t":1,"l":[["s",1,2,"l"]],"f":[` + strings.Repeat(`[0,1,0,"e"],`, 256) + `[0,1,0,"e"]]}]`),
 		"v1 incomplete":    "v1." + base64.RawURLEncoding.EncodeToString([]byte(`[{"co":"c","s":"s","w":"sideways"}]`)),
 		"oversized":        "v3." + strings.Repeat("A", MaxDecode),
 	} {
@@ -322,7 +342,7 @@ func TestPairVerdictsRideApartFromTheLines(t *testing.T) {
 	at := int64(1_800_000_013_000)
 	in := []Threshold{
 		{Cluster: "c1", Cohort: "pair-1", Signal: "fathom.rank.cpu.time", Worse: "higher", At: at, Pair: true,
-			Flagged: []PairFlag{{Rank: 1, Since: at - 2250, Value: 0.2875, Expected: 0.2401, Line: 0.2612, Score: 4.125}}},
+			Flagged: []Flag{{Rank: 1, Since: at - 2250, Value: 0.2875, Expected: 0.2401, Line: 0.2612, Score: 4.125}}},
 		{Cluster: "c1", Cohort: "pair-1", Signal: "fathom.rank.device_wait.time", Worse: "lower", At: at, Pair: true},
 		{Cluster: "c1", Cohort: "comm-2", Signal: "fathom.rank.cpu.time", Median: 0.24, Line: 0.26, Worse: "higher", At: at},
 	}
@@ -348,5 +368,54 @@ func TestPairVerdictsRideApartFromTheLines(t *testing.T) {
 	in[0].Flagged[0].Score = math.NaN()
 	if v, _ := Encode(in, 1024); v != "" {
 		t.Errorf("a verdict with a NaN score was written: %q", v)
+	}
+}
+
+// A cohort's verdicts ride with its lines: the node reads back, for each line, which of
+// its ranks the gateway holds flagged, since when and by what rule (a window's with its
+// length); a line with nobody flagged still says the gateway sent a verdict, a cohort
+// one of whose lines has none says none for all, and a node that predates verdicts
+// reads the same lines.
+func TestCohortVerdictsRideWithTheLines(t *testing.T) {
+	at := int64(1_800_000_013_000)
+	in := []Threshold{
+		{Cluster: "c1", Cohort: "comm-1", Signal: "fathom.rank.cpu.time", Median: 0.24, Line: 0.26, Worse: "higher", At: at, Verdicts: true,
+			Flagged: []Flag{{Rank: 1, Since: at - 2250, Rule: RuleEvidence}, {Rank: 4, Since: at - 7000, Rule: RuleWindow, Window: 6}}},
+		{Cluster: "c1", Cohort: "comm-1", Signal: "fathom.rank.device_wait.time", Median: 0.3, Line: 0.2, Worse: "lower", At: at, Verdicts: true},
+		{Cluster: "c1", Cohort: "comm-1", Signal: "fathom.rank.host_lead.time", Median: 0.3, Line: 0.4, Worse: "higher", At: at, Verdicts: true,
+			Flagged: []Flag{{Rank: 1, Since: at + 20, Rule: RuleSamples}}},
+		{Cluster: "c1", Cohort: "comm-2", Signal: "fathom.rank.cpu.time", Median: 0.24, Line: 0.26, Worse: "higher", At: at, Verdicts: true},
+		{Cluster: "c1", Cohort: "comm-3", Signal: "fathom.rank.cpu.time", Median: 0.24, Line: 0.26, Worse: "higher", At: at, Verdicts: true,
+			Flagged: []Flag{{Rank: 2, Since: at - 1000, Rule: RuleSamples}}},
+		{Cluster: "c1", Cohort: "comm-3", Signal: "fathom.rank.host_lead.time", Median: 0.3, Line: 0.4, Worse: "higher", At: at},
+	}
+	v, left := Encode(in, 1024)
+	if left != 0 {
+		t.Fatalf("%d left out", left)
+	}
+	out, err := Decode(v)
+	want := slices.Clone(in)
+	// comm-3 has a line without a verdict: none of its lines says one.
+	want[4].Verdicts, want[4].Flagged = false, nil
+	if err != nil || !reflect.DeepEqual(out, want) {
+		t.Fatalf("decoded %+v (%v), want %+v", out, err, want)
+	}
+	raw, err := base64.RawURLEncoding.DecodeString(strings.TrimPrefix(v, "v3."))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(raw), `"f":[]`) {
+		t.Errorf("comm-2's verdict of nobody flagged is not in %s", raw)
+	}
+	var old []struct {
+		Cohort string     `json:"co"`
+		Lines  []wireLine `json:"l"`
+	}
+	if err := json.Unmarshal(raw, &old); err != nil || len(old) != 3 || len(old[0].Lines) != 3 || old[0].Lines[0].line != 0.26 {
+		t.Errorf("a node before verdicts read %+v (%v) from %s, want comm-1's three lines", old, err, raw)
+	}
+	in[0].Flagged[1].Window = 0
+	if v, _ := Encode(in, 1024); v != "" {
+		t.Errorf("a window's flag without its window was written: %q", v)
 	}
 }

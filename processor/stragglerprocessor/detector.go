@@ -152,6 +152,10 @@ type line struct {
 	// drawn is when the newest sample the line was drawn from ended: a node waits
 	// for a line drawn from samples as new as the one it judges.
 	drawn time.Time
+	// flagged are the ranks flagged on the signal after the evaluation that drew the
+	// line, in rank order: what the gateway's verdicts to the nodes are taken from,
+	// without a pass over every rank of the cohort for each answer.
+	flagged []int64
 	ok    bool
 	// noise is the cohort's score noise (evidence.go), pushed back with the line.
 	noise float64
@@ -449,6 +453,23 @@ func (d *detector) pushed(key cohortKey, sig int) (pushback.Threshold, bool) {
 		Worse: signal.Worse, At: l.at.UnixMilli(), Drawn: l.drawn.UnixMilli(), Windows: toPushback(l.windows), Noise: l.noise}, true
 }
 
+// flagsOn is the gateway's verdict on signal sig of cohort key for the ranks of nodes:
+// those it holds flagged, in rank order.
+func (d *detector) flagsOn(key cohortKey, sig int, nodes []string) []pushback.Flag {
+	c := d.cohorts[key]
+	if c == nil {
+		return nil
+	}
+	var out []pushback.Flag
+	for _, rank := range c.lines[sig].flagged {
+		r := c.ranks[rank]
+		if s := &r.series[sig]; r != nil && s.flagged && slices.Contains(nodes, r.node) {
+			out = append(out, pushback.Flag{Rank: rank, Since: s.since.UnixMilli(), Rule: s.rule, Window: s.window.Seconds()})
+		}
+	}
+	return out
+}
+
 func (d *detector) evaluateSignal(c *cohort, sig int, now time.Time, out *evaluation) {
 	cfg := d.cfg
 	signal := cfg.Signals[sig]
@@ -498,7 +519,7 @@ func (d *detector) evaluateSignal(c *cohort, sig int, now time.Time, out *evalua
 	}
 	rule := d.evidenceRule(sig, noise).floored(spread, signal.MADFloor)
 	c.evaluations[sig]++
-	c.lines[sig] = line{median: median, threshold: threshold, at: now, drawn: newest, ok: true, windows: windows, noise: noise}
+	c.lines[sig] = line{median: median, threshold: threshold, at: now, drawn: newest, ok: true, windows: windows, noise: noise, flagged: c.lines[sig].flagged}
 	warm := c.evaluations[sig] > cfg.Warmup
 	out.groups = append(out.groups, cohortGauge{cohort: c.key, signal: sig, median: median, threshold: threshold, ranks: len(values)})
 
@@ -576,6 +597,13 @@ func (d *detector) evaluateSignal(c *cohort, sig int, now time.Time, out *evalua
 			}
 		}
 		s.unjudged = s.unjudged[:0]
+	}
+	l := &c.lines[sig]
+	l.flagged = l.flagged[:0]
+	for _, rank := range c.rankOrder() {
+		if c.ranks[rank].series[sig].flagged {
+			l.flagged = append(l.flagged, rank)
+		}
 	}
 }
 
@@ -693,7 +721,7 @@ func (d *detector) evaluateAgainst(src pushback.Source, now time.Time) evaluatio
 				// has its own samples before the gateway does, so a line is seldom new
 				// enough for the latest.
 				wv := windowVerdict{held: s.windowsHeld}
-				if len(s.unjudged) > 0 && !waitsForLine(t, s.unjudged[0], s.waitingSince, now, away) {
+				if !t.Verdicts && len(s.unjudged) > 0 && !waitsForLine(t, s.unjudged[0], s.waitingSince, now, away) {
 					wv = s.judgeWindows(windows, worse, d.cfg.K, d.cfg.ResolveWithin, &d.scratch)
 				}
 				judged := 0
@@ -710,14 +738,18 @@ func (d *detector) evaluateAgainst(src pushback.Source, now time.Time) evaluatio
 					}
 					ev := event{cohort: c.key, job: r.job, node: r.node, rank: rank, signal: sig, value: sm.value,
 						median: t.Median, threshold: t.Line, at: now, gauge: sm.gauge, detail: sm.detail}
-					held := t.Beyond(sm.value) || (pushback.Threshold{Median: t.Median, Line: t.Median + (t.Line-t.Median)*d.cfg.ResolveWithin, Worse: t.Worse}).Beyond(sm.value)
-					if state := s.judge(sm, t.Beyond(sm.value), held, wv, evid, true, d.cfg.persistence(sig)); state != "" {
-						ev.state, ev.since, ev.rule, ev.score = state, s.since, s.rule, evid.score
-						if state == "straggler" && s.window > 0 {
-							ev.value, ev.median, ev.threshold, ev.score, ev.window = wv.value, wv.median, wv.threshold, wv.score, wv.window
+					// With its gateway's verdict the node says that (below), and judges
+					// its samples only for the stalls it records.
+					if !t.Verdicts {
+						held := t.Beyond(sm.value) || (pushback.Threshold{Median: t.Median, Line: t.Median + (t.Line-t.Median)*d.cfg.ResolveWithin, Worse: t.Worse}).Beyond(sm.value)
+						if state := s.judge(sm, t.Beyond(sm.value), held, wv, evid, true, d.cfg.persistence(sig)); state != "" {
+							ev.state, ev.since, ev.rule, ev.score = state, s.since, s.rule, evid.score
+							if state == "straggler" && s.window > 0 {
+								ev.value, ev.median, ev.threshold, ev.score, ev.window = wv.value, wv.median, wv.threshold, wv.score, wv.window
+							}
+							out.events = append(out.events, ev)
+							g.flagged = s.flagged
 						}
-						out.events = append(out.events, ev)
-						g.flagged = s.flagged
 					}
 					if ep, ended := s.followStall(sm, t.Beyond(sm.value), worse*(sm.value-t.Median), sm.seconds && worse > 0, t.Median, t.Line, evid.score, true, d.stallLeast()); ended {
 						d.recordStall(r, ep, ev, &out)
@@ -734,6 +766,12 @@ func (d *detector) evaluateAgainst(src pushback.Source, now time.Time) evaluatio
 					// Nothing to wait for while the gateway is away: the latest sample
 					// waits for its next line, as with no line at all.
 					s.keepLatestUnjudged()
+				}
+				if t.Verdicts && !away {
+					// A gateway that is away (shutting down, restarting) has not
+					// changed its mind: the rank keeps its state until it answers.
+					d.adoptVerdict(c, rank, sig, t, now, &out)
+					g.flagged = s.flagged
 				}
 				out.ranks = append(out.ranks, g)
 			}

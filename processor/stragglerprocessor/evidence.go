@@ -1,6 +1,8 @@
 package stragglerprocessor
 
 import (
+	"github.com/fathom-gpu/fathom/internal/pushback"
+
 	"math"
 	"time"
 
@@ -157,11 +159,12 @@ func (s *signalSeries) forgetEvidence() {
 	s.evidence, s.evidenceSince, s.scored = 0, time.Time{}, false
 }
 
-// What flagged a straggler, as its record says (semconv.StragglerRule).
+// What flagged a straggler, as its record says (semconv.StragglerRule) and its
+// gateway's verdict names it to its node.
 const (
-	ruleSamples  = "samples"
-	ruleWindow   = "window"
-	ruleEvidence = "evidence"
+	ruleSamples  = pushback.RuleSamples
+	ruleWindow   = pushback.RuleWindow
+	ruleEvidence = pushback.RuleEvidence
 )
 
 // evidenceRule is the rule for signal sig with scores whose noise is sigma (0: not

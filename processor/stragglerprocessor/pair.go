@@ -93,13 +93,13 @@ type pairState struct {
 	// flagged on the signal said when it was (pushed back to the nodes with the
 	// verdict).
 	judgedAt time.Time
-	flags    []pushback.PairFlag
+	flags    []pushback.Flag
 }
 
 // verdict is what the gateway pushes back for the pair at its last evaluation: the
 // ranks it holds flagged.
-func (p *pairState) verdict(c *cohort, sig int) []pushback.PairFlag {
-	var out []pushback.PairFlag
+func (p *pairState) verdict(c *cohort, sig int) []pushback.Flag {
+	var out []pushback.Flag
 	for _, f := range p.flags {
 		if r := c.ranks[f.Rank]; r != nil && r.series[sig].flagged {
 			out = append(out, f)
@@ -110,9 +110,9 @@ func (p *pairState) verdict(c *cohort, sig int) []pushback.PairFlag {
 
 // noteFlag keeps what rank's flag said (state "straggler"), or forgets it.
 func (p *pairState) noteFlag(ev event, state string) {
-	p.flags = slices.DeleteFunc(p.flags, func(f pushback.PairFlag) bool { return f.Rank == ev.rank })
+	p.flags = slices.DeleteFunc(p.flags, func(f pushback.Flag) bool { return f.Rank == ev.rank })
 	if state == "straggler" {
-		p.flags = append(p.flags, pushback.PairFlag{Rank: ev.rank, Since: ev.since.UnixMilli(), Value: ev.value, Expected: ev.median, Line: ev.threshold, Score: ev.score})
+		p.flags = append(p.flags, pushback.Flag{Rank: ev.rank, Since: ev.since.UnixMilli(), Value: ev.value, Expected: ev.median, Line: ev.threshold, Score: ev.score})
 	}
 }
 
@@ -334,9 +334,7 @@ func (d *detector) evaluateFreshPair(c *cohort, sig int, newest, now time.Time, 
 }
 
 // adoptPairVerdict is a node's judgement of its ranks in a cohort of two on signal sig:
-// its gateway's verdict t, pushed back. Each rank of this node the gateway holds
-// flagged is flagged with what the gateway's record said; one it no longer holds
-// flagged is resolved.
+// its gateway's verdict t, pushed back (adoptVerdict).
 func (d *detector) adoptPairVerdict(c *cohort, sig int, t pushback.Threshold, now time.Time, out *evaluation) {
 	for _, rank := range c.rankOrder() {
 		r := c.ranks[rank]
@@ -347,29 +345,7 @@ func (d *detector) adoptPairVerdict(c *cohort, sig int, t pushback.Threshold, no
 		// Nothing here judges samples: the latest waits, as with no line, for a
 		// cohort that has a line again.
 		s.keepLatestUnjudged()
-		i := slices.IndexFunc(t.Flagged, func(f pushback.PairFlag) bool { return f.Rank == rank })
-		ev := event{cohort: c.key, job: r.job, node: r.node, rank: rank, signal: sig, value: s.latest.value,
-			at: now, gauge: s.latest.gauge, detail: s.latest.detail, rule: rulePair}
-		switch {
-		case i >= 0 && !s.flagged:
-			f := t.Flagged[i]
-			s.flagged, s.window, s.rule, s.since = true, 0, rulePair, time.UnixMilli(f.Since)
-			ev.value, ev.median, ev.threshold, ev.score = f.Value, f.Expected, f.Line, f.Score
-			ev.state, ev.since = "straggler", s.since
-			out.events = append(out.events, ev)
-			c.adopted = append(slices.DeleteFunc(c.adopted, func(a adoptedFlag) bool { return a.rank == rank && a.signal == sig }),
-				adoptedFlag{rank: rank, signal: sig, median: f.Expected, line: f.Line})
-		case i < 0 && s.flagged:
-			s.flagged = false
-			// The record says the partner's value its flag expected: the gateway
-			// sends no line for a rank it holds healthy.
-			if j := slices.IndexFunc(c.adopted, func(a adoptedFlag) bool { return a.rank == rank && a.signal == sig }); j >= 0 {
-				ev.median, ev.threshold = c.adopted[j].median, c.adopted[j].line
-				c.adopted = slices.Delete(c.adopted, j, j+1)
-			}
-			ev.state, ev.since, ev.rule = "resolved", s.since, s.rule
-			out.events = append(out.events, ev)
-		}
+		d.adoptVerdict(c, rank, sig, t, now, out)
 		out.ranks = append(out.ranks, rankGauge{cohort: c.key, job: r.job, node: r.node, rank: rank, signal: sig, flagged: s.flagged})
 	}
 }

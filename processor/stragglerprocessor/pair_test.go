@@ -96,7 +96,7 @@ func TestAPairFindsItsSlowRankAndResolvesIt(t *testing.T) {
 
 // A healthy pair with a structural offset (0.30 against 0.35 s/s of device wait) and
 // ±10% jitter a sample flags nobody: 30 seeds of 500 s each (4.2 pair-hours).
-func TestAHealthyPairFlagsNobody(t *testing.T) {
+func TestAHealthyFlagsNobody(t *testing.T) {
 	flagged := 0
 	for seed := range uint64(30) {
 		c, _ := pairRun(seed+1000, 2000, 0.10, 0, func(int) float64 { return 0 }, never)
@@ -117,7 +117,7 @@ func TestAHealthyPairFlagsNobody(t *testing.T) {
 // A one-second stall of one rank of a pair (four quarter-second samples in which it
 // waits for nothing and its partner waits for it) flags nobody, and is recorded as one
 // stall of the stalled rank: its device wait fell against its partner's.
-func TestAOneSecondStallInAPairFlagsNobody(t *testing.T) {
+func TestAOneSecondStallInAFlagsNobody(t *testing.T) {
 	for seed := range uint64(10) {
 		c, _ := pairRun(seed, 300, 0.05, 1, func(int) float64 { return 0 }, func(i int) bool { return i >= 200 && i < 204 })
 		if flags := flagsOnly(c.events); len(flags) != 0 {
@@ -142,7 +142,7 @@ func TestANodeSaysItsGatewaysVerdictOnAPair(t *testing.T) {
 	sig := cfg.Signals[0]
 	key := pushback.Key{Cluster: "c1", Cohort: "comm-1", Signal: sig.Metric}
 	lines := heldLines{}
-	verdict := func(flagged ...pushback.PairFlag) {
+	verdict := func(flagged ...pushback.Flag) {
 		lines[key] = pushback.Threshold{Cluster: "c1", Cohort: "comm-1", Signal: sig.Metric, Worse: sig.Worse, Pair: true, Flagged: flagged}
 	}
 	step := func() {
@@ -157,8 +157,8 @@ func TestANodeSaysItsGatewaysVerdictOnAPair(t *testing.T) {
 	step()
 	step()
 	since := c.start.Add(1500 * time.Millisecond)
-	flag := pushback.PairFlag{Rank: 1, Since: since.UnixMilli(), Value: 0.21, Expected: 0.3, Line: 0.26, Score: -4.5}
-	verdict(pushback.PairFlag{Rank: 0, Since: since.UnixMilli(), Value: 0.1, Expected: 0.3, Line: 0.26, Score: -9})
+	flag := pushback.Flag{Rank: 1, Since: since.UnixMilli(), Value: 0.21, Expected: 0.3, Line: 0.26, Score: -4.5}
+	verdict(pushback.Flag{Rank: 0, Since: since.UnixMilli(), Value: 0.1, Expected: 0.3, Line: 0.26, Score: -9})
 	step()
 	if len(c.events) != 0 {
 		t.Fatalf("the partner's flag was said here: %s", c.describeEvents())

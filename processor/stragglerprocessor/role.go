@@ -2,6 +2,7 @@ package stragglerprocessor
 
 import (
 	"fmt"
+	"slices"
 	"time"
 
 	"go.opentelemetry.io/collector/component"
@@ -58,18 +59,43 @@ type gatewayRole struct {
 func (g *gatewayRole) start(component.Host) error { return nil }
 
 // answer puts the lines of the cohorts in the request (as of the last evaluation) into
-// its response: the sender's node judges its own ranks by them. A rank its node knows
-// only by job gets its communicator's line under the job's name, which is what its node
-// looks it up by.
+// its response, each with the gateway's verdict on the ranks of the sender's node: its
+// node says that verdict (and judges by the line only when a gateway sends none). A
+// rank its node knows only by job gets its communicator's line under the job's name,
+// which is what its node looks it up by.
 func (g *gatewayRole) answer(resp *pushback.Response, points []point, sent []sentCohort) {
 	if resp == nil {
 		return
 	}
+	// The verdict covers every rank of the senders' nodes in the cohort, not only
+	// those in this request: a rank left out of one export is not thereby healthy.
+	type answered struct {
+		cohort cohortKey
+		signal int
+		sentAs string
+	}
+	nodes := map[answered][]string{}
+	var order []answered
 	for i, p := range points {
-		if t, ok := g.det.pushed(p.cohort, p.signal); ok {
-			t.Cohort = sent[i].cohort
-			resp.Add(t)
+		k := answered{cohort: p.cohort, signal: p.signal, sentAs: sent[i].cohort}
+		ns, seen := nodes[k]
+		if !seen {
+			order = append(order, k)
 		}
+		if !slices.Contains(ns, p.node) {
+			nodes[k] = append(ns, p.node)
+		}
+	}
+	for _, k := range order {
+		t, ok := g.det.pushed(k.cohort, k.signal)
+		if !ok {
+			continue
+		}
+		t.Cohort = k.sentAs
+		if !t.Pair {
+			t.Verdicts, t.Flagged = true, g.det.flagsOn(k.cohort, k.signal, nodes[k])
+		}
+		resp.Add(t)
 	}
 }
 

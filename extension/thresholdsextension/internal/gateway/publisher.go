@@ -191,7 +191,7 @@ func (p *Publisher) answer(ctx context.Context, resp *pushback.Response, peer st
 	if p.served != nil {
 		// All of them, those that do not fit in this answer too: a GET may ask for
 		// any cohort of the request.
-		if refused := p.served.Put(ts, time.Now(), false); refused > 0 {
+		if refused := p.served.Put(withoutCohortVerdicts(ts), time.Now(), false); refused > 0 {
 			p.refused.Add(ctx, int64(refused), metric.WithAttributes(attribute.String("reason", "max_held")))
 		}
 	}
@@ -205,4 +205,19 @@ func (p *Publisher) answer(ctx context.Context, resp *pushback.Response, peer st
 		p.leftOut.Add(ctx, int64(left))
 	}
 	return v
+}
+
+// withoutCohortVerdicts is ts for the GET: a cohort's verdict covers only the ranks of
+// the node whose export it answered, and read by another node's GET it would say that
+// node's ranks are healthy. A node that polls judges its ranks by the lines. A pair's
+// verdict covers both its ranks, and stays.
+func withoutCohortVerdicts(ts []pushback.Threshold) []pushback.Threshold {
+	out := make([]pushback.Threshold, len(ts))
+	for i, t := range ts {
+		if !t.Pair {
+			t.Verdicts, t.Flagged = false, nil
+		}
+		out[i] = t
+	}
+	return out
 }
