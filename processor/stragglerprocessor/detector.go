@@ -156,7 +156,7 @@ type line struct {
 	// line, in rank order: what the gateway's verdicts to the nodes are taken from,
 	// without a pass over every rank of the cohort for each answer.
 	flagged []int64
-	ok    bool
+	ok      bool
 	// noise is the cohort's score noise (evidence.go), pushed back with the line.
 	noise float64
 	// windows are the lines over each window (windows.go), pushed back with it.
