@@ -67,6 +67,8 @@ type signalSeries struct {
 	evidenceSince time.Time
 	lastScore     float64
 	scored        bool
+	// lastPast: the latest score was past the sample line (evidence.go).
+	lastPast bool
 
 	// history holds the samples of the longest window (windows.go), oldest first, of
 	// the process historyPID; crossings, per window line, since when its median has

@@ -229,6 +229,7 @@ func (d *detector) evaluatePair(c *cohort, sig int, a, b int64, newest, now time
 	var rule evidenceRule
 	if spread > 0 {
 		rule = d.evidenceRule(sig, noise/spread).floored(spread, math.Sqrt2*signal.MADFloor)
+		rule.pastAddsNothing = true
 		rule.drift = max(rule.drift, pairDrift)
 	}
 	warm := p.learned && spread > 0
