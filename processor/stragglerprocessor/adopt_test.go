@@ -135,6 +135,12 @@ func TestTheGatewaysVerdictCoversTheSendersRanks(t *testing.T) {
 	if len(ts) != 1 || !ts[0].Verdicts || ts[0].Cohort != "comm-1" {
 		t.Fatalf("answered %+v, want comm-1's line with a verdict", ts)
 	}
+	// A rank forgotten after the evaluation (forget_after) is left out, not read.
+	delete(c.det.cohorts[c.key].ranks, 3)
+	c.det.cohorts[c.key].lines[0].flagged = append(c.det.cohorts[c.key].lines[0].flagged, 3)
+	_, resp = pushback.NewContext(context.Background())
+	role.answer(resp, []point{{cohort: c.key, node: "node-1", rank: 2}}, []sentCohort{{cohort: "comm-1"}})
+	ts = resp.Thresholds()
 	if f := ts[0].Flagged; len(f) != 1 || f[0].Rank != 2 || f[0].Rule != ruleSamples || f[0].Since != c.start.Add(81*c.every).UnixMilli() {
 		t.Errorf("node-1's verdict: %+v, want rank 2 flagged by its samples since its 81st sample, the first slow one, ended", f)
 	}

@@ -464,8 +464,12 @@ func (d *detector) flagsOn(key cohortKey, sig int, nodes []string) []pushback.Fl
 	}
 	var out []pushback.Flag
 	for _, rank := range c.lines[sig].flagged {
+		// A rank forgotten since the evaluation is no longer held.
 		r := c.ranks[rank]
-		if s := &r.series[sig]; r != nil && s.flagged && slices.Contains(nodes, r.node) {
+		if r == nil {
+			continue
+		}
+		if s := &r.series[sig]; s.flagged && slices.Contains(nodes, r.node) {
 			out = append(out, pushback.Flag{Rank: rank, Since: s.since.UnixMilli(), Rule: s.rule, Window: s.window.Seconds()})
 		}
 	}
