@@ -1,11 +1,10 @@
 package stragglerprocessor
 
 import (
-	"github.com/fathom-gpu/fathom/internal/pushback"
-
 	"math"
 	"time"
 
+	"github.com/fathom-gpu/fathom/internal/pushback"
 	"github.com/fathom-gpu/fathom/internal/series"
 )
 
