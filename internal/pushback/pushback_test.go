@@ -101,22 +101,28 @@ func TestEncodeKeepsTheOrderGiven(t *testing.T) {
 
 // The lines the default signal list pushes for one cohort fit the 1 KiB an answer
 // carries by default: device wait, host lead and CPU time with their three windows
-// (min_duration 1.5 s: 3, 6 and 12 s) and their noise, and the five signals judged by
-// their samples alone (GPU, fabric, TCP) without either, each with the time of the
-// samples it was drawn from and the gateway's verdict on the node's ranks, one of them
-// flagged on each host-side signal. The windows come back to five significant digits,
-// the noise to three, the sample times and verdicts exact (786 bytes before the sample
-// times, 843 before the verdicts). Seven lines that all had windows fit before the
-// noise (1,022 bytes with it: one left out).
+// (min_duration 1.5 s: 3, 6 and 12 s) and their noise, CPU time a collective with its
+// noise and no windows, and the five signals judged by their samples alone (GPU,
+// fabric, TCP) without either, each with the time of the samples it was drawn from and
+// the gateway's verdict on the node's ranks, one of them flagged on each host-side
+// signal. The windows come back to five significant digits, the noise to three, the
+// sample times and verdicts exact (786 bytes before the sample times, 843 before the
+// verdicts, 923 before CPU time a collective). Seven lines that all had windows fit
+// before the noise (1,022 bytes with it: one left out), and so CPU time a collective
+// has none.
 func TestOneCohortsDefaultLinesFitInOneKiB(t *testing.T) {
-	signals := []string{"fathom.rank.device_wait.time", "fathom.rank.host_lead.time", "fathom.rank.cpu.time", "fathom.rank.gpu.sm_clock.deficit",
-		"fathom.rank.gpu.errors", "fathom.rank.rdma.errors", "fathom.rank.rdma.xmit_wait", "fathom.rank.tcp.retransmits"}
+	signals := []string{"fathom.rank.device_wait.time", "fathom.rank.host_lead.time", "fathom.rank.cpu.time", "fathom.rank.cpu.per_collective",
+		"fathom.rank.gpu.sm_clock.deficit", "fathom.rank.gpu.errors", "fathom.rank.rdma.errors", "fathom.rank.rdma.xmit_wait", "fathom.rank.tcp.retransmits"}
 	var in []Threshold
 	for i, s := range signals {
 		f := float64(i + 1)
 		th := Threshold{Cluster: "prod-eu-west", Cohort: "nccl:f09f67cf0e91f865", Signal: s,
 			Median: 0.30099999999999993 * f, Line: 0.23406060999999995 * f, Worse: []string{"lower", "higher"}[i%2], At: 1_800_000_013_000,
 			Drawn: 1_800_000_012_655 - int64(i/3)*1000, Verdicts: true}
+		if i == 3 {
+			th.Noise = 0.28712345 * f
+			th.Flagged = []Flag{{Rank: 13, Since: 1_800_000_001_250, Rule: RuleEvidence}}
+		}
 		if i < 3 {
 			th.Windows = []WindowLine{{3, 0.30123456 * f, 0.2812345 * f}, {6, 0.30123456 * f, 0.2912345 * f}, {12, 0.30123456 * f, 0.2962345 * f}}
 			th.Noise = 0.28712345 * f
@@ -153,7 +159,7 @@ func TestOneCohortsDefaultLinesFitInOneKiB(t *testing.T) {
 			t.Errorf("line %d: verdict %v %+v, want %+v", i, out[i].Verdicts, out[i].Flagged, in[i].Flagged)
 		}
 	}
-	t.Logf("the default lines with windows, noise, sample times and a rank flagged on three: %d bytes", len(v))
+	t.Logf("the default lines with windows, noise, sample times and a rank flagged on four: %d bytes", len(v))
 }
 
 // A line's noise rides beside the lines, under a key of the cohort's own: a node that

@@ -26,12 +26,13 @@ func TestLoadConfig(t *testing.T) {
 		metric, worse string
 		floor         float64
 		own           bool
+		windowed      bool // evidence too, but for CPU time a collective's evidence alone
 	}{
-		{semconv.MetricRankDeviceWait, WorseLower, 0.01, false}, {semconv.MetricRankHostLead, WorseHigher, 0.01, false},
-		{semconv.MetricRankCPUTime, WorseHigher, 0.005, false},
-		{semconv.MetricRankGPUClockDeficit, WorseHigher, 0.02, true}, {semconv.MetricRankGPUErrors, WorseHigher, 0.1, true},
-		{semconv.MetricRankRDMAErrors, WorseHigher, 0.1, true}, {semconv.MetricRankRDMAXmitWait, WorseHigher, 10000, true},
-		{semconv.MetricRankTCPRetransmits, WorseHigher, 0.1, true}, {semconv.MetricRankArrivalLag, WorseHigher, 0.0005, false},
+		{semconv.MetricRankDeviceWait, WorseLower, 0.01, false, true}, {semconv.MetricRankHostLead, WorseHigher, 0.01, false, true},
+		{semconv.MetricRankCPUTime, WorseHigher, 0.005, false, true}, {semconv.MetricRankCPUPerCollective, WorseHigher, 0.0001, false, false},
+		{semconv.MetricRankGPUClockDeficit, WorseHigher, 0.02, true, false}, {semconv.MetricRankGPUErrors, WorseHigher, 0.1, true, false},
+		{semconv.MetricRankRDMAErrors, WorseHigher, 0.1, true, false}, {semconv.MetricRankRDMAXmitWait, WorseHigher, 10000, true, false},
+		{semconv.MetricRankTCPRetransmits, WorseHigher, 0.1, true, false}, {semconv.MetricRankArrivalLag, WorseHigher, 0.0005, false, true},
 	}
 	if len(def.Signals) != len(wantSignals) {
 		t.Fatalf("%d default signals, want %d", len(def.Signals), len(wantSignals))
@@ -43,11 +44,12 @@ func TestLoadConfig(t *testing.T) {
 			t.Errorf("default signal %d: %+v (persistence %+v), want %+v", i, s, def.persistence(i), w)
 		}
 	}
-	// The rank signals and arrival lag are judged over windows as well as samples;
-	// the signals that come with each collection only by samples.
+	// The rank signals and arrival lag are judged over windows as well as samples,
+	// and by evidence; CPU time a collective by evidence without windows; the signals
+	// that come with each collection only by samples.
 	for i, w := range wantSignals {
-		if def.windowed(i) == w.own {
-			t.Errorf("default signal %s: windowed %v", w.metric, def.windowed(i))
+		if def.windowed(i) != w.windowed || def.evidenced(i) == w.own {
+			t.Errorf("default signal %s: windowed %v, evidence %v", w.metric, def.windowed(i), def.evidenced(i))
 		}
 	}
 	if def.MinDuration != 1500*time.Millisecond || !slices.Equal(def.windows(), []time.Duration{3 * time.Second, 6 * time.Second, 12 * time.Second}) {

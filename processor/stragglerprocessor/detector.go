@@ -94,6 +94,7 @@ type verdict struct {
 	// past the evidence's drift (evidence.go).
 	beyond, held, pastDrift bool
 	at                      time.Time
+	span                    float64 // seconds the sample covered
 }
 
 type rankState struct {
@@ -519,8 +520,8 @@ func (d *detector) evaluateSignal(c *cohort, sig int, now time.Time, out *evalua
 	threshold := median + worse*cfg.K*spread
 	windows := d.drawWindowLines(fresh, sig, c.rememberSpread(sig, spread, now, d.longest, d.drops), worse)
 	var noise float64
-	if cfg.windowed(sig) {
-		// Only a signal with windows has evidence, and only its noise is sent.
+	if cfg.evidenced(sig) {
+		// Only a signal with evidence has a noise to send.
 		noise = c.noise[sig].measured()
 	}
 	rule := d.evidenceRule(sig, noise).floored(spread, signal.MADFloor)
@@ -584,7 +585,7 @@ func (d *detector) evaluateSignal(c *cohort, sig int, now time.Time, out *evalua
 			}
 			score := worse * (sm.value - median) / spread
 			evid := s.accumulate(score, sm.span, sm.at, rule, &c.noise[sig])
-			if state := s.judge(sm, score > cfg.K, score > cfg.K*cfg.ResolveWithin, wv, evid, warm, cfg.persistence(sig)); state != "" {
+			if state := s.judge(sm, score > cfg.K, score > cfg.K*cfg.ResolveWithin, wv, evid, warm, cfg.persistence(sig), cfg.persistenceCovers(sig)); state != "" {
 				ev.state, ev.since, ev.value, ev.score = state, s.since, sm.value, score
 				ev.median, ev.threshold, ev.window, ev.rule = median, threshold, 0, s.rule
 				if state == "straggler" && s.window > 0 {
@@ -614,21 +615,23 @@ func (d *detector) evaluateSignal(c *cohort, sig int, now time.Time, out *evalua
 }
 
 // judge records the verdict on one sample and returns the state change it makes, if
-// any: flagged when p.Beyond of the last p.Of samples were beyond the line, a window's
-// median was (wv), or the rank's evidence reached its height (evid); resolved when no
-// more than p.Of-p.Beyond were beyond the resolve line (held), no window's median is
-// and the evidence no longer holds. Before the warm-up ends verdicts are kept but
-// change nothing.
-func (s *signalSeries) judge(sm sample, beyond, held bool, wv windowVerdict, evid evidenceVerdict, warm bool, p PersistenceConfig) string {
-	s.verdicts = append(s.verdicts, verdict{beyond: beyond, held: held || beyond, pastDrift: evid.pastDrift, at: sm.at})
+// any: flagged when p.Beyond of the last p.Of samples were beyond the line (of fewer,
+// in that share, when fewer cover the time the persistence stands for, covers:
+// persisting), a window's median was (wv), or the rank's evidence reached its height
+// (evid); resolved when no more than the rest were beyond the resolve line (held), no
+// window's median is and the evidence no longer holds. Before the warm-up ends
+// verdicts are kept but change nothing.
+func (s *signalSeries) judge(sm sample, beyond, held bool, wv windowVerdict, evid evidenceVerdict, warm bool, p PersistenceConfig, covers time.Duration) string {
+	s.verdicts = append(s.verdicts, verdict{beyond: beyond, held: held || beyond, pastDrift: evid.pastDrift, at: sm.at, span: sm.span})
 	if len(s.verdicts) > p.Of {
 		s.verdicts = s.verdicts[1:]
 	}
 	if !warm {
 		return ""
 	}
+	counted, need := persisting(s.verdicts, p, covers)
 	n, kept, drifting := 0, 0, 0
-	for _, v := range s.verdicts {
+	for _, v := range counted {
 		if v.beyond {
 			n++
 		}
@@ -640,21 +643,46 @@ func (s *signalSeries) judge(sm sample, beyond, held bool, wv windowVerdict, evi
 		}
 	}
 	switch {
-	case !s.flagged && n >= p.Beyond:
+	case !s.flagged && n >= need:
 		s.flagged, s.window, s.rule = true, 0, ruleSamples
-		s.since = s.verdicts[slices.IndexFunc(s.verdicts, func(v verdict) bool { return v.beyond })].at
+		s.since = counted[slices.IndexFunc(counted, func(v verdict) bool { return v.beyond })].at
 		return "straggler"
 	case !s.flagged && wv.beyond:
 		s.flagged, s.window, s.rule, s.since = true, wv.window, ruleWindow, wv.since
 		return "straggler"
-	case !s.flagged && evid.beyond && drifting >= p.Beyond:
+	case !s.flagged && evid.beyond && drifting >= need:
 		s.flagged, s.window, s.rule, s.since = true, 0, ruleEvidence, evid.since
 		return "straggler"
-	case s.flagged && kept <= p.Of-p.Beyond && !wv.held && !evid.held:
+	case s.flagged && kept <= len(counted)-need && !wv.held && !evid.held:
 		s.flagged = false
 		return "resolved"
 	}
 	return ""
+}
+
+// persisting is what the persistence counts of verdicts (the latest p.Of at most) and
+// how many of them must be past: p.Beyond of p.Of, or, where fewer of the latest cover
+// the time the persistence stands for (covers, Config.persistenceCovers), those, of
+// which the same share rounded up. "5 of 6" of the shipped configs is a rank past its
+// line for 1.5 s of quarter-second samples. A rank whose samples come once a step (its
+// CPU time a collective, 0.8 s apart with 200 ms of host work a step on the busy host)
+// or once a collection (its GPU's clock) would otherwise need 5 of 6 samples, 4 to 5 s,
+// however plainly each says it is slow; two that cover 1.5 s say it as long.
+func persisting(verdicts []verdict, p PersistenceConfig, covers time.Duration) ([]verdict, int) {
+	if covers <= 0 || len(verdicts) == 0 {
+		return verdicts, p.Beyond
+	}
+	covered := 0.0
+	for i := len(verdicts) - 1; i >= 0; i-- {
+		if covered += verdicts[i].span; covered >= covers.Seconds() {
+			m := len(verdicts) - i
+			if m >= p.Of {
+				break
+			}
+			return verdicts[i:], (p.Beyond*m + p.Of - 1) / p.Of
+		}
+	}
+	return verdicts, p.Beyond
 }
 
 // evaluateAgainst is the node's judgement: its own ranks against the lines the
@@ -707,7 +735,7 @@ func (d *detector) evaluateAgainst(src pushback.Source, now time.Time) evaluatio
 			// node's own ranks'.
 			spread := worse * (t.Line - t.Median) / d.cfg.K
 			noise := t.Noise
-			if !(noise > 0) && d.cfg.windowed(sig) {
+			if !(noise > 0) && d.cfg.evidenced(sig) {
 				noise = c.noise[sig].measured()
 			}
 			rule := d.evidenceRule(sig, noise).floored(spread, signal.MADFloor)
@@ -748,7 +776,7 @@ func (d *detector) evaluateAgainst(src pushback.Source, now time.Time) evaluatio
 					// its samples only for the stalls it records.
 					if !t.Verdicts {
 						held := t.Beyond(sm.value) || (pushback.Threshold{Median: t.Median, Line: t.Median + (t.Line-t.Median)*d.cfg.ResolveWithin, Worse: t.Worse}).Beyond(sm.value)
-						if state := s.judge(sm, t.Beyond(sm.value), held, wv, evid, true, d.cfg.persistence(sig)); state != "" {
+						if state := s.judge(sm, t.Beyond(sm.value), held, wv, evid, true, d.cfg.persistence(sig), d.cfg.persistenceCovers(sig)); state != "" {
 							ev.state, ev.since, ev.rule, ev.score = state, s.since, s.rule, evid.score
 							if state == "straggler" && s.window > 0 {
 								ev.value, ev.median, ev.threshold, ev.score, ev.window = wv.value, wv.median, wv.threshold, wv.score, wv.window

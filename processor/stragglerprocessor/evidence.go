@@ -180,10 +180,10 @@ const (
 )
 
 // evidenceRule is the rule for signal sig with scores whose noise is sigma (0: not
-// measured yet, taken as one spread): none for a signal judged by its samples only
-// (windows off, or min_duration 0).
+// measured yet, taken as one spread): none for a signal judged without evidence
+// (Config.evidenced: windows or evidence off, or min_duration 0).
 func (d *detector) evidenceRule(sig int, sigma float64) evidenceRule {
-	if !d.cfg.windowed(sig) {
+	if !d.cfg.evidenced(sig) {
 		return evidenceRule{}
 	}
 	if !(sigma > 0) {

@@ -1,10 +1,13 @@
 package stragglerprocessor
 
 import (
+	"fmt"
+	"slices"
 	"testing"
 	"time"
 
 	"github.com/fathom-gpu/fathom/internal/pushback"
+	"github.com/fathom-gpu/fathom/internal/semconv"
 )
 
 // slowPhases is a rank that stays slow while its lead over the line varies: 4 scaled
@@ -94,5 +97,64 @@ func TestANodeKeepsASlowRankNearTheLineFlagged(t *testing.T) {
 		if at := events[1].at.Sub(t0); c.want == 2 && at < 33*time.Second {
 			t.Errorf("resolved %v into the run, while it was still slow (healthy from 33 s)", at)
 		}
+	}
+}
+
+// A paced signal's persistence is about time: where fewer of a rank's latest samples
+// than `of` cover what it stands for (`of` evaluations, at least min_duration: 1.5 s in
+// the shipped configs), those are counted, in the same share. Samples once a step of
+// 0.8 s (CPU time a collective, 200 ms of host work a step on the busy host) flag a
+// rank past its line in two, 1.6 s, not five of six, 4.8 s; quarter-second samples
+// still take five of six; one sample past the line in two flags nobody; and a flagged
+// rank of long samples is resolved once two are back. The default config (3 of 4, 1 s
+// evaluations) stands for 4 s, and 1 s samples still take three of four. The signals
+// sampled at the node's interval are not paced, and count samples.
+func TestPersistenceCountsTheSamplesThatCoverMinDuration(t *testing.T) {
+	shipped := shippedConfig()
+	paced := slices.IndexFunc(shipped.Signals, func(s SignalConfig) bool { return s.Paced })
+	if paced < 0 || shipped.Signals[paced].Metric != semconv.MetricRankCPUPerCollective || slices.ContainsFunc(shipped.Signals[paced+1:], func(s SignalConfig) bool { return s.Paced }) {
+		t.Fatalf("paced signals: want CPU time a collective alone")
+	}
+	if covers := shipped.persistenceCovers(0); covers != 0 {
+		t.Fatalf("%s: persistence covers %v, want 0 (counting samples)", shipped.Signals[0].Metric, covers)
+	}
+	p, minDuration := shipped.Persistence, shipped.persistenceCovers(paced)
+	if minDuration != 1500*time.Millisecond {
+		t.Fatalf("the shipped persistence stands for %v, want 1.5s", minDuration)
+	}
+	at := time.Unix(1_800_000_000, 0)
+	run := func(span float64, past []bool) []string {
+		var s signalSeries
+		var states []string
+		for i, b := range past {
+			at = at.Add(time.Duration(span * float64(time.Second)))
+			sm := sample{at: at, span: span}
+			state := s.judge(sm, b, b, windowVerdict{}, evidenceVerdict{}, true, p, minDuration)
+			if state != "" {
+				states = append(states, fmt.Sprintf("%s at %d", state, i))
+			}
+		}
+		return states
+	}
+	for _, c := range []struct {
+		name string
+		span float64
+		past []bool
+		want []string
+	}{
+		{"steps of 0.8 s, slow from the third", 0.8, []bool{false, false, true, true, true, false, false}, []string{"straggler at 3", "resolved at 6"}},
+		{"steps of 0.8 s, one sample past in two", 0.8, []bool{true, false, true, false, true, false}, nil},
+		{"quarter-second samples", 0.25, []bool{false, true, true, true, true, true, false}, []string{"straggler at 5"}},
+		{"quarter-second samples, four of six", 0.25, []bool{true, true, false, true, true, false, true, true, false}, nil},
+		{"samples of 2 s, each a whole min_duration", 2, []bool{false, true, false}, []string{"straggler at 1", "resolved at 2"}},
+	} {
+		if got := run(c.span, c.past); !slices.Equal(got, c.want) {
+			t.Errorf("%s: %v, want %v", c.name, got, c.want)
+		}
+	}
+	def := createDefaultConfig()
+	p, minDuration = def.Persistence, def.persistenceCovers(paced)
+	if got := run(1, []bool{false, true, true, false, true}); !slices.Equal(got, []string{"straggler at 4"}) {
+		t.Errorf("default config, 1 s samples: %v, want flagged at the third of four past (4)", got)
 	}
 }

@@ -117,12 +117,12 @@ func (p *pairState) noteFlag(ev event, state string) {
 }
 
 // pairsJudge says whether signal sig of a cohort with two fresh ranks is judged as a
-// pair: pairs on, and the signal one with evidence (windowed), so that its samples are
-// kept for aligning the two ranks. The signals judged by their floors alone (GPU,
-// fabric: windows off) say how large a difference matters, not how it changed, and the
+// pair: pairs on, the signal one with evidence, and its samples kept (for windows, over
+// the longest) for aligning the two ranks. The signals judged by their floors alone
+// (GPU, fabric) say how large a difference matters, not how it changed, and the
 // gateway's own signals (arrival lag) are measured against the median of the ranks.
 func (d *detector) pairsJudge(sig int) bool {
-	return d.cfg.Pairs && d.cfg.windowed(sig) && d.longest > 0 && !gatewayOnly[d.cfg.Signals[sig].Metric]
+	return d.cfg.Pairs && d.cfg.evidenced(sig) && d.longest > 0 && !gatewayOnly[d.cfg.Signals[sig].Metric]
 }
 
 // pair returns the cohort's pair state for sig, started anew when the pair is two other
@@ -279,7 +279,7 @@ func (d *detector) evaluatePair(c *cohort, sig int, a, b int64, newest, now time
 			}
 			ev := event{cohort: c.key, job: r.job, node: r.node, rank: rank, signal: sig, value: sm.value,
 				median: expected, threshold: threshold, score: score, at: now, gauge: sm.gauge, detail: sm.detail}
-			if state := s.judge(sm, score > cfg.K, score > cfg.K*cfg.ResolveWithin, windowVerdict{}, evid, warm, cfg.persistence(sig)); state != "" {
+			if state := s.judge(sm, score > cfg.K, score > cfg.K*cfg.ResolveWithin, windowVerdict{}, evid, warm, cfg.persistence(sig), cfg.persistenceCovers(sig)); state != "" {
 				if state == "straggler" {
 					s.rule = rulePair
 				}

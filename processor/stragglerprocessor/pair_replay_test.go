@@ -41,6 +41,13 @@ func ranksOf(rec recording) []int64 {
 // or the healthy ones, nor the slow rank while healthy. The same holds of the pairs'
 // nodes, which say what the gateway's verdict pushed back to them says: a node has no
 // line to judge a pair by.
+//
+// The long steps' recording (testdata/longsteps) is not among them. Its pairs find the
+// 20% slowdown in 5.0 to 5.5 s (CPU time a collective) but one healthy pair, the slow
+// rank and rank 5 after the slowdowns, was flagged on device wait 1.2 s after a 0.75 s
+// stall (1 false flag in 1.9 hours of its quiet pair-time, 2026-11-28; the same with
+// the persistence counting samples rather than min_duration): a pair's device wait of
+// 0.8 s steps wanders more than the drift allows, which is not solved yet.
 func TestRecordedPairsAreJudgedRight(t *testing.T) {
 	paths, err := filepath.Glob("testdata/recordings/*.csv.gz")
 	if err != nil || len(paths) == 0 {

@@ -73,7 +73,7 @@ func TestRecordRankSignals(t *testing.T) {
 		time.Sleep(60 * time.Second)
 	}
 	names := []string{}
-	for _, n := range []string{"fathom.rank.device_wait.time", "fathom.rank.host_lead.time", "fathom.rank.cpu.time"} {
+	for _, n := range []string{"fathom.rank.device_wait.time", "fathom.rank.host_lead.time", "fathom.rank.cpu.time", "fathom.rank.cpu.per_collective"} {
 		names = append(names, "'"+n+"'")
 	}
 	// Paged: the SQL API answers at most 10,000 rows a query (sql.max_rows).

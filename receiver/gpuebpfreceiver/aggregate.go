@@ -473,18 +473,90 @@ type threadsCPU struct {
 	last    map[uint32]uint64 // ns, per thread, at the last read
 	seconds float64
 	seen    bool
+	// readAt is when seconds was read: the time of its point, which is a collective's
+	// (readAtCollective) while the process makes them.
+	readAt time.Time
+	// collectiveAt is when it was last read at a collective.
+	collectiveAt time.Time
+	// exported is seconds at the last delta export.
+	exported float64
+	// collectives counts the process's collectives; base and baseCollectives are
+	// seconds and it at the last read at a collective; perCollective is the CPU time a
+	// collective between the last two such reads, read at perCollectiveAt.
+	collectives     uint64
+	base            float64
+	baseCollectives uint64
+	perCollective   float64
+	perCollectiveAt time.Time
+}
+
+// cpuReadEvery is the least time between two reads of a process's CPU time at its
+// collectives. A step's host work then falls whole between two reads of a job whose
+// steps are longer (the reason for reading there, see readAtCollective), and a job of
+// millisecond steps costs a process's threads' schedstat files ten reads a second.
+const cpuReadEvery = 100 * time.Millisecond
+
+// cpuAtCollectivesFor is how long after its last read at a collective a process's
+// samples keep that read rather than reading at the sample: longer than a step, and
+// short enough that a rank that stopped making collectives (hung, or evaluating) is
+// followed again within seconds.
+const cpuAtCollectivesFor = 5 * time.Second
+
+// readAtCollective reads the process's CPU time as one of its collectives comes in
+// (at most every cpuReadEvery). The ranks of a job enter each step's collectives
+// together, so points read there cut every rank's time at the same place in its step:
+// a rank whose host does 20% more per step runs 20% more between two of them. Read at
+// the sample's clock instead, a point cuts a step wherever it falls, and with steps
+// longer than the sample interval (200 ms of host work a step on a busy host) one
+// sample holds a rank's whole step and the next none of it: the slow rank's samples
+// scattered over 0 to 0.68 s/s against a difference of 0.04.
+//
+// Per second, the time between two reads still varies by rank: each enters a step's
+// collective when the scheduler lets it finish the step's work, which on the busy host
+// jittered a healthy rank's 0.8 s steps by ±0.15 s and its CPU time a second by as
+// much, for 0.200 s of CPU a step to the slow rank's 0.240. So the read also gives the
+// CPU time per collective since the read before (perCollective), which is the same
+// for every healthy rank of a job whatever its timing: a rank's collectives are its
+// steps, counted.
+func (a *aggregator) readAtCollective(p *processSeries, now time.Time) {
+	p.cpu.collectives++
+	if now.Sub(p.cpu.collectiveAt) < cpuReadEvery {
+		return
+	}
+	previous := p.cpu.collectiveAt
+	if !a.refreshCPUTime(p, now) {
+		return
+	}
+	p.cpu.collectiveAt = now
+	// A read after a pause of more than cpuAtCollectivesFor (an evaluation, a
+	// checkpoint) would spread the pause's work over the collectives around it.
+	if n := p.cpu.collectives - p.cpu.baseCollectives; !previous.IsZero() && now.Sub(previous) < cpuAtCollectivesFor && n > 0 {
+		p.cpu.perCollective, p.cpu.perCollectiveAt = (p.cpu.seconds-p.cpu.base)/float64(n), now
+	}
+	p.cpu.base, p.cpu.baseCollectives = p.cpu.seconds, p.cpu.collectives
+}
+
+// readForSample reads the process's CPU time for a sample at now, unless a read at one
+// of its collectives within cpuAtCollectivesFor stands for it.
+func (a *aggregator) readForSample(p *processSeries, now time.Time) {
+	if now.Sub(p.cpu.collectiveAt) < cpuAtCollectivesFor {
+		return
+	}
+	a.refreshCPUTime(p, now)
 }
 
 // refreshCPUTime reads the on-CPU time of the process's CUDA threads (at most
 // limits.max_threads_per_process of them, as cudaTIDs is bounded) and adds what each
-// ran since its last read. A thread that is gone keeps what it added.
-func (a *aggregator) refreshCPUTime(p *processSeries) {
+// ran since its last read. A thread that is gone keeps what it added. It says whether
+// any thread was read.
+func (a *aggregator) refreshCPUTime(p *processSeries, now time.Time) bool {
 	if a.synthetic || len(p.cudaTIDs) == 0 {
-		return
+		return false
 	}
 	if p.cpu.last == nil {
 		p.cpu.last = map[uint32]uint64{}
 	}
+	read := false
 	for tid := range p.cudaTIDs {
 		ns, err := procinfo.ThreadCPUTime(a.procRoot, p.info.PID, tid)
 		if err != nil {
@@ -495,8 +567,12 @@ func (a *aggregator) refreshCPUTime(p *processSeries) {
 			p.cpu.seconds += float64(ns-last) / 1e9
 		}
 		p.cpu.last[tid] = ns
-		p.cpu.seen = true
+		p.cpu.seen, read = true, true
 	}
+	if read {
+		p.cpu.readAt = now
+	}
+	return read
 }
 
 // api returns the process's series of an API, creating it on first use.

@@ -156,8 +156,13 @@ func gpuOfProcess(gpus []gpustate.GPU, processes map[uint32]*processSeries, sele
 }
 
 func (m *metricSet) gauge(name, unit, desc string, v float64) pcommon.Map {
+	return m.gaugeAt(name, unit, desc, v, m.ts)
+}
+
+// gaugeAt writes a gauge read at ts rather than at the export's time.
+func (m *metricSet) gaugeAt(name, unit, desc string, v float64, ts pcommon.Timestamp) pcommon.Map {
 	dp := m.metric(name, unit, desc, pmetric.MetricTypeGauge).Gauge().DataPoints().AppendEmpty()
-	dp.SetTimestamp(m.ts)
+	dp.SetTimestamp(ts)
 	dp.SetDoubleValue(v)
 	return dp.Attributes()
 }

@@ -157,9 +157,14 @@ func (m *metricSet) sum(name, unit, desc string, v uint64) pcommon.Map {
 }
 
 func (m *metricSet) sumDouble(name, unit, desc string, v float64) pcommon.Map {
+	return m.sumDoubleAt(name, unit, desc, v, m.ts)
+}
+
+// sumDoubleAt writes a point read at ts rather than at the export's time.
+func (m *metricSet) sumDoubleAt(name, unit, desc string, v float64, ts pcommon.Timestamp) pcommon.Map {
 	dp := m.metric(name, unit, desc, pmetric.MetricTypeSum).Sum().DataPoints().AppendEmpty()
 	dp.SetStartTimestamp(m.start)
-	dp.SetTimestamp(m.ts)
+	dp.SetTimestamp(ts)
 	dp.SetDoubleValue(v)
 	return dp.Attributes()
 }
@@ -297,7 +302,7 @@ func (a *aggregator) emitProcess(set *metricSet, p *processSeries, pageAllocs ma
 	if graphLaunches > 0 {
 		set.sum(semconv.MetricCUDAGraphLaunches, "{launch}", "CUDA graph launches", graphLaunches)
 	}
-	a.refreshCPUTime(p)
+	a.readForSample(p, set.ts.AsTime())
 	emitRankSignals(set, p)
 	set.sum(semconv.MetricRankTCPRetransmits, "{segment}", "TCP segments retransmitted from sockets the process holds", p.tcpRetransmits)
 	if p.hasSched {
@@ -338,8 +343,31 @@ func emitRankSignals(set *metricSet, p *processSeries) {
 	emitLaunches(set, p)
 	emitRunQueue(set, p)
 	if p.cpu.seen {
-		set.sumDouble(semconv.MetricRankCPUTime, "s", "Time the process's CUDA threads ran on a CPU", p.cpu.seconds)
+		emitCPUTime(set, p)
 	}
+	// A rank that stopped making collectives has no CPU time a collective of now.
+	if at := p.cpu.perCollectiveAt; !at.IsZero() && set.ts.AsTime().Sub(at) < cpuAtCollectivesFor {
+		set.gaugeAt(semconv.MetricRankCPUPerCollective, "s", "CPU time of the process's CUDA threads per collective it made, between its two latest reads at collectives", p.cpu.perCollective, pcommon.NewTimestampFromTime(at))
+	}
+}
+
+// emitCPUTime writes the process's CPU time as of its last read, at the time of that
+// read: cumulative, it is the read at the process's latest collective while it makes
+// them (readAtCollective), so that the increase between two points covers whole steps.
+// Delta, it is what the process ran between the reads before the last export and this
+// one, at the export's time.
+func emitCPUTime(set *metricSet, p *processSeries) {
+	const name, desc = semconv.MetricRankCPUTime, "Time the process's CUDA threads ran on a CPU"
+	if set.delta {
+		set.sumDouble(name, "s", desc, p.cpu.seconds-p.cpu.exported)
+		p.cpu.exported = p.cpu.seconds
+		return
+	}
+	at := set.ts
+	if !p.cpu.readAt.IsZero() {
+		at = pcommon.NewTimestampFromTime(p.cpu.readAt)
+	}
+	set.sumDoubleAt(name, "s", desc, p.cpu.seconds, at)
 }
 
 // emitRankSamples builds one rank-signal sample between collections (cumulative
@@ -355,7 +383,7 @@ func (a *aggregator) emitRankSamples(now time.Time, hostResource func(pcommon.Re
 			continue
 		}
 		sm := pmetric.NewScopeMetrics()
-		a.refreshCPUTime(p)
+		a.readForSample(p, now)
 		emitRankSignals(&metricSet{metrics: sm.Metrics(), start: p.start, ts: ts, byName: map[string]pmetric.Metric{}}, p)
 		if sm.Metrics().Len() == 0 {
 			continue // no signal yet (no device wait, launch or CUDA thread seen)

@@ -1,8 +1,10 @@
 package gpuebpfreceiver
 
 import (
+	"fmt"
 	"math"
 	"os"
+	"path/filepath"
 	"slices"
 	"testing"
 	"time"
@@ -348,5 +350,112 @@ func TestRankSamplesCarryOnlyTheRankSignalsOfRanks(t *testing.T) {
 	full := a.emit(now.Add(250*time.Millisecond), 0, hostTotals{}, &hostTotals{}, hostIdentity("", false))
 	if got, _, ok := processSum(full, rankPID, semconv.MetricRankLaunches); !ok || got != 15 {
 		t.Errorf("launches in the collection %d (present %v), want 15", got, ok)
+	}
+}
+
+// A rank's CPU time is read as its collectives come in, and its points carry the time
+// of that read rather than the sample's, so that the time between two of them holds
+// whole steps, as does its CPU time a collective between the two; a rank that made no
+// collective for cpuAtCollectivesFor is read at the sample again, and has no CPU time
+// a collective. Delta, each export is what it ran since the one before.
+func TestCPUTimeIsReadAtTheRanksCollectives(t *testing.T) {
+	const pid, tid = 4747, 4748
+	cfg := createDefaultConfig()
+	cfg.Discovery.ProcRoot = t.TempDir()
+	a := newTestAggregator(cfg, false)
+	ran := func(ns int64) {
+		dir := filepath.Join(cfg.Discovery.ProcRoot, "4747", "task", "4748")
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, "schedstat"), []byte(fmt.Sprintf("%d 0 0\n", ns)), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	launch := probes.CUDACall{Api: apiID("cudaLaunchKernel"), DurationNs: 5000, MemcpyKind: uint8(probes.MemcpyNone)}
+	launch.Hdr.Pid, launch.Hdr.Tid = pid, tid
+	a.CUDACall(&launch)
+	a.process(pid).info.Rank = 1
+	allReduce := func() (before, after time.Time) {
+		ev := probes.NCCLCall{Api: probes.NCCLAllReduce, CommHash: 0xc0ffee, Rank: 1, Nranks: 4, Peer: -1, DurationNs: 10000}
+		ev.Hdr.Pid, ev.Hdr.Tid = pid, tid
+		before = wallNow()
+		a.NCCLCall(&ev)
+		return before, wallNow()
+	}
+	pointOf := func(md pmetric.Metrics, name string) (float64, time.Time, bool) {
+		for i := 0; i < md.ResourceMetrics().Len(); i++ {
+			ms := md.ResourceMetrics().At(i).ScopeMetrics().At(0).Metrics()
+			for j := 0; j < ms.Len(); j++ {
+				if m := ms.At(j); m.Name() == name {
+					var dp pmetric.NumberDataPointSlice
+					if m.Type() == pmetric.MetricTypeGauge {
+						dp = m.Gauge().DataPoints()
+					} else {
+						dp = m.Sum().DataPoints()
+					}
+					return dp.At(0).DoubleValue(), dp.At(0).Timestamp().AsTime(), true
+				}
+			}
+		}
+		return 0, time.Time{}, false
+	}
+	point := func(md pmetric.Metrics) (float64, time.Time) {
+		t.Helper()
+		v, at, ok := pointOf(md, semconv.MetricRankCPUTime)
+		if !ok {
+			t.Fatal("no CPU time point")
+		}
+		return v, at
+	}
+
+	ran(1_000_000_000) // first read: where the process's time begins
+	allReduce()
+	ran(1_200_000_000)
+	time.Sleep(cpuReadEvery)
+	from, to := allReduce() // 0.2 s since the read before
+	ran(1_500_000_000)      // the next step's work, under way as the sample is taken
+	md := a.emitRankSamples(to.Add(250*time.Millisecond), hostIdentity("", false))
+	v, at := point(md)
+	if v != 0.2 || at.Before(from) || at.After(to) {
+		t.Errorf("sample after a collective: %v s at %v, want 0.2 s read at the collective (%v to %v)", v, at, from, to)
+	}
+	if v, at, ok := pointOf(md, semconv.MetricRankCPUPerCollective); !ok || math.Abs(v-0.2) > 1e-9 || at.Before(from) || at.After(to) {
+		t.Errorf("CPU time a collective: %v s at %v (present %v), want 0.2 s, one collective's, read at it (%v to %v)", v, at, ok, from, to)
+	}
+	allReduce() // within cpuReadEvery of the read before: counted, not read
+	if v, _ := point(a.emitRankSamples(to.Add(500*time.Millisecond), hostIdentity("", false))); v != 0.2 {
+		t.Errorf("a collective %v after the last read was read: %v s, want 0.2 s", cpuReadEvery, v)
+	}
+	time.Sleep(cpuReadEvery)
+	from, to = allReduce() // two collectives, 0.3 s, since the last read
+	if v, at, ok := pointOf(a.emitRankSamples(to.Add(250*time.Millisecond), hostIdentity("", false)), semconv.MetricRankCPUPerCollective); !ok || math.Abs(v-0.15) > 1e-9 || at.Before(from) || at.After(to) {
+		t.Errorf("CPU time a collective: %v s at %v (present %v), want 0.15 s read at the second collective (%v to %v)", v, at, ok, from, to)
+	}
+	later := to.Add(cpuAtCollectivesFor + time.Second)
+	md = a.emitRankSamples(later, hostIdentity("", false))
+	v, at = point(md)
+	if v != 0.5 || !at.Equal(later) {
+		t.Errorf("no collective for %v: %v s at %v, want 0.5 s read at the sample (%v)", cpuAtCollectivesFor+time.Second, v, at, later)
+	}
+	if v, _, ok := pointOf(md, semconv.MetricRankCPUPerCollective); ok {
+		t.Errorf("no collective for %v: CPU time a collective %v s, want none", cpuAtCollectivesFor+time.Second, v)
+	}
+
+	cfg = createDefaultConfig()
+	cfg.Temporality = TemporalityDelta
+	cfg.Discovery.ProcRoot = t.TempDir()
+	a = newTestAggregator(cfg, false)
+	a.CUDACall(&launch)
+	var prev hostTotals
+	for i, ns := range []int64{1_000_000_000, 1_300_000_000, 1_400_000_000} {
+		ran(ns)
+		time.Sleep(cpuReadEvery)
+		allReduce()
+		md := a.emit(wallNow(), 0, hostTotals{}, &prev, hostIdentity("", false))
+		want := []float64{0, 0.3, 0.1}[i]
+		if got, ok := processDoubleSum(md, pid, semconv.MetricRankCPUTime); !ok || math.Abs(got-want) > 1e-9 {
+			t.Errorf("delta export %d: %v s (present %v), want %v", i, got, ok, want)
+		}
 	}
 }

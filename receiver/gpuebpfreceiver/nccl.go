@@ -112,9 +112,12 @@ func (a *aggregator) ncclCall(ev *probes.NCCLCall, frames []pyframes.Frame, trun
 			return
 		}
 	}
-	if isCollective[ev.Api] && ev.HostLeadNs > 0 {
-		p.hostLead += float64(ev.HostLeadNs) / 1e9
-		p.hostLeadSeen = true
+	if isCollective[ev.Api] {
+		if ev.HostLeadNs > 0 {
+			p.hostLead += float64(ev.HostLeadNs) / 1e9
+			p.hostLeadSeen = true
+		}
+		a.readAtCollective(p, wallNow())
 	}
 	seconds := float64(ev.DurationNs) / 1e9
 	s.duration.Record(seconds)
