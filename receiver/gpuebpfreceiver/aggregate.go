@@ -488,6 +488,8 @@ type threadsCPU struct {
 	baseCollectives uint64
 	perCollective   float64
 	perCollectiveAt time.Time
+	// sampled and perSampled are the reads the last rank sample carried.
+	sampled, perSampled time.Time
 }
 
 // cpuReadEvery is the least time between two reads of a process's CPU time at its

@@ -303,7 +303,7 @@ func (a *aggregator) emitProcess(set *metricSet, p *processSeries, pageAllocs ma
 		set.sum(semconv.MetricCUDAGraphLaunches, "{launch}", "CUDA graph launches", graphLaunches)
 	}
 	a.readForSample(p, set.ts.AsTime())
-	emitRankSignals(set, p)
+	emitRankSignals(set, p, false)
 	set.sum(semconv.MetricRankTCPRetransmits, "{segment}", "TCP segments retransmitted from sockets the process holds", p.tcpRetransmits)
 	if p.hasSched {
 		for tid, t := range p.threads {
@@ -335,18 +335,28 @@ func (a *aggregator) emitProcess(set *metricSet, p *processSeries, pageAllocs ma
 }
 
 // emitRankSignals writes the signals the straggler loop compares across a job's ranks.
-func emitRankSignals(set *metricSet, p *processSeries) {
+// A rank sample (sample) leaves out CPU time and CPU time a collective where it would
+// repeat the read the last one carried: while a rank's steps are longer than the
+// sample interval, most samples come between two of its collectives, and a point
+// repeated adds nothing downstream but rows.
+func emitRankSignals(set *metricSet, p *processSeries, sample bool) {
 	emitDeviceWait(set, p)
 	if p.hostLeadSeen {
 		set.sumDouble(semconv.MetricRankHostLead, "s", "Time from the process's last return from a device wait to its entry into each collective, summed", p.hostLead)
 	}
 	emitLaunches(set, p)
 	emitRunQueue(set, p)
-	if p.cpu.seen {
+	if p.cpu.seen && !(sample && p.cpu.readAt.Equal(p.cpu.sampled)) {
 		emitCPUTime(set, p)
+		if sample {
+			p.cpu.sampled = p.cpu.readAt
+		}
 	}
 	// A rank that stopped making collectives has no CPU time a collective of now.
-	if at := p.cpu.perCollectiveAt; !at.IsZero() && set.ts.AsTime().Sub(at) < cpuAtCollectivesFor {
+	if at := p.cpu.perCollectiveAt; !at.IsZero() && set.ts.AsTime().Sub(at) < cpuAtCollectivesFor && !(sample && at.Equal(p.cpu.perSampled)) {
+		if sample {
+			p.cpu.perSampled = at
+		}
 		set.gaugeAt(semconv.MetricRankCPUPerCollective, "s", "CPU time of the process's CUDA threads per collective it made, between its two latest reads at collectives", p.cpu.perCollective, pcommon.NewTimestampFromTime(at))
 	}
 }
@@ -384,7 +394,7 @@ func (a *aggregator) emitRankSamples(now time.Time, hostResource func(pcommon.Re
 		}
 		sm := pmetric.NewScopeMetrics()
 		a.readForSample(p, now)
-		emitRankSignals(&metricSet{metrics: sm.Metrics(), start: p.start, ts: ts, byName: map[string]pmetric.Metric{}}, p)
+		emitRankSignals(&metricSet{metrics: sm.Metrics(), start: p.start, ts: ts, byName: map[string]pmetric.Metric{}}, p, true)
 		if sm.Metrics().Len() == 0 {
 			continue // no signal yet (no device wait, launch or CUDA thread seen)
 		}

@@ -357,7 +357,8 @@ func TestRankSamplesCarryOnlyTheRankSignalsOfRanks(t *testing.T) {
 // of that read rather than the sample's, so that the time between two of them holds
 // whole steps, as does its CPU time a collective between the two; a rank that made no
 // collective for cpuAtCollectivesFor is read at the sample again, and has no CPU time
-// a collective. Delta, each export is what it ran since the one before.
+// a collective. A rank sample does not repeat a read the one before carried; a
+// collection does. Delta, each export is what it ran since the one before.
 func TestCPUTimeIsReadAtTheRanksCollectives(t *testing.T) {
 	const pid, tid = 4747, 4748
 	cfg := createDefaultConfig()
@@ -424,8 +425,14 @@ func TestCPUTimeIsReadAtTheRanksCollectives(t *testing.T) {
 		t.Errorf("CPU time a collective: %v s at %v (present %v), want 0.2 s, one collective's, read at it (%v to %v)", v, at, ok, from, to)
 	}
 	allReduce() // within cpuReadEvery of the read before: counted, not read
-	if v, _ := point(a.emitRankSamples(to.Add(500*time.Millisecond), hostIdentity("", false))); v != 0.2 {
-		t.Errorf("a collective %v after the last read was read: %v s, want 0.2 s", cpuReadEvery, v)
+	md = a.emitRankSamples(to.Add(500*time.Millisecond), hostIdentity("", false))
+	for _, name := range []string{semconv.MetricRankCPUTime, semconv.MetricRankCPUPerCollective} {
+		if v, at, ok := pointOf(md, name); ok {
+			t.Errorf("a sample after a collective %v after the last read repeats %s's read: %v at %v", cpuReadEvery, name, v, at)
+		}
+	}
+	if v, _ := point(a.emit(to.Add(500*time.Millisecond), 0, hostTotals{}, &hostTotals{}, hostIdentity("", false))); v != 0.2 {
+		t.Errorf("the collection after it: CPU time %v s, want the last read's 0.2 s", v)
 	}
 	time.Sleep(cpuReadEvery)
 	from, to = allReduce() // two collectives, 0.3 s, since the last read
