@@ -436,7 +436,7 @@ var Metrics = []Doc{
 	{MetricRankLaunches, "sum", "{launch}", "kernel and graph launches a process made (cudaLaunchKernel, cuLaunchKernel, cudaGraphLaunch and their variants); for ranks that do not wait for each other, the slow one launches least"},
 	{MetricRankRunQueue, "sum", "s", "time a process's CUDA-calling threads were runnable but not running (preempted, or woken and waiting for a CPU)"},
 	{MetricRankCPUTime, "sum", "s", "time a process's CUDA-calling threads ran on a CPU (the scheduler's account, /proc/PID/task/TID/schedstat), since the collector first read each; per interval, the rank of a synchronous job whose host does more work per step runs most, busy host or not"},
-	{MetricRankCPUPerCollective, "gauge", "s", "per process: the CPU time of its CUDA-calling threads between two reads at its collectives (at most every 100 ms) over the collectives it made between them; the ranks of a job make the same collectives, so the one whose host does more work per step spends more a collective, however its steps' timing varies"},
+	{MetricRankCPUPerCollective, "gauge", "s", "per process: the CPU time of its CUDA-calling threads between two reads at its collectives (at least half a second apart, or a step where steps are longer) over the collectives it made between them; the ranks of a job make the same collectives, so the one whose host does more work per step spends more a collective, however its steps' timing varies"},
 	{MetricNCCLBytes, "sum", "By", "bytes named by NCCL calls (count x element size) per communicator, rank and op"},
 	{MetricNCCLErrors, "sum", "{call}", "NCCL calls that returned an error"},
 	{MetricRDMAPortErrors, "sum", "{error}", "sysfs error counters of RDMA ports, by device, port, transport and counter"},

@@ -481,11 +481,13 @@ type threadsCPU struct {
 	// exported is seconds at the last delta export.
 	exported float64
 	// collectives counts the process's collectives; base and baseCollectives are
-	// seconds and it at the last read at a collective; perCollective is the CPU time a
-	// collective between the last two such reads, read at perCollectiveAt.
+	// seconds and it at the read at a collective that began the current span (at
+	// baseAt); perCollective is the CPU time a collective over the last span, read at
+	// perCollectiveAt.
 	collectives     uint64
 	base            float64
 	baseCollectives uint64
+	baseAt          time.Time
 	perCollective   float64
 	perCollectiveAt time.Time
 	// sampled and perSampled are the reads the last rank sample carried.
@@ -497,6 +499,14 @@ type threadsCPU struct {
 // steps are longer (the reason for reading there, see readAtCollective), and a job of
 // millisecond steps costs a process's threads' schedstat files ten reads a second.
 const cpuReadEvery = 100 * time.Millisecond
+
+// perCollectiveEvery is the least span of CPU time a collective: a read comes a poll
+// of the event ring (10 ms) or more after its collective, and the rank's next step
+// runs meanwhile, so a span of 100 ms of 2 ms steps was off by a few per cent, as much
+// as a 5% slowdown (the matrix's 5% row found in 3 of 5 trials, in 53 s). With half a
+// second it was found in every trial, in 8 s, and a step of 0.8 s is still a span of
+// its own.
+const perCollectiveEvery = 500 * time.Millisecond
 
 // cpuAtCollectivesFor is how long after its last read at a collective a process's
 // samples keep that read rather than reading at the sample: longer than a step, and
@@ -517,9 +527,9 @@ const cpuAtCollectivesFor = 5 * time.Second
 // collective when the scheduler lets it finish the step's work, which on the busy host
 // jittered a healthy rank's 0.8 s steps by ±0.15 s and its CPU time a second by as
 // much, for 0.200 s of CPU a step to the slow rank's 0.240. So the read also gives the
-// CPU time per collective since the read before (perCollective), which is the same
-// for every healthy rank of a job whatever its timing: a rank's collectives are its
-// steps, counted.
+// CPU time per collective over spans of at least perCollectiveEvery (perCollective),
+// which is the same for every healthy rank of a job whatever its timing: a rank's
+// collectives are its steps, counted.
 func (a *aggregator) readAtCollective(p *processSeries, now time.Time) {
 	p.cpu.collectives++
 	if now.Sub(p.cpu.collectiveAt) < cpuReadEvery {
@@ -530,12 +540,18 @@ func (a *aggregator) readAtCollective(p *processSeries, now time.Time) {
 		return
 	}
 	p.cpu.collectiveAt = now
-	// A read after a pause of more than cpuAtCollectivesFor (an evaluation, a
-	// checkpoint) would spread the pause's work over the collectives around it.
-	if n := p.cpu.collectives - p.cpu.baseCollectives; !previous.IsZero() && now.Sub(previous) < cpuAtCollectivesFor && n > 0 {
-		p.cpu.perCollective, p.cpu.perCollectiveAt = (p.cpu.seconds-p.cpu.base)/float64(n), now
+	switch {
+	case previous.IsZero() || now.Sub(previous) >= cpuAtCollectivesFor:
+		// A span across a pause (an evaluation, a checkpoint) would spread the
+		// pause's work over the collectives around it: one begins here.
+	case now.Sub(p.cpu.baseAt) < perCollectiveEvery:
+		return
+	default:
+		if n := p.cpu.collectives - p.cpu.baseCollectives; n > 0 {
+			p.cpu.perCollective, p.cpu.perCollectiveAt = (p.cpu.seconds-p.cpu.base)/float64(n), now
+		}
 	}
-	p.cpu.base, p.cpu.baseCollectives = p.cpu.seconds, p.cpu.collectives
+	p.cpu.base, p.cpu.baseCollectives, p.cpu.baseAt = p.cpu.seconds, p.cpu.collectives, now
 }
 
 // readForSample reads the process's CPU time for a sample at now, unless a read at one

@@ -357,7 +357,7 @@ func emitRankSignals(set *metricSet, p *processSeries, sample bool) {
 		if sample {
 			p.cpu.perSampled = at
 		}
-		set.gaugeAt(semconv.MetricRankCPUPerCollective, "s", "CPU time of the process's CUDA threads per collective it made, between its two latest reads at collectives", p.cpu.perCollective, pcommon.NewTimestampFromTime(at))
+		set.gaugeAt(semconv.MetricRankCPUPerCollective, "s", "CPU time of the process's CUDA threads per collective it made, over its latest span of at least half a second between reads at collectives", p.cpu.perCollective, pcommon.NewTimestampFromTime(at))
 	}
 }
 

@@ -414,15 +414,20 @@ func TestCPUTimeIsReadAtTheRanksCollectives(t *testing.T) {
 	allReduce()
 	ran(1_200_000_000)
 	time.Sleep(cpuReadEvery)
-	from, to := allReduce() // 0.2 s since the read before
+	allReduce() // read, but too soon after the first for a span of CPU time a collective
+	if _, _, ok := pointOf(a.emitRankSamples(wallNow(), hostIdentity("", false)), semconv.MetricRankCPUPerCollective); ok {
+		t.Errorf("CPU time a collective over %v, want none under %v", cpuReadEvery, perCollectiveEvery)
+	}
+	time.Sleep(perCollectiveEvery)
+	from, to := allReduce() // 0.2 s since the first read, over two collectives
 	ran(1_500_000_000)      // the next step's work, under way as the sample is taken
 	md := a.emitRankSamples(to.Add(250*time.Millisecond), hostIdentity("", false))
 	v, at := point(md)
 	if v != 0.2 || at.Before(from) || at.After(to) {
 		t.Errorf("sample after a collective: %v s at %v, want 0.2 s read at the collective (%v to %v)", v, at, from, to)
 	}
-	if v, at, ok := pointOf(md, semconv.MetricRankCPUPerCollective); !ok || math.Abs(v-0.2) > 1e-9 || at.Before(from) || at.After(to) {
-		t.Errorf("CPU time a collective: %v s at %v (present %v), want 0.2 s, one collective's, read at it (%v to %v)", v, at, ok, from, to)
+	if v, at, ok := pointOf(md, semconv.MetricRankCPUPerCollective); !ok || math.Abs(v-0.1) > 1e-9 || at.Before(from) || at.After(to) {
+		t.Errorf("CPU time a collective: %v s at %v (present %v), want 0.1 s, two collectives', read at the second (%v to %v)", v, at, ok, from, to)
 	}
 	allReduce() // within cpuReadEvery of the read before: counted, not read
 	md = a.emitRankSamples(to.Add(500*time.Millisecond), hostIdentity("", false))
@@ -434,7 +439,7 @@ func TestCPUTimeIsReadAtTheRanksCollectives(t *testing.T) {
 	if v, _ := point(a.emit(to.Add(500*time.Millisecond), 0, hostTotals{}, &hostTotals{}, hostIdentity("", false))); v != 0.2 {
 		t.Errorf("the collection after it: CPU time %v s, want the last read's 0.2 s", v)
 	}
-	time.Sleep(cpuReadEvery)
+	time.Sleep(perCollectiveEvery)
 	from, to = allReduce() // two collectives, 0.3 s, since the last read
 	if v, at, ok := pointOf(a.emitRankSamples(to.Add(250*time.Millisecond), hostIdentity("", false)), semconv.MetricRankCPUPerCollective); !ok || math.Abs(v-0.15) > 1e-9 || at.Before(from) || at.After(to) {
 		t.Errorf("CPU time a collective: %v s at %v (present %v), want 0.15 s read at the second collective (%v to %v)", v, at, ok, from, to)
