@@ -36,9 +36,9 @@ type Config struct {
 	// Thresholds names the thresholds extension that holds the pushed-back lines
 	// (node mode only).
 	Thresholds component.ID `mapstructure:"thresholds"`
-	// Signals are the per-rank metrics compared across each cohort. Each must be a
-	// monotonic sum per process (cumulative or delta); it is compared per second of
-	// each interval.
+	// Signals are the per-rank metrics compared across each cohort. Each is a
+	// monotonic sum per process (cumulative or delta), compared per second of each
+	// interval, or a gauge, compared as it is at each new point.
 	Signals []SignalConfig `mapstructure:"signals"`
 	// K is how many scaled MADs from the cohort's median a rank must lie, in the
 	// signal's worse direction, to count as beyond the line.
@@ -47,7 +47,7 @@ type Config struct {
 	Quorum int `mapstructure:"quorum"`
 	// Pairs (default true) judges a cohort of exactly two fresh ranks, which no
 	// quorum allows, by the difference between them over time: each signal with
-	// windows (min_duration > 0) learns the pair's own level and noise over its first
+	// evidence (min_duration > 0) learns the pair's own level and noise over its first
 	// healthy 20 s and flags the rank that moved away from it, in the signal's worse
 	// direction (docs/straggler.md, Pairs). Judged at the gateway (a node never holds
 	// both ranks), which pushes its verdict back for the nodes to say.
