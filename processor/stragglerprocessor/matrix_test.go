@@ -229,9 +229,12 @@ func (res matrixResult) tableRow(row matrixRow) string {
 
 // A reduced matrix, in CI: a few shapes, two trials each. Each must find the slow rank
 // within a minute of its slowdown in both trials, and no healthy window may flag
-// anyone. How fast is the benchmark's business.
+// anyone. How fast is the benchmark's business. The 200 ms step row runs CPU time a
+// collective on real BPF (2.5 and 2.6 s, 2026-11-28); without it the windows found
+// that row in 4 of 5 trials within the minute, so it guards the signal's path, not
+// its speed.
 func TestAReducedMatrixFindsTheSlowRankAndFlagsNobody(t *testing.T) {
-	want := map[string]bool{"base": true, "ranks per core=4 (8 ranks)": true,
+	want := map[string]bool{"base": true, "ranks per core=4 (8 ranks)": true, "step=200 ms": true,
 		"threading=PyTorch DDP's": true, "cause=off-CPU stall before the all-reduce": true}
 	for _, row := range matrixRows() {
 		if !want[row.name()] && !want[row.dimension] {
