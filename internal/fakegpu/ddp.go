@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -29,6 +30,8 @@ type Slowness struct {
 	Threads int
 	// WhileFile, when set, makes the rank slow only in steps that start while this file
 	// exists: a test or benchmark turns the slowdown on and off mid-run, and knows when.
+	// The slow rank writes when each slowdown's extra work began into WhileFile.began
+	// (SlowdownBegan reads it).
 	WhileFile string
 }
 
@@ -387,4 +390,18 @@ func RunDDP(t testing.TB, p Paths, o DDPOptions) []DDPRank {
 		t.Fatalf("%d rank reports, want %d; stderr:\n%s", len(ranks), o.Ranks, run.Stderr())
 	}
 	return ranks
+}
+
+// SlowdownBegan reads when the latest slowdown under whileFile (Slowness.WhileFile)
+// began its extra work, as the slow rank wrote it; false before it did.
+func SlowdownBegan(whileFile string) (time.Time, bool) {
+	b, err := os.ReadFile(whileFile + ".began")
+	if err != nil {
+		return time.Time{}, false
+	}
+	ns, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+	if err != nil {
+		return time.Time{}, false
+	}
+	return time.Unix(0, ns), true
 }

@@ -513,3 +513,49 @@ func TestContentionEndsWithTheSlowdown(t *testing.T) {
 		t.Logf("round %d: slowed and back: %s threads, CPUs %s", round, threads, cpus)
 	}
 }
+
+// The slow rank says when each slowdown's extra work began (SlowdownBegan): after its
+// file appeared, within the step that followed (steps of 100 ms of host work here), and
+// anew for each slowdown; nothing before the first. A benchmark times its flags from it.
+func TestTheSlowRankSaysWhenItsSlowdownBegan(t *testing.T) {
+	p := Build(t)
+	slowFile := filepath.Join(t.TempDir(), "slow")
+	run := StartDDP(t, p, DDPOptions{Ranks: 2, Steps: 100000, BucketBytes: 4 << 10, KernelTime: 20 * time.Microsecond,
+		HostCompute: 100 * time.Millisecond, Gate: true,
+		Slow: &Slowness{Rank: 1, Delay: 20 * time.Millisecond, Mode: "compute", WhileFile: slowFile}})
+	if err := run.Release(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(300 * time.Millisecond)
+	if began, ok := SlowdownBegan(slowFile); ok {
+		t.Fatalf("a slowdown began at %v before any was asked for", began)
+	}
+	var last time.Time
+	for round := range 2 {
+		if err := os.WriteFile(slowFile, nil, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		asked := time.Now()
+		var began time.Time
+		for deadline := asked.Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+			if b, ok := SlowdownBegan(slowFile); ok && b.After(last) {
+				began = b
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("round %d: the slow rank never said its slowdown began", round)
+			}
+		}
+		// A step is 100 ms of host work and the slowdown comes at its end: at most
+		// two steps after the file appeared, with room for a busy host.
+		if began.Before(asked.Add(-time.Millisecond)) || began.Sub(asked) > 2*time.Second {
+			t.Fatalf("round %d: began %v after the file appeared", round, began.Sub(asked))
+		}
+		t.Logf("round %d: the extra work began %v after the file appeared", round, began.Sub(asked).Round(time.Millisecond))
+		last = began
+		if err := os.Remove(slowFile); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+}

@@ -133,7 +133,34 @@ type Reader interface {
 	// Read returns one reading of every GPU; the error names what could not be read,
 	// and the GPUs returned are what could.
 	Read() ([]GPU, error)
+	// ReadClocks returns the SM clock of every GPU, and why it is down where the
+	// library says: a few calls a GPU, light enough to take with each rank sample (a
+	// quarter second) where Read, with its process list and error counters, comes once
+	// a collection.
+	ReadClocks() ([]Clock, error)
 	Close() error
+}
+
+// Clock is one quick reading of a GPU's SM clock (Reader.ReadClocks): what slows a
+// GPU's kernels first, power and heat, shows in it within a second, and the straggler
+// loop compares it across a job's ranks at the pace of their other signals. A GPU is
+// named by its Index and Vendor, as in the Read before it.
+type Clock struct {
+	Index      int
+	Vendor     string
+	SMClockMHz uint32
+	// ClockEventReasons is NVML's mask, as in GPU; HasReasons is false where the
+	// library does not say (ROCm SMI, a driver without the call).
+	ClockEventReasons uint64
+	HasReasons        bool
+}
+
+// Refresh takes c's reading into g, the GPU it names.
+func (c Clock) Refresh(g *GPU) {
+	g.SMClockMHz = c.SMClockMHz
+	if c.HasReasons {
+		g.ClockEventReasons = c.ClockEventReasons
+	}
 }
 
 var _ Reader = (*Library)(nil)
@@ -328,6 +355,49 @@ func (l *Library) Read() ([]GPU, error) {
 		gpus = append(gpus, g)
 	}
 	return gpus, errors.Join(errs...)
+}
+
+// ReadClocks returns the SM clock and its event reasons of every GPU NVML counts. A GPU
+// whose clock cannot be read is an error that names it; the others are still read.
+func (l *Library) ReadClocks() ([]Clock, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.lib == nil {
+		return nil, errClosed
+	}
+	if !l.has["nvmlDeviceGetClockInfo"] {
+		return nil, nil
+	}
+	n, ret := l.lib.DeviceGetCount()
+	if ret != nvml.SUCCESS {
+		return nil, fmt.Errorf("nvml: device count: %s", describe(ret))
+	}
+	clocks := make([]Clock, 0, n)
+	var errs []error
+	for i := range n {
+		d, ret := l.lib.DeviceGetHandleByIndex(i)
+		if ret != nvml.SUCCESS {
+			errs = append(errs, fmt.Errorf("nvml: GPU %d: %s", i, describe(ret)))
+			continue
+		}
+		c := Clock{Index: i, Vendor: "NVIDIA"}
+		if c.SMClockMHz, ret = d.GetClockInfo(nvml.CLOCK_SM); ret != nvml.SUCCESS {
+			if ret != nvml.ERROR_NOT_SUPPORTED {
+				errs = append(errs, fmt.Errorf("nvml: GPU %d: sm_clock: %s", i, describe(ret)))
+			}
+			continue
+		}
+		switch {
+		case l.has["nvmlDeviceGetCurrentClocksEventReasons"]:
+			c.ClockEventReasons, ret = d.GetCurrentClocksEventReasons()
+			c.HasReasons = ret == nvml.SUCCESS
+		case l.has["nvmlDeviceGetCurrentClocksThrottleReasons"]:
+			c.ClockEventReasons, ret = d.GetCurrentClocksThrottleReasons()
+			c.HasReasons = ret == nvml.SUCCESS
+		}
+		clocks = append(clocks, c)
+	}
+	return clocks, errors.Join(errs...)
 }
 
 // read fills one GPU. Identity must be readable; any other field NVML does not support

@@ -140,6 +140,17 @@ func TestEachReadingIsTheGPUsAsTheyAreNow(t *testing.T) {
 	if err != nil || gpus[1].SMClockMHz != 1584 || !slices.Equal(gpus[1].Reasons(), []string{"sw_power_cap"}) || gpus[1].PowerWatts != 699 {
 		t.Fatalf("after the power cap: %+v, %v", gpus[1], err)
 	}
+	// The quick reading, for each rank sample, says the same clocks and reasons.
+	clocks, err := l.ReadClocks()
+	want := []Clock{{Index: 0, Vendor: "NVIDIA", SMClockMHz: 1980, HasReasons: true}, {Index: 1, Vendor: "NVIDIA", SMClockMHz: 1584, ClockEventReasons: 0x4, HasReasons: true}}
+	if err != nil || !slices.Equal(clocks, want) {
+		t.Fatalf("clocks after the power cap %+v, %v; want %+v", clocks, err, want)
+	}
+	g := gpus[0]
+	clocks[1].Refresh(&g)
+	if g.SMClockMHz != 1584 || g.ClockEventReasons != 0x4 || g.UUID != gpus[0].UUID {
+		t.Fatalf("refreshed %+v", g)
+	}
 	if err := os.Remove(filepath.Join(dir, "gpu1")); err != nil {
 		t.Fatal(err)
 	}

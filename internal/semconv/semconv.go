@@ -465,7 +465,7 @@ var Metrics = []Doc{
 	{MetricRankGPUErrors, "sum", "{error}", "per rank process: PCIe replays and ECC errors (corrected and uncorrected) its GPU counted since the process was first seen on it; a rank whose GPU's link or memory is failing counts more than its cohort (higher is worse); its detail says how many of each"},
 	{MetricRankRDMAXmitWait, "sum", "{tick}", "per rank process: ticks the RDMA ports NCCL may use for it (its NCCL_IB_HCA) waited for credits to send, summed over those ports, since the rank was first seen; a rank behind a congested link waits most (higher is worse); its detail names the ports"},
 	{MetricRankRDMAErrors, "sum", "{error}", "per rank process: the error counters (symbol errors, link downs, discards ...) of the RDMA ports NCCL may use for it, summed, since the rank was first seen; higher is worse"},
-	{MetricRankGPUClockDeficit, "gauge", "1", "per rank process: 1 minus its GPU's SM clock over the clock's maximum (0: full clock), from NVML, the GPU found by NVML's list of the processes running on it; a throttled GPU's rank runs further below its maximum than its cohort (higher is worse), and its point's detail names the GPU and the reasons"},
+	{MetricRankGPUClockDeficit, "gauge", "1", "per rank process: 1 minus its GPU's SM clock over the clock's maximum (0: full clock), from NVML (ROCm SMI for AMD) with each collection and each rank sample, the GPU found by NVML's list of the processes running on it; a throttled GPU's rank runs further below its maximum than its cohort (higher is worse), and its point's detail names the GPU and the reasons"},
 }
 
 // Events documents every log event name.

@@ -106,8 +106,9 @@ type SignalConfig struct {
 	MADFloor float64 `mapstructure:"mad_floor"`
 	// Persistence, when set, is this signal's own; unset, the processor's. Persistence
 	// counts samples, and a node samples the rank signals (device wait, host lead,
-	// launches, run-queue time) every rank_signals.interval but the GPU and fabric
-	// signals only with each collection: the default list gives those 3 of 4.
+	// launches, run-queue time, the GPU's clock) every rank_signals.interval but the
+	// GPU's error counts and the fabric signals only with each collection: the default
+	// list gives those 3 of 4.
 	Persistence *PersistenceConfig `mapstructure:"persistence"`
 	// Windows, when false, judges the signal's samples only, not the medians of its
 	// windows (min_duration). Unset is true. The default list turns it off for the
@@ -248,8 +249,10 @@ func createDefaultConfig() *Config {
 			// How far the rank's GPU runs below its maximum SM clock, a gauge from
 			// NVML: a cohort at full clock has a median of 0, so the 2% floor puts the
 			// line at about 9% below the cohort (3 x 1.4826 x 0.02). Nodes without
-			// NVML do not send it, and their cohorts are judged on the others.
-			Metric: semconv.MetricRankGPUClockDeficit, Worse: WorseHigher, MADFloor: 0.02, Persistence: perCollection(), Windows: &off,
+			// NVML do not send it, and their cohorts are judged on the others. A node
+			// reads the clock with each rank sample, so the processor's persistence
+			// counts it like the other rank signals.
+			Metric: semconv.MetricRankGPUClockDeficit, Worse: WorseHigher, MADFloor: 0.02, Windows: &off,
 		}, {
 			// PCIe replays and ECC errors per second of the rank's GPU: none on a
 			// healthy GPU, so the floor puts the line near 0.44/s.

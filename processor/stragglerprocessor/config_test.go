@@ -21,7 +21,8 @@ func TestLoadConfig(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The signals a node sends only with each collection keep 3 of 4 whatever the
-	// processor's persistence; the rank signals (and the gateway's arrival lag) take it.
+	// processor's persistence; the rank signals, the GPU's clock among them (read with
+	// each rank sample), and the gateway's arrival lag take it.
 	wantSignals := []struct {
 		metric, worse string
 		floor         float64
@@ -30,7 +31,7 @@ func TestLoadConfig(t *testing.T) {
 	}{
 		{semconv.MetricRankDeviceWait, WorseLower, 0.01, false, true}, {semconv.MetricRankHostLead, WorseHigher, 0.01, false, true},
 		{semconv.MetricRankCPUTime, WorseHigher, 0.005, false, true}, {semconv.MetricRankCPUPerCollective, WorseHigher, 0.0001, false, false},
-		{semconv.MetricRankGPUClockDeficit, WorseHigher, 0.02, true, false}, {semconv.MetricRankGPUErrors, WorseHigher, 0.1, true, false},
+		{semconv.MetricRankGPUClockDeficit, WorseHigher, 0.02, false, false}, {semconv.MetricRankGPUErrors, WorseHigher, 0.1, true, false},
 		{semconv.MetricRankRDMAErrors, WorseHigher, 0.1, true, false}, {semconv.MetricRankRDMAXmitWait, WorseHigher, 10000, true, false},
 		{semconv.MetricRankTCPRetransmits, WorseHigher, 0.1, true, false}, {semconv.MetricRankArrivalLag, WorseHigher, 0.0005, false, true},
 	}
@@ -48,7 +49,8 @@ func TestLoadConfig(t *testing.T) {
 	// and by evidence; CPU time a collective by evidence without windows; the signals
 	// that come with each collection only by samples.
 	for i, w := range wantSignals {
-		if def.windowed(i) != w.windowed || def.evidenced(i) == w.own {
+		evidenced := w.windowed || w.metric == semconv.MetricRankCPUPerCollective
+		if def.windowed(i) != w.windowed || def.evidenced(i) != evidenced {
 			t.Errorf("default signal %s: windowed %v, evidence %v", w.metric, def.windowed(i), def.evidenced(i))
 		}
 	}

@@ -176,6 +176,14 @@ func runMatrixRow(t *testing.T, row matrixRow, trials int, healthyWindow, notFou
 		if first == nil || (byGateway != nil && byGateway.At.Before(first.At)) {
 			first = byGateway
 		}
+		// The onset is when the slow rank began its extra work: with steps of 600 ms
+		// that comes up to a step after the file appeared. (A throttled GPU is slow
+		// from the file's writing: the fake NVML reads it at each call.)
+		flagsFrom := on
+		if began, ok := fakegpu.SlowdownBegan(j.slowFile); ok && began.After(on) {
+			t.Logf("%s, trial %d: the slow rank's extra work began %v after its file appeared", row.name(), trial, began.Sub(on).Round(time.Millisecond))
+			on = began
+		}
 		if first == nil {
 			t.Logf("%s, trial %d: rank %d not flagged within %v", row.name(), trial, slow, notFoundAfter)
 		} else {
@@ -196,14 +204,14 @@ func runMatrixRow(t *testing.T, row matrixRow, trials int, healthyWindow, notFou
 			*f.lat = append(*f.lat, f.rec.At.Sub(on))
 			t.Logf("%s, trial %d: %s flagged it %v after the onset, on %s by %s", row.name(), trial, f.by, f.rec.At.Sub(on).Round(10*time.Millisecond), f.rec.Signal, f.rec.Rule)
 		}
-		account(on)
+		account(flagsFrom)
 		speedUp()
 		if first != nil && j.waitTimedRecord(30*time.Second, func(r timedRecord) bool {
-			return r.Rank == slow && r.State == "resolved" && r.Source == first.Source && !r.At.Before(on)
+			return r.Rank == slow && r.State == "resolved" && r.Source == first.Source && !r.At.Before(flagsFrom)
 		}) == nil {
 			t.Logf("%s, trial %d: rank %d not resolved by its %s within 30 s of the slowdown's end", row.name(), trial, slow, first.Source)
 		}
-		account(on)
+		account(flagsFrom)
 	}
 	res.gatewayCPUShare = (processCPU(t, j.gateway.Pid()) - cpuBefore).Seconds() / time.Since(runStart).Seconds()
 	// What the gateway matched of the ranks' collectives, for reading a row's result:

@@ -626,7 +626,10 @@ type aggregator struct {
 	processStartDefault pcommon.Timestamp
 	rdmaEvents          map[uint32]uint64 // verbs async events on the node, by enum ibv_event_type
 	gpus                []gpustate.GPU    // the last reading of the node's GPUs (NVML)
-	kernel              kernelCalls
+	// rankGPUs is each traced process's GPU as the last collection read it, whose
+	// clock the rank samples between collections read anew (keepRankGPUs).
+	rankGPUs map[uint32]*gpustate.GPU
+	kernel   kernelCalls
 	// ended lists the processes whose series ended in an export, for the controller
 	// to drop their kernel-side state.
 	ended []uint32

@@ -256,8 +256,9 @@ func (c *controller) flushRankSamples(ctx context.Context) {
 		return
 	}
 	c.pullCallStats()
+	clocks := c.readClocks()
 	c.agg.mu.Lock()
-	md := c.agg.emitRankSamples(wallNow(), c.hostRes)
+	md := c.agg.emitRankSamples(wallNow(), c.hostRes, clocks)
 	c.agg.mu.Unlock()
 	if md.ResourceMetrics().Len() == 0 {
 		return

@@ -98,6 +98,34 @@ func (c *controller) readGPUs() []gpustate.GPU {
 	return gpus
 }
 
+// readClocks takes a quick reading of the GPUs' clocks for a rank sample, where a traced
+// process runs on a GPU. A reading that fails is counted (and said at debug level: it
+// comes four times a second); the sample goes without the GPUs it could not read.
+func (c *controller) readClocks() []gpustate.Clock {
+	c.agg.mu.Lock()
+	onGPUs := len(c.agg.rankGPUs) > 0
+	c.agg.mu.Unlock()
+	if !onGPUs {
+		return nil
+	}
+	var clocks []gpustate.Clock
+	read := func(r gpustate.Reader, library, dropReason string) {
+		got, err := r.ReadClocks()
+		if err != nil {
+			c.agg.drops.add(dropReason, 1)
+			c.settings.Logger.Debug("cannot read every GPU's clock from "+library, zap.Error(err))
+		}
+		clocks = append(clocks, got...)
+	}
+	if c.nvml != nil {
+		read(c.nvml, "NVML", "nvml_read")
+	}
+	if c.rocm != nil {
+		read(c.rocm, "ROCm SMI", "rocm_smi_read")
+	}
+	return clocks
+}
+
 // ranksOnGPU names the traced processes on GPU index as of the last reading, for an
 // XID's record. Called with the aggregator's lock held.
 func (c *controller) ranksOnGPU(index int) string {

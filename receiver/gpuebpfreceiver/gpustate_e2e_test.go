@@ -256,3 +256,97 @@ func TestARankNVMLDoesNotListIsBoundByTheDeviceItSelects(t *testing.T) {
 		t.Errorf("the fake NVML lists processes %v: the test needs it to list none", entries)
 	}
 }
+
+// A rank's GPU clock comes with each of its rank samples, not only with each
+// collection: a GPU that starts throttling between two collections 10 s apart shows in
+// the rank's samples within a second, each with its detail, so that the straggler
+// loop compares it at the pace of the rank's other signals (a throttled GPU flagged in
+// about 1.5 s, not three collections).
+func TestARanksSamplesCarryItsGPUClockBetweenCollections(t *testing.T) {
+	privtest.Require(t)
+	paths := fakegpu.Build(t)
+	board := t.TempDir()
+	write := func(gpu, content string) {
+		t.Helper()
+		if err := os.WriteFile(filepath.Join(board, gpu), []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("gpu0", "")
+	write("gpu1", "")
+	sink, _ := startNodeCollector(t, nodeConfig("collection_interval: 10s\nrank_signals:\n  interval: 250ms\nnvml:\n  library_path: "+paths.NVML, false),
+		"FAKEGPU_BOARD="+board)
+	w := fakegpu.Start(t, paths, fakegpu.Options{Gate: true, Steps: 2000, Launches: 10, StepGap: 10 * time.Millisecond,
+		Env: []string{"RANK=5", "LOCAL_RANK=1", "WORLD_SIZE=8", "FAKEGPU_BOARD=" + board, "CUDA_VISIBLE_DEVICES=1"}})
+	if err := w.Release(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _, _ = w.Wait(time.Minute) }()
+
+	// deficits are the rank's SM clock deficits from its samples (the rank-signal
+	// scope), with their details, in order.
+	type deficit struct {
+		value  float64
+		detail string
+		at     time.Time
+	}
+	deficits := func() []deficit {
+		var out []deficit
+		for _, md := range sink.Metrics() {
+			for i := 0; i < md.ResourceMetrics().Len(); i++ {
+				rm := md.ResourceMetrics().At(i)
+				if pid, _ := rm.Resource().Attributes().Get(semconv.ProcessPID); pid.Int() != int64(w.Pid) {
+					continue
+				}
+				for s := 0; s < rm.ScopeMetrics().Len(); s++ {
+					sm := rm.ScopeMetrics().At(s)
+					if sm.Scope().Name() != semconv.RankSignalsScope {
+						continue
+					}
+					for j := 0; j < sm.Metrics().Len(); j++ {
+						if m := sm.Metrics().At(j); m.Name() == semconv.MetricRankGPUClockDeficit {
+							dp := m.Gauge().DataPoints().At(0)
+							d, _ := dp.Attributes().Get(semconv.SignalDetail)
+							out = append(out, deficit{dp.DoubleValue(), d.Str(), dp.Timestamp().AsTime()})
+						}
+					}
+				}
+			}
+		}
+		return out
+	}
+	// The first collection binds the rank to GPU 1; its samples then carry the clock.
+	deadline := time.Now().Add(20 * time.Second)
+	for len(deficits()) < 4 {
+		if time.Now().After(deadline) {
+			t.Fatalf("rank 5's samples never carried %s", semconv.MetricRankGPUClockDeficit)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	for _, d := range deficits() {
+		if d.value != 0 {
+			t.Fatalf("a sample before the throttling says %+v", d)
+		}
+	}
+	write("gpu1", "sm_clock=1584\nclock_event_reasons=sw_power_cap\n")
+	throttled := time.Now()
+	want := 1 - 1584.0/1980
+	const detail = "GPU 1 (GPU-fa7a0000-0000-4000-8000-000000000001) SM clock 1,584 of 1,980 MHz: sw_power_cap"
+	var after []deficit
+	for time.Since(throttled) < 2*time.Second {
+		time.Sleep(100 * time.Millisecond)
+		after = after[:0]
+		for _, d := range deficits() {
+			if d.at.After(throttled) && math.Abs(d.value-want) < 1e-12 && d.detail == detail {
+				after = append(after, d)
+			}
+		}
+		if len(after) >= 3 {
+			break
+		}
+	}
+	if len(after) < 3 {
+		t.Fatalf("%d samples within 2 s of the throttling carried its clock (%v, %q); all: %+v", len(after), want, detail, deficits())
+	}
+	t.Logf("the rank's samples carried the throttled clock %v after it began", after[0].at.Sub(throttled).Round(10*time.Millisecond))
+}

@@ -3,6 +3,7 @@ package gpuebpfreceiver
 import (
 	"math"
 	"os"
+	"slices"
 	"strconv"
 	"sync/atomic"
 	"time"
@@ -234,6 +235,7 @@ func (a *aggregator) emit(now time.Time, lastEmit pcommon.Timestamp, host hostTo
 		return &metricSet{metrics: sm.Metrics(), start: start, ts: ts, interval: max(start, lastEmit), delta: delta, byName: map[string]pmetric.Metric{}}
 	}
 	gpuOf := gpuOfProcess(host.gpus, a.processes, host.selectedDevices)
+	a.keepRankGPUs(gpuOf)
 	mono := monotonicNow()
 	for pid, p := range a.processes {
 		last := p.exited && p.exitRead < a.kernel.merged
@@ -385,7 +387,10 @@ func emitCPUTime(set *metricSet, p *processSeries) {
 // whose rank is known, as they stand now, each process under its own resource and the
 // RankSignalsScope. A process without a rank is compared with nobody, and would only
 // be counted as dropped at the gateway. Called with the aggregator's lock held.
-func (a *aggregator) emitRankSamples(now time.Time, hostResource func(pcommon.Resource)) pmetric.Metrics {
+//
+// clocks is a quick reading of the node's GPU clocks taken for this sample: a rank's
+// GPU clock deficit comes with its other signals where its GPU's clock was read.
+func (a *aggregator) emitRankSamples(now time.Time, hostResource func(pcommon.Resource), clocks []gpustate.Clock) pmetric.Metrics {
 	md := pmetric.NewMetrics()
 	ts := pcommon.NewTimestampFromTime(now)
 	for _, p := range a.processes {
@@ -394,7 +399,14 @@ func (a *aggregator) emitRankSamples(now time.Time, hostResource func(pcommon.Re
 		}
 		sm := pmetric.NewScopeMetrics()
 		a.readForSample(p, now)
-		emitRankSignals(&metricSet{metrics: sm.Metrics(), start: p.start, ts: ts, byName: map[string]pmetric.Metric{}}, p, true)
+		set := &metricSet{metrics: sm.Metrics(), start: p.start, ts: ts, byName: map[string]pmetric.Metric{}}
+		emitRankSignals(set, p, true)
+		if g := a.rankGPUs[p.info.PID]; g != nil {
+			if i := slices.IndexFunc(clocks, func(c gpustate.Clock) bool { return c.Index == g.Index && c.Vendor == g.Vendor }); i >= 0 {
+				clocks[i].Refresh(g)
+				emitRankGPU(set, g)
+			}
+		}
 		if sm.Metrics().Len() == 0 {
 			continue // no signal yet (no device wait, launch or CUDA thread seen)
 		}
@@ -404,6 +416,26 @@ func (a *aggregator) emitRankSamples(now time.Time, hostResource func(pcommon.Re
 		sm.MoveTo(rm.ScopeMetrics().AppendEmpty())
 	}
 	return md
+}
+
+// keepRankGPUs keeps, for the rank samples until the next collection, the GPU each
+// traced process runs on as this collection read it (copies: a sample's clock is
+// written into them, not into the collection's reading).
+func (a *aggregator) keepRankGPUs(gpuOf map[uint32]*gpustate.GPU) {
+	copies := map[*gpustate.GPU]*gpustate.GPU{}
+	a.rankGPUs = make(map[uint32]*gpustate.GPU, len(gpuOf))
+	for pid, g := range gpuOf {
+		if g == nil {
+			continue
+		}
+		c, ok := copies[g]
+		if !ok {
+			cp := *g
+			c = &cp
+			copies[g] = c
+		}
+		a.rankGPUs[pid] = c
+	}
 }
 
 // waitsForDevice marks probes.DeviceWaitAPIs: what a rank's host spends in them is its

@@ -311,7 +311,7 @@ func TestRankSamplesCarryOnlyTheRankSignalsOfRanks(t *testing.T) {
 	}
 	a.process(rankPID).info.Rank = 3
 	now := time.Now()
-	md := a.emitRankSamples(now, hostIdentity("", false))
+	md := a.emitRankSamples(now, hostIdentity("", false), nil)
 	if md.ResourceMetrics().Len() != 1 {
 		t.Fatalf("%d resources, want the ranked process's alone", md.ResourceMetrics().Len())
 	}
@@ -415,13 +415,13 @@ func TestCPUTimeIsReadAtTheRanksCollectives(t *testing.T) {
 	ran(1_200_000_000)
 	time.Sleep(cpuReadEvery)
 	allReduce() // read, but too soon after the first for a span of CPU time a collective
-	if _, _, ok := pointOf(a.emitRankSamples(wallNow(), hostIdentity("", false)), semconv.MetricRankCPUPerCollective); ok {
+	if _, _, ok := pointOf(a.emitRankSamples(wallNow(), hostIdentity("", false), nil), semconv.MetricRankCPUPerCollective); ok {
 		t.Errorf("CPU time a collective over %v, want none under %v", cpuReadEvery, perCollectiveEvery)
 	}
 	time.Sleep(perCollectiveEvery)
 	from, to := allReduce() // 0.2 s since the first read, over two collectives
 	ran(1_500_000_000)      // the next step's work, under way as the sample is taken
-	md := a.emitRankSamples(to.Add(250*time.Millisecond), hostIdentity("", false))
+	md := a.emitRankSamples(to.Add(250*time.Millisecond), hostIdentity("", false), nil)
 	v, at := point(md)
 	if v != 0.2 || at.Before(from) || at.After(to) {
 		t.Errorf("sample after a collective: %v s at %v, want 0.2 s read at the collective (%v to %v)", v, at, from, to)
@@ -430,7 +430,7 @@ func TestCPUTimeIsReadAtTheRanksCollectives(t *testing.T) {
 		t.Errorf("CPU time a collective: %v s at %v (present %v), want 0.1 s, two collectives', read at the second (%v to %v)", v, at, ok, from, to)
 	}
 	allReduce() // within cpuReadEvery of the read before: counted, not read
-	md = a.emitRankSamples(to.Add(500*time.Millisecond), hostIdentity("", false))
+	md = a.emitRankSamples(to.Add(500*time.Millisecond), hostIdentity("", false), nil)
 	for _, name := range []string{semconv.MetricRankCPUTime, semconv.MetricRankCPUPerCollective} {
 		if v, at, ok := pointOf(md, name); ok {
 			t.Errorf("a sample after a collective %v after the last read repeats %s's read: %v at %v", cpuReadEvery, name, v, at)
@@ -441,11 +441,11 @@ func TestCPUTimeIsReadAtTheRanksCollectives(t *testing.T) {
 	}
 	time.Sleep(perCollectiveEvery)
 	from, to = allReduce() // two collectives, 0.3 s, since the last read
-	if v, at, ok := pointOf(a.emitRankSamples(to.Add(250*time.Millisecond), hostIdentity("", false)), semconv.MetricRankCPUPerCollective); !ok || math.Abs(v-0.15) > 1e-9 || at.Before(from) || at.After(to) {
+	if v, at, ok := pointOf(a.emitRankSamples(to.Add(250*time.Millisecond), hostIdentity("", false), nil), semconv.MetricRankCPUPerCollective); !ok || math.Abs(v-0.15) > 1e-9 || at.Before(from) || at.After(to) {
 		t.Errorf("CPU time a collective: %v s at %v (present %v), want 0.15 s read at the second collective (%v to %v)", v, at, ok, from, to)
 	}
 	later := to.Add(cpuAtCollectivesFor + time.Second)
-	md = a.emitRankSamples(later, hostIdentity("", false))
+	md = a.emitRankSamples(later, hostIdentity("", false), nil)
 	v, at = point(md)
 	if v != 0.5 || !at.Equal(later) {
 		t.Errorf("no collective for %v: %v s at %v, want 0.5 s read at the sample (%v)", cpuAtCollectivesFor+time.Second, v, at, later)

@@ -297,6 +297,39 @@ func (l *Library) Read() ([]gpustate.GPU, error) {
 	return gpus, errors.Join(errs...)
 }
 
+// ReadClocks returns the current system (SM) clock of every GPU ROCm SMI monitors; it
+// has no reasons for a clock being down. A GPU whose clock cannot be read is an error
+// that names it; the others are still read.
+func (l *Library) ReadClocks() ([]gpustate.Clock, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.h == nil {
+		return nil, errClosed
+	}
+	loadMu.Lock()
+	defer loadMu.Unlock()
+	n, s := cNumDevices(l.h)
+	if s != statusSuccess {
+		return nil, fmt.Errorf("rocm_smi: device count: %s", s.name())
+	}
+	clocks := make([]gpustate.Clock, 0, n)
+	var errs []error
+	for dev := range n {
+		f, s := cClock(l.h, dev, clockSystem)
+		if s == statusSuccess && (len(f.hz) == 0 || int(f.current) >= len(f.hz)) {
+			s = statusUnexpectedData
+		}
+		switch {
+		case s == statusSuccess:
+			clocks = append(clocks, gpustate.Clock{Index: int(dev), Vendor: "AMD", SMClockMHz: uint32(f.hz[f.current] / 1_000_000)})
+		case unsupported(s):
+		default:
+			errs = append(errs, fmt.Errorf("rocm_smi: GPU %d: sm_clock: %s", dev, s.name()))
+		}
+	}
+	return clocks, errors.Join(errs...)
+}
+
 // maxProcessesPerNode bounds one reading's process list (ROCm SMI gives it for the
 // node, not per GPU).
 const maxProcessesPerNode = 4096

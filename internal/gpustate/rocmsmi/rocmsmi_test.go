@@ -139,6 +139,12 @@ func TestEachReadingIsTheBoardAsItIsNow(t *testing.T) {
 	if gpus, err = l.Read(); err != nil || gpus[1].SMClockMHz != 990 || gpus[1].SMClockMaxMHz != 1980 || gpus[1].PowerWatts != 699 {
 		t.Fatalf("after the slowdown: %+v, %v", gpus[1], err)
 	}
+	// The quick reading says the same clocks, and no reason (ROCm SMI has none).
+	clocks, err := l.ReadClocks()
+	want := []gpustate.Clock{{Index: 0, Vendor: "AMD", SMClockMHz: 1980}, {Index: 1, Vendor: "AMD", SMClockMHz: 990}}
+	if err != nil || !slices.Equal(clocks, want) {
+		t.Fatalf("clocks after the slowdown %+v, %v; want %+v", clocks, err, want)
+	}
 	if err := os.Remove(filepath.Join(dir, "gpu1")); err != nil {
 		t.Fatal(err)
 	}
