@@ -30,7 +30,7 @@ type Slowness struct {
 	Threads int
 	// WhileFile, when set, makes the rank slow only in steps that start while this file
 	// exists: a test or benchmark turns the slowdown on and off mid-run, and knows when.
-	// The slow rank writes when each slowdown's extra work began into WhileFile.began
+	// The slow rank writes when each slowdown's first slowed step began into WhileFile.began
 	// (SlowdownBegan reads it).
 	WhileFile string
 }
@@ -393,7 +393,7 @@ func RunDDP(t testing.TB, p Paths, o DDPOptions) []DDPRank {
 }
 
 // SlowdownBegan reads when the latest slowdown under whileFile (Slowness.WhileFile)
-// began its extra work, as the slow rank wrote it; false before it did.
+// began (its first slowed step), as the slow rank wrote it; false before it did.
 func SlowdownBegan(whileFile string) (time.Time, bool) {
 	b, err := os.ReadFile(whileFile + ".began")
 	if err != nil {

@@ -176,12 +176,12 @@ func runMatrixRow(t *testing.T, row matrixRow, trials int, healthyWindow, notFou
 		if first == nil || (byGateway != nil && byGateway.At.Before(first.At)) {
 			first = byGateway
 		}
-		// The onset is when the slow rank began its extra work: with steps of 600 ms
-		// that comes up to a step after the file appeared. (A throttled GPU is slow
-		// from the file's writing: the fake NVML reads it at each call.)
+		// The onset is when the slow rank's first slowed step began: with steps of
+		// 600 ms that is up to a step after the file appeared. (A throttled GPU is
+		// slow from the file's writing: the fake NVML reads it at each call.)
 		flagsFrom := on
 		if began, ok := fakegpu.SlowdownBegan(j.slowFile); ok && began.After(on) {
-			t.Logf("%s, trial %d: the slow rank's extra work began %v after its file appeared", row.name(), trial, began.Sub(on).Round(time.Millisecond))
+			t.Logf("%s, trial %d: the slow rank's first slowed step began %v after its file appeared", row.name(), trial, began.Sub(on).Round(time.Millisecond))
 			on = began
 		}
 		if first == nil {

@@ -74,17 +74,14 @@ func withSettings(t testing.TB, r *collectortest.Role, settings []string) {
 
 // loopNode is deploy/configs/node.yaml as the loop's nodes run it, exporting to the
 // gateway over transport ("grpc" or "http"). Their lines expire after ttl, so that a
-// test sees the gateway gone within seconds; batches leave every 100 ms, and a node
-// retries within a second of the gateway's return. The caller says where the node's
+// test sees the gateway gone within seconds (batches leave every 50 ms, as shipped), and
+// a node retries within a second of the gateway's return. The caller says where the node's
 // data comes from.
 func (l *loop) loopNode(transport, ttl string) *collectortest.Role {
 	n := collectortest.Node(l.t).Merge(l.t, `
 extensions:
   thresholds:
     ttl: `+ttl+`
-processors:
-  batch:
-    timeout: 100ms
 exporters:
   otlp_grpc/gateway:
     retry_on_failure:

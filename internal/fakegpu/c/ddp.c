@@ -97,8 +97,8 @@ static const struct flag flags[] = {
 	{"slow-while-file", OPT_STRING, &opt.slow_while_file,
 	 "the slow rank is slow only in steps that start while PATH exists (from --slow-from-step on): "
 	 "a test turns a slowdown on and off mid-run; a number in the file, when it appears, is the "
-	 "delay in microseconds instead of --slow-us; the slow rank writes when each slowdown's extra "
-	 "work began (nanoseconds since the epoch) to PATH.began"},
+	 "delay in microseconds instead of --slow-us; the slow rank writes when the first step of each "
+	 "slowdown began (nanoseconds since the epoch) to PATH.began"},
 	{"ring-bytes", OPT_LONG, &opt.ring_bytes, "per step, send this many bytes to rank+1 and receive from rank-1"},
 	{"ib", OPT_FLAG, &opt.ib,
 	 "open verbs device local_rank mod devices, create a queue pair on it, and wait for its async events on a thread"},
@@ -532,16 +532,13 @@ static double slow_delay_from(const char *path, double fallback)
 	return n == 1 && us > 0 ? us : fallback;
 }
 
-/* mark_onset writes, at the first slowed step of each slowdown (*due), the wall-clock
- * time its extra work begins into <--slow-while-file>.began, in nanoseconds since the
- * epoch: a benchmark times its flag from when the rank really began to be slower,
- * which in steps of 600 ms comes up to a step after the file appeared. Written whole
- * and renamed into place, so a reader never sees half a number. */
-static void mark_onset(int *due)
+/* mark_onset writes, as the first slowed step of a slowdown starts, the wall-clock time
+ * into <--slow-while-file>.began, in nanoseconds since the epoch: a benchmark times its
+ * flag from the first step that is slower, which in steps of 600 ms starts up to a step
+ * after the file appeared. Written whole and renamed into place, so a reader never sees
+ * half a number. */
+static void mark_onset(void)
 {
-	if (!*due)
-		return;
-	*due = 0;
 	struct timespec ts;
 	clock_gettime(CLOCK_REALTIME, &ts);
 	char path[PATH_MAX], tmp[PATH_MAX];
@@ -695,7 +692,7 @@ static int run_rank(void)
 	/* The delay of the slowdown now: --slow-us, or what the --slow-while-file says as
 	 * it appears, so that one run can be slowed by several amounts in turn. */
 	double slow_us = opt.slow_us;
-	int was_slow = 0, onset_due = 0;
+	int was_slow = 0;
 	for (long s = 0; s < steps; s++) {
 		/* Every rank looks for the file, not only the slow one: a system call a step
 		 * that one rank alone makes is 7 ms/s more CPU time in a job whose host work
@@ -705,7 +702,7 @@ static int run_rank(void)
 		int slow_now = slow && s >= opt.slow_from_step && file_says_slow;
 		if (slow_now && !was_slow && opt.slow_while_file) {
 			slow_us = slow_delay_from(opt.slow_while_file, opt.slow_us);
-			onset_due = 1;
+			mark_onset();
 		}
 		if (!slow_now && was_slow && busy_started) {
 			/* The contention ends with the slowdown: its busy threads stop and the
@@ -722,20 +719,16 @@ static int run_rank(void)
 		uint64_t sync_before = stats[API_cudaStreamSynchronize].total_ns;
 		step_start[s] = now_ns();
 		host_work((uint64_t)(opt.host_compute_us * 1000.0));
-		if (slow_now && !strcmp(mode, "compute")) {
-			mark_onset(&onset_due);
+		if (slow_now && !strcmp(mode, "compute"))
 			host_work((uint64_t)(slow_us * 1000.0));
-		}
 		for (long k = 0; k < (pytorch ? opt.compute_kernels / 2 : opt.compute_kernels); k++)
 			launch(stream, 128);
 		if (slow_now && !strcmp(mode, "kernel")) {
 			/* kernels are billed by waves of one block per SM (132 by default) */
 			uint64_t waves = (uint64_t)(slow_us / opt.kernel_us + 0.5);
-			mark_onset(&onset_due);
 			launch(stream, (unsigned int)(waves ? waves : 1) * 132);
 		}
 		if (slow_now && !strcmp(mode, "contention")) {
-			mark_onset(&onset_due);
 			if (!busy_started) {
 				sched_getaffinity(0, sizeof(unpinned), &unpinned);
 				CPU_ZERO(&cpu);
@@ -751,15 +744,13 @@ static int run_rank(void)
 			 * stall comes before the backward, and backward() returns once the
 			 * autograd thread has queued every bucket's all-reduce. */
 			if (slow_now && (!strcmp(mode, "stall") || !strcmp(mode, "barrier"))) {
-				mark_onset(&onset_due);
-				nanosleep_ns((uint64_t)(slow_us * 1000.0));
+					nanosleep_ns((uint64_t)(slow_us * 1000.0));
 			}
 			backward(s);
 			goto optimizer;
 		}
 		CALL(cudaStreamSynchronize, stream);
 		if (slow_now && (!strcmp(mode, "stall") || !strcmp(mode, "barrier"))) {
-			mark_onset(&onset_due);
 			nanosleep_ns((uint64_t)(slow_us * 1000.0));
 		}
 
