@@ -66,7 +66,10 @@ type Config struct {
 	// window's line, which finds a small, steady slowdown that a busy host's samples
 	// hide in noise. A window's median is past its line only when at least half the
 	// window's samples are, and it counts once it has stayed past for a whole window,
-	// so a stall shorter than MinDuration flags nobody there. 0 judges samples only.
+	// so a stall shorter than MinDuration flags nobody there. A rank's evidence (a
+	// CUSUM of its scores) reaches its height only after the persistence's share of
+	// MinDuration (Beyond/Of: 1.25 s at 5 of 6) of excess, the time the samples rule
+	// asks. 0 judges samples only.
 	MinDuration time.Duration `mapstructure:"min_duration"`
 	// ResolveWithin is the hysteresis of a flag: a flagged rank counts as back within
 	// its cohort only for samples within this fraction of the way from the median to

@@ -44,3 +44,37 @@ func TestEvidenceCountsTheFirstSampleOfARunPastTheLine(t *testing.T) {
 		t.Errorf("a 2 s stall left evidence %v (flagged %v), want its first sample's 0.5", s.evidence, v.beyond)
 	}
 }
+
+// A cohort's evidence stands for the persistence's share of min_duration, the time the
+// samples rule asks of a rank past the line: at 5 of 6 quarter-second samples and
+// min_duration 1.5 s, a steady slowdown under the line (2.5 spreads, the drift 0.25) is
+// flagged after 1.25 s of samples, five, as it would be past the line; at the whole
+// min_duration it took six. No sample adds more than half the height, however long: at
+// 3 of 4 one-second samples (1.125 s), a stalled second, counted as the first of its
+// run past the line, adds half the height, not 89% of it, and two samples of a spread
+// past the drift after it are needed, not one (TestHealthyJitterFlagsNobody flagged a
+// healthy rank so).
+func TestEvidenceStandsForThePersistencesShareOfMinDuration(t *testing.T) {
+	start := time.Unix(1_800_000_000, 0)
+	flaggedAfter := func(cfg *Config, span time.Duration, scores func(i int) float64) int {
+		d := newDetector(cfg)
+		rule := d.evidenceRule(0, 0.1) // drift 0.25, height 3
+		var s signalSeries
+		for i := range 40 {
+			if v := s.accumulate(scores(i), span.Seconds(), start.Add(time.Duration(i)*span), rule, &scoreNoise{}); v.beyond {
+				return i + 1
+			}
+		}
+		return 0
+	}
+	cfg := createDefaultConfig()
+	cfg.Persistence = PersistenceConfig{Beyond: 5, Of: 6}
+	if n := flaggedAfter(cfg, 250*time.Millisecond, func(int) float64 { return 2.5 }); n != 5 {
+		t.Errorf("5 of 6: flagged after %d quarter-second samples, want 5 (1.25 s)", n)
+	}
+	cfg = createDefaultConfig() // 3 of 4
+	stallThenNoise := func(i int) float64 { return []float64{20, 1.25}[min(i, 1)] }
+	if n := flaggedAfter(cfg, time.Second, stallThenNoise); n != 3 {
+		t.Errorf("3 of 4: a stalled second and samples a spread past the drift flagged after %d samples, want 3", n)
+	}
+}

@@ -231,6 +231,11 @@ func (d *detector) evaluatePair(c *cohort, sig int, a, b int64, newest, now time
 		rule = d.evidenceRule(sig, noise/spread).floored(spread, math.Sqrt2*signal.MADFloor)
 		rule.pastAddsNothing = true
 		rule.drift = max(rule.drift, pairDrift)
+		// The whole min_duration, not the persistence's share of it as for a
+		// cohort: a pair's difference strays more, and at the share the recorded
+		// pairs were flagged 7 times where they were 5 while a third rank of the
+		// recorded job was slow or just after (none in quiet time either way).
+		rule.perSecond = rule.height / cfg.MinDuration.Seconds()
 	}
 	warm := p.learned && spread > 0
 
