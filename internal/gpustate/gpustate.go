@@ -330,62 +330,32 @@ var errClosed = errors.New("nvml: library closed")
 // Read returns one reading of every GPU. A GPU that cannot be opened (lost, or removed
 // since the count) is an error that names it; the others are still read.
 func (l *Library) Read() ([]GPU, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.lib == nil {
-		return nil, errClosed
-	}
-	n, ret := l.lib.DeviceGetCount()
-	if ret != nvml.SUCCESS {
-		return nil, fmt.Errorf("nvml: device count: %s", describe(ret))
-	}
-	gpus := make([]GPU, 0, n)
-	var errs []error
-	for i := range n {
-		d, ret := l.lib.DeviceGetHandleByIndex(i)
-		if ret != nvml.SUCCESS {
-			errs = append(errs, fmt.Errorf("nvml: GPU %d: %s", i, describe(ret)))
-			continue
-		}
+	var gpus []GPU
+	err := l.eachDevice(func(i int, d nvml.Device) error {
 		g, err := read(i, d, l.has)
-		if err != nil {
-			errs = append(errs, err)
-			continue
+		if err == nil {
+			gpus = append(gpus, g)
 		}
-		gpus = append(gpus, g)
-	}
-	return gpus, errors.Join(errs...)
+		return err
+	})
+	return gpus, err
 }
 
 // ReadClocks returns the SM clock and its event reasons of every GPU NVML counts. A GPU
 // whose clock cannot be read is an error that names it; the others are still read.
 func (l *Library) ReadClocks() ([]Clock, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.lib == nil {
-		return nil, errClosed
-	}
-	if !l.has["nvmlDeviceGetClockInfo"] {
-		return nil, nil
-	}
-	n, ret := l.lib.DeviceGetCount()
-	if ret != nvml.SUCCESS {
-		return nil, fmt.Errorf("nvml: device count: %s", describe(ret))
-	}
-	clocks := make([]Clock, 0, n)
-	var errs []error
-	for i := range n {
-		d, ret := l.lib.DeviceGetHandleByIndex(i)
-		if ret != nvml.SUCCESS {
-			errs = append(errs, fmt.Errorf("nvml: GPU %d: %s", i, describe(ret)))
-			continue
+	var clocks []Clock
+	err := l.eachDevice(func(i int, d nvml.Device) error {
+		if !l.has["nvmlDeviceGetClockInfo"] {
+			return nil
 		}
 		c := Clock{Index: i, Vendor: "NVIDIA"}
+		var ret nvml.Return
 		if c.SMClockMHz, ret = d.GetClockInfo(nvml.CLOCK_SM); ret != nvml.SUCCESS {
-			if ret != nvml.ERROR_NOT_SUPPORTED {
-				errs = append(errs, fmt.Errorf("nvml: GPU %d: sm_clock: %s", i, describe(ret)))
+			if ret == nvml.ERROR_NOT_SUPPORTED {
+				return nil
 			}
-			continue
+			return fmt.Errorf("nvml: GPU %d: sm_clock: %s", i, describe(ret))
 		}
 		switch {
 		case l.has["nvmlDeviceGetCurrentClocksEventReasons"]:
@@ -396,8 +366,36 @@ func (l *Library) ReadClocks() ([]Clock, error) {
 			c.HasReasons = ret == nvml.SUCCESS
 		}
 		clocks = append(clocks, c)
+		return nil
+	})
+	return clocks, err
+}
+
+// eachDevice calls visit with each GPU NVML counts, under the library's lock. A GPU
+// that cannot be opened (lost, or removed since the count), or whose visit fails, is an
+// error that names it; the others are still visited.
+func (l *Library) eachDevice(visit func(index int, d nvml.Device) error) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.lib == nil {
+		return errClosed
 	}
-	return clocks, errors.Join(errs...)
+	n, ret := l.lib.DeviceGetCount()
+	if ret != nvml.SUCCESS {
+		return fmt.Errorf("nvml: device count: %s", describe(ret))
+	}
+	var errs []error
+	for i := range n {
+		d, ret := l.lib.DeviceGetHandleByIndex(i)
+		if ret != nvml.SUCCESS {
+			errs = append(errs, fmt.Errorf("nvml: GPU %d: %s", i, describe(ret)))
+			continue
+		}
+		if err := visit(i, d); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // read fills one GPU. Identity must be readable; any other field NVML does not support

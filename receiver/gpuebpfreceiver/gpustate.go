@@ -80,22 +80,9 @@ func (c *controller) watchXIDs(ctx context.Context) {
 // readGPUs takes one reading of every GPU for this collection; a reading that fails
 // is counted and logged, and the GPUs it could read are kept.
 func (c *controller) readGPUs() []gpustate.GPU {
-	var gpus []gpustate.GPU
-	read := func(r gpustate.Reader, library, dropReason string) {
-		got, err := r.Read()
-		if err != nil {
-			c.agg.drops.add(dropReason, 1)
-			c.settings.Logger.Warn("cannot read every GPU's state from "+library, zap.Error(err))
-		}
-		gpus = append(gpus, got...)
-	}
-	if c.nvml != nil {
-		read(c.nvml, "NVML", "nvml_read")
-	}
-	if c.rocm != nil {
-		read(c.rocm, "ROCm SMI", "rocm_smi_read")
-	}
-	return gpus
+	return readEach(c, gpustate.Reader.Read, func(library string, err error) {
+		c.settings.Logger.Warn("cannot read every GPU's state from "+library, zap.Error(err))
+	})
 }
 
 // readClocks takes a quick reading of the GPUs' clocks for a rank sample, where a traced
@@ -108,22 +95,47 @@ func (c *controller) readClocks() []gpustate.Clock {
 	if !onGPUs {
 		return nil
 	}
-	var clocks []gpustate.Clock
-	read := func(r gpustate.Reader, library, dropReason string) {
-		got, err := r.ReadClocks()
-		if err != nil {
-			c.agg.drops.add(dropReason, 1)
-			c.settings.Logger.Debug("cannot read every GPU's clock from "+library, zap.Error(err))
+	return readEach(c, gpustate.Reader.ReadClocks, func(library string, err error) {
+		c.settings.Logger.Debug("cannot read every GPU's clock from "+library, zap.Error(err))
+	})
+}
+
+// readEach reads with read from each vendor's library the node has (NVML, ROCm SMI),
+// keeping what each could read; a failure is counted as that library's drop and said
+// through failed.
+func readEach[T any](c *controller, read func(gpustate.Reader) ([]T, error), failed func(library string, err error)) []T {
+	var out []T
+	for _, lib := range []struct {
+		r                   gpustate.Reader
+		library, dropReason string
+	}{{nvmlReader(c.nvml), "NVML", "nvml_read"}, {rocmReader(c.rocm), "ROCm SMI", "rocm_smi_read"}} {
+		if lib.r == nil {
+			continue
 		}
-		clocks = append(clocks, got...)
+		got, err := read(lib.r)
+		if err != nil {
+			c.agg.drops.add(lib.dropReason, 1)
+			failed(lib.library, err)
+		}
+		out = append(out, got...)
 	}
-	if c.nvml != nil {
-		read(c.nvml, "NVML", "nvml_read")
+	return out
+}
+
+// nvmlReader and rocmReader are the libraries as Readers: nil where the node has none
+// (a nil *Library in an interface is not a nil Reader).
+func nvmlReader(l *gpustate.Library) gpustate.Reader {
+	if l == nil {
+		return nil
 	}
-	if c.rocm != nil {
-		read(c.rocm, "ROCm SMI", "rocm_smi_read")
+	return l
+}
+
+func rocmReader(l *rocmsmi.Library) gpustate.Reader {
+	if l == nil {
+		return nil
 	}
-	return clocks
+	return l
 }
 
 // ranksOnGPU names the traced processes on GPU index as of the last reading, for an

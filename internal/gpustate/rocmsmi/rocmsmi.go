@@ -249,17 +249,34 @@ func (l *Library) DriverVersion() (string, error) {
 // Read returns one reading of every GPU ROCm SMI monitors. A GPU whose identity cannot
 // be read is an error that names it; the others are still read.
 func (l *Library) Read() ([]gpustate.GPU, error) {
+	var gpus []gpustate.GPU
+	var errs []error
+	if err := l.withDevices(func(n uint32) { gpus, errs = l.readAll(n) }); err != nil {
+		return nil, err
+	}
+	return gpus, errors.Join(errs...)
+}
+
+// withDevices calls fn with the number of GPUs ROCm SMI monitors, under the library's
+// locks.
+func (l *Library) withDevices(fn func(n uint32)) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.h == nil {
-		return nil, errClosed
+		return errClosed
 	}
 	loadMu.Lock()
 	defer loadMu.Unlock()
 	n, s := cNumDevices(l.h)
 	if s != statusSuccess {
-		return nil, fmt.Errorf("rocm_smi: device count: %s", s.name())
+		return fmt.Errorf("rocm_smi: device count: %s", s.name())
 	}
+	fn(n)
+	return nil
+}
+
+// readAll reads the n GPUs and the node's process list; called under withDevices.
+func (l *Library) readAll(n uint32) ([]gpustate.GPU, []error) {
 	var errs []error
 	// ROCm SMI lists processes for the whole node, each with the GPUs it uses.
 	procs, procsLeftOut, ps := cProcesses(l.h, maxProcessesPerNode)
@@ -294,38 +311,32 @@ func (l *Library) Read() ([]gpustate.GPU, error) {
 		}
 		gpus = append(gpus, g)
 	}
-	return gpus, errors.Join(errs...)
+	return gpus, errs
 }
 
 // ReadClocks returns the current system (SM) clock of every GPU ROCm SMI monitors; it
 // has no reasons for a clock being down. A GPU whose clock cannot be read is an error
 // that names it; the others are still read.
 func (l *Library) ReadClocks() ([]gpustate.Clock, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.h == nil {
-		return nil, errClosed
-	}
-	loadMu.Lock()
-	defer loadMu.Unlock()
-	n, s := cNumDevices(l.h)
-	if s != statusSuccess {
-		return nil, fmt.Errorf("rocm_smi: device count: %s", s.name())
-	}
-	clocks := make([]gpustate.Clock, 0, n)
+	var clocks []gpustate.Clock
 	var errs []error
-	for dev := range n {
-		f, s := cClock(l.h, dev, clockSystem)
-		if s == statusSuccess && (len(f.hz) == 0 || int(f.current) >= len(f.hz)) {
-			s = statusUnexpectedData
+	err := l.withDevices(func(n uint32) {
+		for dev := range n {
+			f, s := cClock(l.h, dev, clockSystem)
+			if s == statusSuccess && (len(f.hz) == 0 || int(f.current) >= len(f.hz)) {
+				s = statusUnexpectedData
+			}
+			switch {
+			case s == statusSuccess:
+				clocks = append(clocks, gpustate.Clock{Index: int(dev), Vendor: "AMD", SMClockMHz: uint32(f.hz[f.current] / 1_000_000)})
+			case unsupported(s):
+			default:
+				errs = append(errs, fmt.Errorf("rocm_smi: GPU %d: sm_clock: %s", dev, s.name()))
+			}
 		}
-		switch {
-		case s == statusSuccess:
-			clocks = append(clocks, gpustate.Clock{Index: int(dev), Vendor: "AMD", SMClockMHz: uint32(f.hz[f.current] / 1_000_000)})
-		case unsupported(s):
-		default:
-			errs = append(errs, fmt.Errorf("rocm_smi: GPU %d: sm_clock: %s", dev, s.name()))
-		}
+	})
+	if err != nil {
+		return nil, err
 	}
 	return clocks, errors.Join(errs...)
 }
