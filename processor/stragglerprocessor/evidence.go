@@ -194,12 +194,18 @@ const (
 // 1.81 s, 8 ranks 1.85 against 1.60) and 10% up to 4 s longer, with no false flag
 // either way (TestRecordedJobsAreJudgedRight).
 func (d *detector) evidenceRule(sig int, sigma float64) evidenceRule {
+	p := d.cfg.persistence(sig)
+	return d.evidenceRuleOver(sig, sigma, d.cfg.MinDuration*time.Duration(p.Beyond)/time.Duration(p.Of))
+}
+
+// evidenceRuleOver is the rule whose height stands for least of excess (a pair's:
+// the whole min_duration).
+func (d *detector) evidenceRuleOver(sig int, sigma float64, least time.Duration) evidenceRule {
 	if !d.cfg.evidenced(sig) {
 		return evidenceRule{}
 	}
 	if !(sigma > 0) {
 		sigma = 1
 	}
-	p := d.cfg.persistence(sig)
-	return newEvidenceRule(sigma, d.cfg.K, d.cfg.MinDuration*time.Duration(p.Beyond)/time.Duration(p.Of))
+	return newEvidenceRule(sigma, d.cfg.K, least)
 }

@@ -228,14 +228,13 @@ func (d *detector) evaluatePair(c *cohort, sig int, a, b int64, newest, now time
 	spread := max(noise, math.Sqrt2*series.MADScale*max(cfg.MADFloor.Relative*math.Abs(mid), signal.MADFloor))
 	var rule evidenceRule
 	if spread > 0 {
-		rule = d.evidenceRule(sig, noise/spread).floored(spread, math.Sqrt2*signal.MADFloor)
-		rule.pastAddsNothing = true
-		rule.drift = max(rule.drift, pairDrift)
 		// The whole min_duration, not the persistence's share of it as for a
 		// cohort: a pair's difference strays more, and at the share the recorded
 		// pairs were flagged 7 times where they were 5 while a third rank of the
 		// recorded job was slow or just after (none in quiet time either way).
-		rule.perSecond = rule.height / cfg.MinDuration.Seconds()
+		rule = d.evidenceRuleOver(sig, noise/spread, cfg.MinDuration).floored(spread, math.Sqrt2*signal.MADFloor)
+		rule.pastAddsNothing = true
+		rule.drift = max(rule.drift, pairDrift)
 	}
 	warm := p.learned && spread > 0
 
