@@ -22,8 +22,9 @@ import (
 // replay tests (replay_test.go) judge the recordings in seconds, where the job took
 // minutes. The slow rank is slowed by 20%, 10% and 5% of its host work in turn, each
 // for 40 s between healthy minutes. FATHOM_RECORD_SHAPE names the shape: base (the
-// matrix's), pytorch (its threading row), 8ranks (four ranks a core), step200 (its 200 ms
-// step row), stall (its off-CPU stall row). Run: go test
+// matrix's), pytorch (its threading row), 8ranks (four ranks a core), pair (two ranks,
+// one a node: its one-rank-a-core row), step200 (its 200 ms step row), stall (its
+// off-CPU stall row). Run: go test
 // -tags duckdb_arrow,bench -run TestRecordRankSignals -v ./processor/stragglerprocessor
 // (root).
 func TestRecordRankSignals(t *testing.T) {
@@ -42,6 +43,9 @@ func TestRecordRankSignals(t *testing.T) {
 	case "8ranks":
 		row.opts.ranks, row.opts.slowRank = 8, 5
 		row.value = "8 ranks, 4 a core, 2 ms steps, single thread, host compute"
+	case "pair":
+		row.opts.ranks, row.opts.perNode, row.opts.slowRank = 2, 1, 1
+		row.value = "2 ranks, 1 a core, one a node, 2 ms steps, single thread, host compute"
 	case "step200":
 		row.opts.hostCompute = 200 * time.Millisecond
 		row.value = "6 ranks, 3 a core, 200 ms steps, single thread, host compute"
@@ -49,7 +53,7 @@ func TestRecordRankSignals(t *testing.T) {
 		row.opts.slowMode = "stall"
 		row.value = "6 ranks, 3 a core, 2 ms steps, single thread, off-CPU stall before the all-reduce"
 	default:
-		t.Fatalf("FATHOM_RECORD_SHAPE %q: base, pytorch, 8ranks, step200 or stall", shape)
+		t.Fatalf("FATHOM_RECORD_SHAPE %q: base, pytorch, 8ranks, pair, step200 or stall", shape)
 	}
 	o := row.opts
 	o.slowBy = o.hostCompute / 5 // replaced by each slowdown's own delay

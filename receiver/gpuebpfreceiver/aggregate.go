@@ -549,6 +549,10 @@ func (a *aggregator) readAtCollective(p *processSeries, now time.Time) {
 	default:
 		if n := p.cpu.collectives - p.cpu.baseCollectives; n > 0 {
 			p.cpu.perCollective, p.cpu.perCollectiveAt = (p.cpu.seconds-p.cpu.base)/float64(n), now
+			select {
+			case a.perCollectiveRead <- struct{}{}:
+			default:
+			}
 		}
 	}
 	p.cpu.base, p.cpu.baseCollectives, p.cpu.baseAt = p.cpu.seconds, p.cpu.collectives, now
@@ -636,6 +640,10 @@ type aggregator struct {
 	// selfPID is the collector's own process: a preemption by one of its threads is
 	// marked as such, so the collector's cost is never blamed on the node.
 	selfPID uint32
+	// perCollectiveRead wakes the controller when a process's CPU time a collective
+	// is new (readAtCollective), to send it as read rather than with the next rank
+	// sample; one pending wake stands for any number of points.
+	perCollectiveRead chan struct{}
 }
 
 // eventCounters counts decoded events by kind without a lock: they are bumped once per
@@ -702,6 +710,7 @@ func newAggregator(cfg *Config, clock *wallClock, logs *logSink, synthetic bool)
 		processStartDefault: pcommon.NewTimestampFromTime(wallNow()),
 		rdmaEvents:          map[uint32]uint64{},
 		selfPID:             uint32(os.Getpid()),
+		perCollectiveRead:   make(chan struct{}, 1),
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 	"go.opentelemetry.io/collector/component"
 	"go.opentelemetry.io/collector/consumer"
 	"go.opentelemetry.io/collector/pdata/pcommon"
+	"go.opentelemetry.io/collector/pdata/pmetric"
 	"go.opentelemetry.io/collector/receiver"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
@@ -223,6 +224,12 @@ func (c *controller) emitLoop(ctx context.Context) {
 	// Loki while it still matters.
 	logsTick := time.NewTicker(time.Second)
 	defer logsTick.Stop()
+	// CPU time a collective leaves as it is read where rank samples are on (a
+	// nil channel never wakes).
+	var perCollective <-chan struct{}
+	if c.cfg.RankSignals.Interval > 0 {
+		perCollective = c.agg.perCollectiveRead
+	}
 	for ticks := 1; ; {
 		select {
 		case <-ctx.Done():
@@ -231,6 +238,8 @@ func (c *controller) emitLoop(ctx context.Context) {
 			c.clock.refresh()
 			c.pullCallStats()
 			c.flushLogs(ctx)
+		case <-perCollective:
+			c.flushCPUPerCollective(ctx)
 		case <-metricsTick.C:
 			if ticks%samplesPerCollection == 0 {
 				c.flushMetrics(ctx)
@@ -260,12 +269,29 @@ func (c *controller) flushRankSamples(ctx context.Context) {
 	c.agg.mu.Lock()
 	md := c.agg.emitRankSamples(wallNow(), c.hostRes, clocks)
 	c.agg.mu.Unlock()
+	c.sendRankSample(ctx, next, md)
+}
+
+// sendRankSample passes a rank-signal sample on, unless it is empty.
+func (c *controller) sendRankSample(ctx context.Context, next consumer.Metrics, md pmetric.Metrics) {
 	if md.ResourceMetrics().Len() == 0 {
 		return
 	}
 	if err := next.ConsumeMetrics(ctx, md); err != nil {
 		c.settings.Logger.Warn("rank-signal sample refused by the next consumer", zap.Int("points", md.DataPointCount()), zap.Error(err))
 	}
+}
+
+// flushCPUPerCollective sends the CPU time a collective read since the last sample.
+func (c *controller) flushCPUPerCollective(ctx context.Context) {
+	next := c.metricsNext()
+	if next == nil {
+		return
+	}
+	c.agg.mu.Lock()
+	md := c.agg.emitCPUPerCollectiveNow(wallNow(), c.hostRes)
+	c.agg.mu.Unlock()
+	c.sendRankSample(ctx, next, md)
 }
 
 func (c *controller) flushLogs(ctx context.Context) {

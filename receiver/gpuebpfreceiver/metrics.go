@@ -354,13 +354,21 @@ func emitRankSignals(set *metricSet, p *processSeries, sample bool) {
 			p.cpu.sampled = p.cpu.readAt
 		}
 	}
-	// A rank that stopped making collectives has no CPU time a collective of now.
-	if at := p.cpu.perCollectiveAt; !at.IsZero() && set.ts.AsTime().Sub(at) < cpuAtCollectivesFor && !(sample && at.Equal(p.cpu.perSampled)) {
-		if sample {
-			p.cpu.perSampled = at
-		}
-		set.gaugeAt(semconv.MetricRankCPUPerCollective, "s", "CPU time of the process's CUDA threads per collective it made, over its latest span of at least half a second between reads at collectives", p.cpu.perCollective, pcommon.NewTimestampFromTime(at))
+	emitCPUPerCollective(set, p, sample)
+}
+
+// emitCPUPerCollective writes the process's latest CPU time a collective, at the time
+// it was read; a sample (sample) leaves out a point one before it carried. A rank
+// that stopped making collectives has no CPU time a collective of now.
+func emitCPUPerCollective(set *metricSet, p *processSeries, sample bool) {
+	at := p.cpu.perCollectiveAt
+	if at.IsZero() || set.ts.AsTime().Sub(at) >= cpuAtCollectivesFor || sample && at.Equal(p.cpu.perSampled) {
+		return
 	}
+	if sample {
+		p.cpu.perSampled = at
+	}
+	set.gaugeAt(semconv.MetricRankCPUPerCollective, "s", "CPU time of the process's CUDA threads per collective it made, over its latest span of at least half a second between reads at collectives", p.cpu.perCollective, pcommon.NewTimestampFromTime(at))
 }
 
 // emitCPUTime writes the process's CPU time as of its last read, at the time of that
@@ -391,15 +399,8 @@ func emitCPUTime(set *metricSet, p *processSeries) {
 // clocks is a quick reading of the node's GPU clocks taken for this sample: a rank's
 // GPU clock deficit comes with its other signals where its GPU's clock was read.
 func (a *aggregator) emitRankSamples(now time.Time, hostResource func(pcommon.Resource), clocks []gpustate.Clock) pmetric.Metrics {
-	md := pmetric.NewMetrics()
-	ts := pcommon.NewTimestampFromTime(now)
-	for _, p := range a.processes {
-		if p.info.Rank < 0 || p.exited {
-			continue
-		}
-		sm := pmetric.NewScopeMetrics()
+	return a.eachRank(now, hostResource, func(set *metricSet, p *processSeries) {
 		a.readForSample(p, now)
-		set := &metricSet{metrics: sm.Metrics(), start: p.start, ts: ts, byName: map[string]pmetric.Metric{}}
 		emitRankSignals(set, p, true)
 		if g := a.rankGPUs[p.info.PID]; g != nil {
 			if i := slices.IndexFunc(clocks, func(c gpustate.Clock) bool { return c.Index == g.Index && c.Vendor == g.Vendor }); i >= 0 {
@@ -407,6 +408,33 @@ func (a *aggregator) emitRankSamples(now time.Time, hostResource func(pcommon.Re
 				emitRankGPU(set, g)
 			}
 		}
+	})
+}
+
+// emitCPUPerCollectiveNow builds a rank-signal sample of the CPU time a collective
+// alone, for the ranks whose latest was read since a sample carried it. Sent as read
+// (the controller wakes on perCollectiveRead), a point of a job with long steps
+// reaches the gateway up to a sample interval sooner: its spans are whole steps, half
+// a second or more, and each is one of the few samples its evidence is built from.
+// Called with the aggregator's lock held.
+func (a *aggregator) emitCPUPerCollectiveNow(now time.Time, hostResource func(pcommon.Resource)) pmetric.Metrics {
+	return a.eachRank(now, hostResource, func(set *metricSet, p *processSeries) {
+		emitCPUPerCollective(set, p, true)
+	})
+}
+
+// eachRank builds a rank-signal sample at now of what emit writes for every live
+// process whose rank is known, each under its own resource and the RankSignalsScope.
+func (a *aggregator) eachRank(now time.Time, hostResource func(pcommon.Resource), emit func(*metricSet, *processSeries)) pmetric.Metrics {
+	md := pmetric.NewMetrics()
+	ts := pcommon.NewTimestampFromTime(now)
+	for _, p := range a.processes {
+		if p.info.Rank < 0 || p.exited {
+			continue
+		}
+		sm := pmetric.NewScopeMetrics()
+		set := &metricSet{metrics: sm.Metrics(), start: p.start, ts: ts, byName: map[string]pmetric.Metric{}}
+		emit(set, p)
 		if sm.Metrics().Len() == 0 {
 			continue // no signal yet (no device wait, launch or CUDA thread seen)
 		}

@@ -440,9 +440,24 @@ func TestCPUTimeIsReadAtTheRanksCollectives(t *testing.T) {
 		t.Errorf("the collection after it: CPU time %v s, want the last read's 0.2 s", v)
 	}
 	time.Sleep(perCollectiveEvery)
+	<-a.perCollectiveRead // the point of two collectives before
 	from, to = allReduce() // two collectives, 0.3 s, since the last read
-	if v, at, ok := pointOf(a.emitRankSamples(to.Add(250*time.Millisecond), hostIdentity("", false), nil), semconv.MetricRankCPUPerCollective); !ok || math.Abs(v-0.15) > 1e-9 || at.Before(from) || at.After(to) {
-		t.Errorf("CPU time a collective: %v s at %v (present %v), want 0.15 s read at the second collective (%v to %v)", v, at, ok, from, to)
+	// Sent as read: the controller wakes, and its sample carries that point alone,
+	// which the next rank sample does not repeat.
+	select {
+	case <-a.perCollectiveRead:
+	default:
+		t.Error("a new CPU time a collective did not wake the controller")
+	}
+	now := a.emitCPUPerCollectiveNow(to, hostIdentity("", false))
+	if v, at, ok := pointOf(now, semconv.MetricRankCPUPerCollective); !ok || math.Abs(v-0.15) > 1e-9 || at.Before(from) || at.After(to) || now.DataPointCount() != 1 {
+		t.Errorf("CPU time a collective sent as read: %v s at %v (present %v, %d points), want 0.15 s read at the second collective (%v to %v), alone", v, at, ok, now.DataPointCount(), from, to)
+	}
+	if v, at, ok := pointOf(a.emitRankSamples(to.Add(250*time.Millisecond), hostIdentity("", false), nil), semconv.MetricRankCPUPerCollective); ok {
+		t.Errorf("the sample after CPU time a collective was sent as read repeats it: %v s at %v", v, at)
+	}
+	if n := a.emitCPUPerCollectiveNow(to.Add(300*time.Millisecond), hostIdentity("", false)).DataPointCount(); n != 0 {
+		t.Errorf("CPU time a collective sent twice: %d points, want none new", n)
 	}
 	later := to.Add(cpuAtCollectivesFor + time.Second)
 	md = a.emitRankSamples(later, hostIdentity("", false), nil)
