@@ -629,17 +629,22 @@ func (s *signalSeries) judge(sm sample, beyond, held bool, wv windowVerdict, evi
 	if !warm {
 		return ""
 	}
-	counted, need := persisting(s.verdicts, p, covers)
-	n, kept, drifting := 0, 0, 0
+	counted, byTime, need := persisting(s.verdicts, p, covers)
+	var n, kept, drifting, all float64
 	for _, v := range counted {
+		w := 1.0
+		if byTime {
+			w = v.span
+		}
+		all += w
 		if v.beyond {
-			n++
+			n += w
 		}
 		if v.held {
-			kept++
+			kept += w
 		}
 		if v.pastDrift {
-			drifting++
+			drifting += w
 		}
 	}
 	switch {
@@ -653,7 +658,7 @@ func (s *signalSeries) judge(sm sample, beyond, held bool, wv windowVerdict, evi
 	case !s.flagged && evid.beyond && drifting >= need:
 		s.flagged, s.window, s.rule, s.since = true, 0, ruleEvidence, evid.since
 		return "straggler"
-	case s.flagged && kept <= len(counted)-need && !wv.held && !evid.held:
+	case s.flagged && kept <= all-need && !wv.held && !evid.held:
 		s.flagged = false
 		return "resolved"
 	}
@@ -661,28 +666,29 @@ func (s *signalSeries) judge(sm sample, beyond, held bool, wv windowVerdict, evi
 }
 
 // persisting is what the persistence counts of verdicts (the latest p.Of at most) and
-// how many of them must be past: p.Beyond of p.Of, or, where fewer of the latest cover
-// the time the persistence stands for (covers, Config.persistenceCovers), those, of
-// which the same share rounded up. "5 of 6" of the shipped configs is a rank past its
-// line for 1.5 s of quarter-second samples. A rank whose samples come once a step (its
-// CPU time a collective, 0.8 s apart with 200 ms of host work a step on the busy host)
-// or once a collection (its GPU's clock) would otherwise need 5 of 6 samples, 4 to 5 s,
-// however plainly each says it is slow; two that cover 1.5 s say it as long.
-func persisting(verdicts []verdict, p PersistenceConfig, covers time.Duration) ([]verdict, int) {
-	if covers <= 0 || len(verdicts) == 0 {
-		return verdicts, p.Beyond
-	}
-	covered := 0.0
-	for i := len(verdicts) - 1; i >= 0; i-- {
-		if covered += verdicts[i].span; covered >= covers.Seconds() {
-			m := len(verdicts) - i
-			if m >= p.Of {
-				break
+// how much of them must be past: p.Beyond of p.Of samples, or, where fewer of the
+// latest cover the time the persistence stands for (covers, Config.persistenceCovers),
+// those, of whose time the same share (byTime, in seconds). "5 of 6" of the shipped
+// configs is a rank past its line for 1.25 s of the latest 1.5 s of quarter-second
+// samples. A rank whose samples come once a step or a few (its CPU time a collective:
+// spans of half a second or more) or once a collection (its GPU's clock) would
+// otherwise need 5 of 6 samples, 4 to 5 s, however plainly each says it is slow; past
+// its line for 1.25 s of the latest that cover 1.5 s, it says it as long. Counted in
+// samples (5 of 6 of those), spans of 0.65 s (three steps of 200 ms of host work) took
+// three where two cover 1.3 s.
+func persisting(verdicts []verdict, p PersistenceConfig, covers time.Duration) (counted []verdict, byTime bool, need float64) {
+	if covers > 0 {
+		covered := 0.0
+		for i := len(verdicts) - 1; i >= 0; i-- {
+			if covered += verdicts[i].span; covered >= covers.Seconds() {
+				if len(verdicts)-i >= p.Of {
+					break
+				}
+				return verdicts[i:], true, covers.Seconds() * float64(p.Beyond) / float64(p.Of)
 			}
-			return verdicts[i:], (p.Beyond*m + p.Of - 1) / p.Of
 		}
 	}
-	return verdicts, p.Beyond
+	return verdicts, false, float64(p.Beyond)
 }
 
 // evaluateAgainst is the node's judgement: its own ranks against the lines the

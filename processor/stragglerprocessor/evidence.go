@@ -47,8 +47,13 @@ import (
 //     samples (5 of 6 in the shipped configs) are past the drift.
 //
 // A flagged rank's evidence holds it while the total stays above half the height (the
-// total is capped at the height, so a rank that recovers is resolved after about a
-// second): a rank that stays slow does not flap however close to its cohort it is.
+// total is capped at the height, so a rank that recovers is resolved after a second or
+// two), and while it is flagged its samples are held against the drift times
+// resolve_within (the line's hysteresis, 0.5 in the shipped configs): a rank that stays
+// slow does not flap however close to its cohort it is. A rank whose mean excess sits
+// just above the drift, found at last, otherwise drains below half the height within
+// seconds and is found again: a busy pair's 10% slowdown flagged, resolved and flagged
+// again 8.5 s later (pytorch ranks 3,4 of the pair replays).
 // Measured on recorded jobs (replay_test.go, docs/straggler.md).
 const (
 	evidenceDriftFloor  = 0.25 // spreads
@@ -106,6 +111,9 @@ type evidenceRule struct {
 	// perSecond bounds what a second of samples adds: the height over the time of
 	// excess it stands for (evidenceRule).
 	perSecond float64
+	// holdWithin is the share of the drift a flagged rank's samples are held
+	// against: the flag's hysteresis (resolve_within), as for the line.
+	holdWithin float64
 }
 
 func newEvidenceRule(sigma, line float64, minDuration time.Duration) evidenceRule {
@@ -152,7 +160,11 @@ func (s *signalSeries) accumulate(score, span float64, at time.Time, r evidenceR
 	if r.height <= 0 {
 		return evidenceVerdict{}
 	}
-	add := min(score-r.drift, r.perSecond*span, r.height/2)
+	drift := r.drift
+	if s.flagged && r.holdWithin > 0 {
+		drift *= r.holdWithin
+	}
+	add := min(score-drift, r.perSecond*span, r.height/2)
 	past := score > r.line
 	if past && (s.lastPast || r.pastAddsNothing) {
 		// A run of samples past the sample line: a stall, or a slowdown the samples
@@ -207,5 +219,7 @@ func (d *detector) evidenceRuleOver(sig int, sigma float64, least time.Duration)
 	if !(sigma > 0) {
 		sigma = 1
 	}
-	return newEvidenceRule(sigma, d.cfg.K, least)
+	r := newEvidenceRule(sigma, d.cfg.K, least)
+	r.holdWithin = d.cfg.ResolveWithin
+	return r
 }

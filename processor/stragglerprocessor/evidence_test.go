@@ -78,3 +78,37 @@ func TestEvidenceStandsForThePersistencesShareOfMinDuration(t *testing.T) {
 		t.Errorf("3 of 4: a stalled second and samples a spread past the drift flagged after %d samples, want 3", n)
 	}
 }
+
+// A flagged rank's samples are held against the drift times resolve_within: a rank
+// whose mean score sits between half the drift and the drift (0.5 and 1.3 in turn
+// against a pair's drift of 1.1, about as a busy pair's 10% slowdown scored in CPU
+// time) keeps its evidence above half the height for as long as it stays so, where
+// against the whole drift it drained below half the height in 13 samples and was
+// resolved; a recovered rank's scores (0) still drain it in 1.5 s.
+func TestAFlaggedRanksEvidenceHasTheFlagsHysteresis(t *testing.T) {
+	const span = 0.25
+	rule := newEvidenceRule(1, 3, 1500*time.Millisecond)
+	rule.drift, rule.height, rule.holdWithin = 1.1, 6, 0.5
+	start := time.Unix(1_800_000_000, 0)
+	heldFor := func(r evidenceRule, scores func(i int) float64) int {
+		s := signalSeries{flagged: true, evidence: r.height, scored: true}
+		for i := range 200 {
+			if v := s.accumulate(scores(i), span, start.Add(time.Duration(i)*250*time.Millisecond), r, &scoreNoise{}); !v.held {
+				return i + 1
+			}
+		}
+		return 0
+	}
+	marginal := func(i int) float64 { return []float64{0.5, 1.3}[i%2] }
+	if n := heldFor(rule, marginal); n != 0 {
+		t.Errorf("a flagged rank scoring 0.5 and 1.3 in turn lost its evidence's hold after %d samples, want it held for all 200", n)
+	}
+	whole := rule
+	whole.holdWithin = 0
+	if n := heldFor(whole, marginal); n != 13 {
+		t.Errorf("against the whole drift, the hold lasted %d samples, want 13", n)
+	}
+	if n := heldFor(rule, func(int) float64 { return 0 }); n != 6 {
+		t.Errorf("a recovered rank's evidence lost its hold after %d samples, want 6 (1.5 s)", n)
+	}
+}

@@ -102,9 +102,11 @@ func TestANodeKeepsASlowRankNearTheLineFlagged(t *testing.T) {
 
 // A paced signal's persistence is about time: where fewer of a rank's latest samples
 // than `of` cover what it stands for (`of` evaluations, at least min_duration: 1.5 s in
-// the shipped configs), those are counted, in the same share. Samples once a step of
-// 0.8 s (CPU time a collective, 200 ms of host work a step on the busy host) flag a
-// rank past its line in two, 1.6 s, not five of six, 4.8 s; quarter-second samples
+// the shipped configs), the same share of their time must be past (1.25 s). Samples
+// once a step of 0.8 s (CPU time a collective, 200 ms of host work a step on the busy
+// host) flag a rank past its line in two, 1.6 s, not five of six, 4.8 s; spans of
+// 0.65 s (three steps of 200 ms) in two, 1.3 s, where counting samples took three
+// (1.95 s); quarter-second samples
 // still take five of six; one sample past the line in two flags nobody; and a flagged
 // rank of long samples is resolved once two are back. The default config (3 of 4, 1 s
 // evaluations) stands for 4 s, and 1 s samples still take three of four. The signals
@@ -143,6 +145,7 @@ func TestPersistenceCountsTheSamplesThatCoverMinDuration(t *testing.T) {
 		want []string
 	}{
 		{"steps of 0.8 s, slow from the third", 0.8, []bool{false, false, true, true, true, false, false}, []string{"straggler at 3", "resolved at 6"}},
+		{"spans of 0.65 s, slow from the third", 0.65, []bool{false, false, true, true, true, false, false}, []string{"straggler at 3", "resolved at 6"}},
 		{"steps of 0.8 s, one sample past in two", 0.8, []bool{true, false, true, false, true, false}, nil},
 		{"quarter-second samples", 0.25, []bool{false, true, true, true, true, true, false}, []string{"straggler at 5"}},
 		{"quarter-second samples, four of six", 0.25, []bool{true, true, false, true, true, false, true, true, false}, nil},

@@ -36,9 +36,11 @@ func ranksOf(rec recording) []int64 {
 
 // Two-rank jobs made of the committed recordings' ranks, replayed through the gateway's
 // detector at the shipped settings: the slow rank with each other rank (its node-mate
-// and those on other nodes), and every two healthy ranks. The slow rank is found at 20%
-// within 6 s of the onset in every pair; no healthy rank is flagged, in the slow pairs
-// or the healthy ones, nor the slow rank while healthy. The same holds of the pairs'
+// and those on other nodes), and every two healthy ranks; and the recorded two-rank
+// job (testdata/recordings/pair). The slow rank is found at 20% within 6 s of the onset
+// in every pair, within 2.5 s in half, and at 10% in most; no healthy rank is flagged
+// in quiet time, in the slow pairs or the healthy ones, nor the slow rank while
+// healthy. The same holds of the pairs'
 // nodes, which say what the gateway's verdict pushed back to them says: a node has no
 // line to judge a pair by.
 //
@@ -53,10 +55,14 @@ func TestRecordedPairsAreJudgedRight(t *testing.T) {
 	if err != nil || len(paths) == 0 {
 		t.Fatalf("no recording (%v)", err)
 	}
-	// 20% within 6 s (measured: p50 2.8 s, slowest 5.3 s; at the nodes an answer
-	// later); 10% and 5% are reported, not required: a pair's drift (pairDrift) hides
-	// them on these busy hosts.
+	// 20% within 6 s in every slow pair and within 2.5 s in half of them (measured:
+	// p50 2.06 s, slowest 4.85 s; at the nodes an answer later; 2.8 and 5.3 s while
+	// the relative floor widened a pair's spread); 10% found in at least 11 of the 18
+	// slow pairs (measured: 11; none with the relative floor, but for the recorded
+	// pair's). 5% is reported, not required: a pair's drift (pairDrift) hides it on
+	// these busy hosts (found in the recorded pair alone, in 7.5 s).
 	bounds := map[int]time.Duration{20: 6 * time.Second}
+	const median20, found10 = 2500 * time.Millisecond, 11
 	type tally struct {
 		pairs, found int
 		latencies    []time.Duration
@@ -129,18 +135,36 @@ func TestRecordedPairsAreJudgedRight(t *testing.T) {
 				row += fmt.Sprintf(", p50 %v, max %v", tl.latencies[n/2], tl.latencies[n-1])
 			}
 			t.Log(row)
+			if n := len(tl.latencies); pct == 20 && (n == 0 || tl.latencies[n/2] > median20+replayAnswer(byNodes)) {
+				t.Errorf("%s: %s, want a median within %v", who, row, median20+replayAnswer(byNodes))
+			}
+			if pct == 10 && tl.found < found10 {
+				t.Errorf("%s: %s, want at least %d found", who, row, found10)
+			}
 		}
 		// Measured on these recordings at pairDrift 1.1: none in quiet time; the slow
-		// rank's partner twice (cpu.time, within the 30 s after a slowdown ended, the
-		// recorded job's other ranks still settling) and a healthy pair three times
-		// while a third rank of the recorded job was slow (its node-mate shares its
-		// CPUs: a disturbance no two-rank job has); the slow rank flagged again once in
-		// one slowdown. Those are bounded at what was measured; the nodes say the same.
-		if falseFlags != 0 || partnerFlags > 2 || thirdRankFlags > 3 || flaps > 1 {
-			t.Errorf("%s: false flags: %d in quiet time (want 0), %d of the slow rank's partner (want at most 2), %d of a healthy pair while a third rank was slow (want at most 3), the slow rank flagged again %d times (want at most 1)", who, falseFlags, partnerFlags, thirdRankFlags, flaps)
+		// rank's partner three times (cpu.time and device wait, 13 to 32 s after a
+		// slowdown ended: a 5% slowdown too small to be found is learned into the
+		// pair's level, and its end looks like the partner slowing; the recorded
+		// job's other ranks still settling) and a healthy pair once while a third rank
+		// of the recorded job was slow (its node-mate shares its CPUs: a disturbance no
+		// two-rank job has); no rank flagged twice in one slowdown. Those are bounded
+		// at what was measured (with the relative floor: 2, 3 and once); the nodes say
+		// the same.
+		if falseFlags != 0 || partnerFlags > 3 || thirdRankFlags > 1 || flaps != 0 {
+			t.Errorf("%s: false flags: %d in quiet time (want 0), %d of the slow rank's partner (want at most 3), %d of a healthy pair while a third rank was slow (want at most 1), the slow rank flagged again %d times (want none)", who, falseFlags, partnerFlags, thirdRankFlags, flaps)
 		}
 		t.Logf("%s: %d healthy pairs; %d false flags in %v quiet pair-time; %d flags of the slow rank's partner and %d of a healthy pair while a third rank was slow or within %v after; %d flagged again; %d stall records", who, healthyPairs, falseFlags, quiet, partnerFlags, thirdRankFlags, resolveGrace+pairHorizon, flaps, stalls)
 	}
+}
+
+// replayAnswer is how much later the nodes flag than the gateway in a replay: they
+// say what its verdict says, an evaluation later.
+func replayAnswer(byNodes bool) time.Duration {
+	if byNodes {
+		return 250 * time.Millisecond
+	}
+	return 0
 }
 
 // disturbed says whether at is within a slowdown of the recording or the time after it

@@ -242,7 +242,7 @@ func shippedConfig() *Config {
 
 // The committed recordings (testdata/recordings, TestRecordRankSignals on this 2-core
 // machine: six ranks three a core with 2 ms steps, the same with PyTorch DDP's threads,
-// eight ranks four a core; and testdata/longsteps, six ranks with 200 ms of host work
+// eight ranks four a core, two ranks one a core (judged as a pair, pair.go); and testdata/longsteps, six ranks with 200 ms of host work
 // a step, 0.8 s steps, CPU time read at the collectives) are judged right: every 20% and 10% slowdown of the slow
 // rank is found within 4 s and 10 s of its onset, nobody else is flagged and nobody while
 // healthy, and a flagged rank is not flagged twice on one signal in one slowdown. FATHOM_RECORDINGS (a glob) names

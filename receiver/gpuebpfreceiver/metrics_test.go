@@ -440,7 +440,7 @@ func TestCPUTimeIsReadAtTheRanksCollectives(t *testing.T) {
 		t.Errorf("the collection after it: CPU time %v s, want the last read's 0.2 s", v)
 	}
 	time.Sleep(perCollectiveEvery)
-	<-a.perCollectiveRead // the point of two collectives before
+	<-a.perCollectiveRead  // the point of two collectives before
 	from, to = allReduce() // two collectives, 0.3 s, since the last read
 	// Sent as read: the controller wakes, and its sample carries that point alone,
 	// which the next rank sample does not repeat.
