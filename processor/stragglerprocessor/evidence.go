@@ -39,8 +39,9 @@ import (
 //     samples at least, however long each. A stall shorter than that, however deep,
 //     flags nobody by evidence. A pair's evidence takes the whole min_duration
 //     (pair.go).
-//   - A sample past the sample line (k) adds nothing: that is a stall, or a slowdown
-//     the samples rule (p.Beyond of p.Of past the line) finds by itself. Stalls of a
+//   - A sample past the sample line (k) adds nothing but the first of a run of them:
+//     the rest are a stall, or a slowdown the samples rule (p.Beyond of p.Of past the
+//     line) finds by itself. Stalls of a
 //     second on one rank half a second apart are healthy in the detector's busy-host
 //     model; counted, they added up past the height in 11 of its 20 runs of 500 s.
 //     And the total flags a rank only while the persistence's share of its latest
@@ -100,14 +101,8 @@ func (n *scoreNoise) measured() float64 {
 type evidenceRule struct {
 	drift, height float64
 	// line is the sample line's score (k): a sample past it adds nothing, but for
-	// the first of a run past it in a cohort.
+	// the first of a run past it.
 	line float64
-	// pastAddsNothing: no sample past the line adds anything, the first of a run
-	// included (a pair: the difference of two ranks of a busy host strays past its
-	// line more often than a rank strays from a cohort's median; counting the first
-	// of each run, the recorded pairs' quiet time had 3 false flags in 89 minutes
-	// where it had none).
-	pastAddsNothing bool
 	// perSecond bounds what a second of samples adds: the height over the time of
 	// excess it stands for (evidenceRule).
 	perSecond float64
@@ -166,7 +161,7 @@ func (s *signalSeries) accumulate(score, span float64, at time.Time, r evidenceR
 	}
 	add := min(score-drift, r.perSecond*span, r.height/2)
 	past := score > r.line
-	if past && (s.lastPast || r.pastAddsNothing) {
+	if past && s.lastPast {
 		// A run of samples past the sample line: a stall, or a slowdown the samples
 		// rule judges; only its first sample counts. A rank stalled for a second,
 		// then half a second later again, is a healthy rank of the busy-host model;

@@ -235,11 +235,10 @@ func (d *detector) evaluatePair(c *cohort, sig int, a, b int64, newest, now time
 	var rule evidenceRule
 	if spread > 0 {
 		// The whole min_duration, not the persistence's share of it as for a
-		// cohort: a pair's difference strays more, and at the share the recorded
-		// pairs were flagged 7 times where they were 5 while a third rank of the
-		// recorded job was slow or just after (none in quiet time either way).
+		// cohort: a pair's difference strays more. At the share the recorded pairs
+		// had 2 false flags in 1.5 h of quiet time (none at the whole), and twice
+		// the flags while a third rank of the recorded job was slow (2026-11-28).
 		rule = d.evidenceRuleOver(sig, noise/spread, cfg.MinDuration).floored(spread, math.Sqrt2*signal.MADFloor)
-		rule.pastAddsNothing = true
 		rule.drift = max(rule.drift, pairDrift)
 	}
 	warm := p.learned && spread > 0

@@ -37,7 +37,7 @@ func ranksOf(rec recording) []int64 {
 // Two-rank jobs made of the committed recordings' ranks, replayed through the gateway's
 // detector at the shipped settings: the slow rank with each other rank (its node-mate
 // and those on other nodes), and every two healthy ranks; and the recorded two-rank
-// job (testdata/recordings/pair). The slow rank is found at 20% within 6 s of the onset
+// job (testdata/recordings/pair). The slow rank is found at 20% within 3 s of the onset
 // in every pair, within 2.5 s in half, and at 10% in most; no healthy rank is flagged
 // in quiet time, in the slow pairs or the healthy ones, nor the slow rank while
 // healthy. The same holds of the pairs'
@@ -55,13 +55,14 @@ func TestRecordedPairsAreJudgedRight(t *testing.T) {
 	if err != nil || len(paths) == 0 {
 		t.Fatalf("no recording (%v)", err)
 	}
-	// 20% within 6 s in every slow pair and within 2.5 s in half of them (measured:
-	// p50 2.06 s, slowest 4.85 s; at the nodes an answer later; 2.8 and 5.3 s while
-	// the relative floor widened a pair's spread); 10% found in at least 11 of the 18
-	// slow pairs (measured: 11; none with the relative floor, but for the recorded
-	// pair's). 5% is reported, not required: a pair's drift (pairDrift) hides it on
-	// these busy hosts (found in the recorded pair alone, in 7.5 s).
-	bounds := map[int]time.Duration{20: 6 * time.Second}
+	// 20% within 3 s in every slow pair and within 2.5 s in half of them (measured:
+	// p50 2.06 s, slowest 2.60 s; at the nodes an answer later; 2.8 and 5.3 s while
+	// the relative floor widened a pair's spread and no sample past the line counted,
+	// 4.85 s the slowest with the first of each run uncounted); 10% found in at least
+	// 11 of the 18 slow pairs (measured: 11; none with the relative floor, but for the
+	// recorded pair's). 5% is reported, not required: a pair's drift (pairDrift) hides
+	// it on these busy hosts (found in the recorded pair alone, in 4.2 s).
+	bounds := map[int]time.Duration{20: 3 * time.Second}
 	const median20, found10 = 2500 * time.Millisecond, 11
 	type tally struct {
 		pairs, found int
@@ -117,7 +118,7 @@ func TestRecordedPairsAreJudgedRight(t *testing.T) {
 							tl.found++
 							tl.latencies = append(tl.latencies, l)
 						}
-						if bound, ok := bounds[pct]; ok && (l < 0 || l > bound) {
+						if bound, ok := bounds[pct]; ok && (l < 0 || l > bound+replayAnswer(byNodes)) {
 							t.Errorf("%s: the %d%% slowdown of rank %d found after %v, want within %v", name, pct, rec.slowRank, l, bound)
 						}
 					}
@@ -143,16 +144,17 @@ func TestRecordedPairsAreJudgedRight(t *testing.T) {
 			}
 		}
 		// Measured on these recordings at pairDrift 1.1: none in quiet time; the slow
-		// rank's partner three times (cpu.time and device wait, 13 to 32 s after a
-		// slowdown ended: a 5% slowdown too small to be found is learned into the
-		// pair's level, and its end looks like the partner slowing; the recorded
-		// job's other ranks still settling) and a healthy pair once while a third rank
-		// of the recorded job was slow (its node-mate shares its CPUs: a disturbance no
-		// two-rank job has); no rank flagged twice in one slowdown. Those are bounded
-		// at what was measured (with the relative floor: 2, 3 and once); the nodes say
-		// the same.
-		if falseFlags != 0 || partnerFlags > 3 || thirdRankFlags > 1 || flaps != 0 {
-			t.Errorf("%s: false flags: %d in quiet time (want 0), %d of the slow rank's partner (want at most 3), %d of a healthy pair while a third rank was slow (want at most 1), the slow rank flagged again %d times (want none)", who, falseFlags, partnerFlags, thirdRankFlags, flaps)
+		// rank's partner four times (two 13 and 32 s after a 5% slowdown ended: too
+		// small to be found, it was learned into the pair's level, and its end looks
+		// like the partner slowing; two just after the 20% slowdown, the recorded
+		// job's other ranks still settling, one moment on two signals) and a healthy
+		// pair twice while a third rank of the recorded job was slow (its node-mate
+		// shares its CPUs: a disturbance no two-rank job has; the same moment in two
+		// pairs); no rank flagged twice in one slowdown. Those are bounded at what was
+		// measured (with the relative floor and no sample past the line counted: 2, 3
+		// and once); the nodes say the same.
+		if falseFlags != 0 || partnerFlags > 4 || thirdRankFlags > 2 || flaps != 0 {
+			t.Errorf("%s: false flags: %d in quiet time (want 0), %d of the slow rank's partner (want at most 4), %d of a healthy pair while a third rank was slow (want at most 2), the slow rank flagged again %d times (want none)", who, falseFlags, partnerFlags, thirdRankFlags, flaps)
 		}
 		t.Logf("%s: %d healthy pairs; %d false flags in %v quiet pair-time; %d flags of the slow rank's partner and %d of a healthy pair while a third rank was slow or within %v after; %d flagged again; %d stall records", who, healthyPairs, falseFlags, quiet, partnerFlags, thirdRankFlags, resolveGrace+pairHorizon, flaps, stalls)
 	}
