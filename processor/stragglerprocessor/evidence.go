@@ -41,9 +41,9 @@ import (
 //     (pair.go).
 //   - A sample past the sample line (k) adds nothing but the first of a run of them:
 //     the rest are a stall, or a slowdown the samples rule (p.Beyond of p.Of past the
-//     line) finds by itself. Stalls of a
-//     second on one rank half a second apart are healthy in the detector's busy-host
-//     model; counted, they added up past the height in 11 of its 20 runs of 500 s.
+//     line) finds by itself. Stalls of a second on one rank half a second apart are
+//     healthy in the detector's busy-host model; counted, they added up past the
+//     height in 11 of its 20 runs of 500 s.
 //     And the total flags a rank only while the persistence's share of its latest
 //     samples (5 of 6 in the shipped configs) are past the drift.
 //

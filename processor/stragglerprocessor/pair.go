@@ -229,7 +229,7 @@ func (d *detector) evaluatePair(c *cohort, sig int, a, b int64, newest, now time
 	// scored 1.4 spreads, and its evidence hardly rose above the drift (20% found in
 	// 2.7 s, 1.96 s without it: the recorded pair, testdata/recordings/pair); the
 	// busy recordings' pairs found 20% in 2.1 s where they took 2.8, 10% in 10 of 17
-	// where in none, with no more false flags (pair_replay_test.go).
+	// where in none, with no false flag in quiet time either way (pair_replay_test.go).
 	noise := max(p.noise.measured(), p.wander)
 	spread := max(noise, math.Sqrt2*series.MADScale*signal.MADFloor)
 	var rule evidenceRule
@@ -280,8 +280,6 @@ func (d *detector) evaluatePair(c *cohort, sig int, a, b int64, newest, now time
 			expected := other + level
 			threshold := expected + worse*cfg.K*spread
 			score := worse * (diff - level) / spread
-			// No evidence until the level is learned: scored against a level not yet
-			// known, a pair's structural difference would pile up as evidence.
 			// Whether the pair looked healthy before this sample: decided on its own
 			// score, a sample that starts a rank's evidence (past the drift) would
 			// never be learned, and the level would lean away from that rank. Those
@@ -290,6 +288,8 @@ func (d *detector) evaluatePair(c *cohort, sig int, a, b int64, newest, now time
 			// pair model (TestAHealthyFlagsNobody) flagged rank a in 5 of 30 runs once
 			// the relative floor no longer widened its spread.
 			healthyBefore := !sa.flagged && !sb.flagged && sa.evidence == 0 && sb.evidence == 0
+			// No evidence until the level is learned: scored against a level not yet
+			// known, a pair's structural difference would pile up as evidence.
 			var evid evidenceVerdict
 			if warm {
 				evid = s.accumulate(score, sm.span, sm.at, rule, &p.scores)
