@@ -161,10 +161,10 @@ func TestRecordedPairsAreJudgedRight(t *testing.T) {
 }
 
 // replayAnswer is how much later the nodes flag than the gateway in a replay: they
-// say what its verdict says, an evaluation later.
+// say what its verdict says, an evaluation later (replay).
 func replayAnswer(byNodes bool) time.Duration {
 	if byNodes {
-		return 250 * time.Millisecond
+		return shippedConfig().EvaluationInterval
 	}
 	return 0
 }
