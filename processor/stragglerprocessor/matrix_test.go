@@ -202,7 +202,7 @@ func runMatrixRow(t *testing.T, row matrixRow, trials int, healthyWindow, notFou
 			}
 			*f.found++
 			*f.lat = append(*f.lat, f.rec.At.Sub(on))
-			t.Logf("%s, trial %d: %s flagged it %v after the onset, on %s by %s", row.name(), trial, f.by, f.rec.At.Sub(on).Round(10*time.Millisecond), f.rec.Signal, f.rec.Rule)
+			t.Logf("%s, trial %d: %s flagged it %v after the onset, on %s by %s; its record says since %v after the onset", row.name(), trial, f.by, f.rec.At.Sub(on).Round(10*time.Millisecond), f.rec.Signal, f.rec.Rule, f.rec.Since.Sub(on).Round(10*time.Millisecond))
 		}
 		account(flagsFrom)
 		speedUp()
@@ -267,8 +267,10 @@ func TestAReducedMatrixFindsTheSlowRankAndFlagsNobody(t *testing.T) {
 type timedRecord struct {
 	record
 	At time.Time
-	// Signal and Rule: what flagged a straggler, on which signal.
+	// Signal and Rule: what flagged a straggler, on which signal; Since, when its
+	// record says the rank's slowness began (zero when it says nothing).
 	Signal, Rule string
+	Since        time.Time
 }
 
 // timedRecords reads every fathom.straggler record in the gateway's store, oldest first,
@@ -277,14 +279,16 @@ func (l *loop) timedRecords() []timedRecord {
 	q := `SELECT coalesce(node, ''), coalesce(rank, -1),
 		json_extract_string(attributes, '$."fathom.straggler.state"'), json_extract_string(attributes, '$."fathom.straggler.source"'),
 		epoch_ms(ts), coalesce(json_extract_string(attributes, '$."fathom.straggler.signal"'), ''),
-		coalesce(json_extract_string(attributes, '$."fathom.straggler.rule"'), '')
+		coalesce(json_extract_string(attributes, '$."fathom.straggler.rule"'), ''),
+		coalesce(json_extract_string(attributes, '$."fathom.straggler.since"'), '')
 		FROM events WHERE name = 'fathom.straggler' ORDER BY ts`
 	rows := l.sqlRows(q)
 	var out []timedRecord
 	for _, row := range rows {
+		since, _ := time.Parse(time.RFC3339Nano, row[7].(string))
 		out = append(out, timedRecord{
 			record: record{Node: row[0].(string), Rank: int(row[1].(float64)), State: row[2].(string), Source: row[3].(string)},
-			At:     time.UnixMilli(int64(row[4].(float64))), Signal: row[5].(string), Rule: row[6].(string),
+			At:     time.UnixMilli(int64(row[4].(float64))), Signal: row[5].(string), Rule: row[6].(string), Since: since,
 		})
 	}
 	return out

@@ -184,3 +184,38 @@ func TestANodeSaysItsGatewaysVerdictOnAPair(t *testing.T) {
 		t.Errorf("resolution %+v, want rank 1 at its sample 0.2 against the expected 0.3 it was flagged by", e)
 	}
 }
+
+// A pair's sample is judged at the first evaluation after its partner's samples cover
+// half of its interval or more, not only once they reach its end: two nodes sample out
+// of phase, and waiting for the partner's next sample held each flag back by up to a
+// sample interval. Rank 1's samples end 100 ms before rank 0's (its latest covers 60%
+// of rank 0's newest sample): rank 0's sample is judged at once; 150 ms before (40%), it
+// waits for rank 1's next sample.
+func TestAPairSampleIsJudgedOnceItsPartnerCoversHalfOfIt(t *testing.T) {
+	for _, tc := range []struct {
+		lag    time.Duration
+		judged bool
+	}{{100 * time.Millisecond, true}, {150 * time.Millisecond, false}} {
+		c := quarterSecondCluster(t)
+		rng := rand.New(rand.NewPCG(1, 2))
+		for range 120 { // 30 s in phase, ±10%: the pair's level and noise are learned
+			c.step(map[int64]float64{0: 0.30 * (0.9 + 0.2*rng.Float64()), 1: 0.35 * (0.9 + 0.2*rng.Float64())})
+		}
+		if p := c.det.cohorts[c.key].pairs[0]; p == nil || !p.learned {
+			t.Fatalf("lag %v: the pair's level was not learned in 30 s", tc.lag)
+		}
+		end := c.start.Add(time.Duration(c.interval) * c.every)
+		next := end.Add(c.every)
+		observe := func(rank int64, ts time.Time, rate float64) {
+			c.totals[rank] += rate * ts.Sub(end).Seconds()
+			c.det.observe(point{cohort: c.key, node: fmt.Sprintf("node-%d", rank), rank: rank, pid: 1000 + rank, cumulative: true,
+				value: c.totals[rank], start: c.start.UnixNano(), ts: ts.UnixNano()}, next)
+		}
+		observe(1, next.Add(-tc.lag), 0.35)
+		observe(0, next, 0.30)
+		c.det.evaluate(next)
+		if s := &c.det.cohorts[c.key].ranks[0].series[0]; (len(s.unjudged) == 0) != tc.judged {
+			t.Errorf("partner's samples end %v before rank 0's: %d of rank 0's samples wait, want judged %v", tc.lag, len(s.unjudged), tc.judged)
+		}
+	}
+}
