@@ -143,18 +143,17 @@ func TestRecordedPairsAreJudgedRight(t *testing.T) {
 				t.Errorf("%s: %s, want at least %d found", who, row, found10)
 			}
 		}
-		// Measured on these recordings at pairDrift 1.1: none in quiet time; the slow
-		// rank's partner four times (two 13 and 32 s after a 5% slowdown ended: too
-		// small to be found, it was learned into the pair's level, and its end looks
-		// like the partner slowing; two just after the 20% slowdown, the recorded
-		// job's other ranks still settling, one moment on two signals) and a healthy
-		// pair twice while a third rank of the recorded job was slow (its node-mate
-		// shares its CPUs: a disturbance no two-rank job has; the same moment in two
-		// pairs); no rank flagged twice in one slowdown. Those are bounded at what was
-		// measured (with the relative floor and no sample past the line counted: 2, 3
-		// and once); the nodes say the same.
-		if falseFlags != 0 || partnerFlags > 4 || thirdRankFlags > 2 || flaps != 0 {
-			t.Errorf("%s: false flags: %d in quiet time (want 0), %d of the slow rank's partner (want at most 4), %d of a healthy pair while a third rank was slow (want at most 2), the slow rank flagged again %d times (want none)", who, falseFlags, partnerFlags, thirdRankFlags, flaps)
+		// Measured on these recordings at pairDrift 1.1, each sample judged once its
+		// partner's cover half of it: none in quiet time; the slow rank's partner
+		// twice (pytorch ranks 3 and 4, just after the 20% slowdown, the recorded
+		// job's other ranks still settling, one moment on two signals) and no healthy
+		// pair while a third rank was slow; no rank flagged twice in one slowdown.
+		// Those are bounded at what was measured (waiting for the partner's whole
+		// cover: the partner four times, a healthy pair twice; with the relative
+		// floor and no sample past the line counted: 2, 3 and once); the nodes say
+		// the same.
+		if falseFlags != 0 || partnerFlags > 2 || thirdRankFlags > 0 || flaps != 0 {
+			t.Errorf("%s: false flags: %d in quiet time (want 0), %d of the slow rank's partner (want at most 2), %d of a healthy pair while a third rank was slow (want none), the slow rank flagged again %d times (want none)", who, falseFlags, partnerFlags, thirdRankFlags, flaps)
 		}
 		t.Logf("%s: %d healthy pairs; %d false flags in %v quiet pair-time; %d flags of the slow rank's partner and %d of a healthy pair while a third rank was slow or within %v after; %d flagged again; %d stall records", who, healthyPairs, falseFlags, quiet, partnerFlags, thirdRankFlags, resolveGrace+pairHorizon, flaps, stalls)
 	}
