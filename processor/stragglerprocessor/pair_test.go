@@ -208,7 +208,7 @@ func TestAPairSampleIsJudgedOnceItsPartnerCoversHalfOfIt(t *testing.T) {
 		next := end.Add(c.every)
 		observe := func(rank int64, ts time.Time, rate float64) {
 			c.totals[rank] += rate * ts.Sub(end).Seconds()
-			c.det.observe(point{cohort: c.key, node: fmt.Sprintf("node-%d", rank), rank: rank, pid: 1000 + rank, cumulative: true,
+			c.det.observe(point{cohort: c.key, node: fmt.Sprintf("node-%d", rank/2), rank: rank, pid: 1000 + rank + c.pids[rank], cumulative: true,
 				value: c.totals[rank], start: c.start.UnixNano(), ts: ts.UnixNano()}, next)
 		}
 		observe(1, next.Add(-tc.lag), 0.35)
