@@ -212,6 +212,9 @@ type rankGauge struct {
 	signal    int
 	score     float64
 	flagged   bool
+	// unscored: no score to write, only the flag (a node that adopts its gateway's
+	// verdict on a pair, or has judged none of the rank's samples yet).
+	unscored bool
 }
 
 // timeLost is the GPU time a flagged rank's peers spent waiting for it over one of its
@@ -813,6 +816,9 @@ func (d *detector) evaluateAgainst(src pushback.Source, now time.Time) evaluatio
 					d.adoptVerdict(c, rank, sig, t, now, &out)
 					g.flagged = s.flagged
 				}
+				// The score of its latest sample judged against the gateway's line:
+				// what the gateway scored it, seen from its node.
+				g.score, g.unscored = s.lastScore, !s.scored
 				out.ranks = append(out.ranks, g)
 			}
 		}

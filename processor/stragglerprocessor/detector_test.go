@@ -455,6 +455,29 @@ func nodeJudgingEachSample(t0 time.Time) (*detector, pushback.Key, func(at time.
 	return d, pushback.Key{Cluster: "c1", Cohort: "comm-1", Signal: cfg.Signals[0].Metric}, observe
 }
 
+// A node's rank gauges score each rank against the gateway's line, as the gateway
+// scores it; a rank none of whose samples has been judged has no score point, not a
+// zero (every node wrote 0 for every rank, which halved the score a backend averaged
+// over the cohort's points).
+func TestANodeScoresItsRanksAgainstThePushedBackLine(t *testing.T) {
+	t0 := time.Unix(1_800_000_000, 0)
+	d, lineKey, observe := nodeJudgingEachSample(t0)
+	lines := heldLines{lineKey: {Cluster: "c1", Cohort: "comm-1", Signal: lineKey.Signal, Median: 0.30, Line: 0.24, Worse: "lower", At: t0.UnixMilli()}}
+	observe(t0, 0)
+	observe(t0.Add(time.Second), 0.18) // 0.18/s: 0.12 under the median, whose spread is 0.02
+	// The held line is older than the sample, which waits for the next.
+	ev := d.evaluateAgainst(lines, t0.Add(time.Second+250*time.Millisecond))
+	if len(ev.ranks) != 1 || !ev.ranks[0].unscored {
+		t.Fatalf("before a sample was judged: %+v, want rank 5 unscored", ev.ranks)
+	}
+	lines[lineKey] = pushback.Threshold{Cluster: "c1", Cohort: "comm-1", Signal: lineKey.Signal, Median: 0.30, Line: 0.24, Worse: "lower",
+		At: t0.Add(time.Second + 100*time.Millisecond).UnixMilli()}
+	ev = d.evaluateAgainst(lines, t0.Add(time.Second+500*time.Millisecond))
+	if len(ev.ranks) != 1 || ev.ranks[0].unscored || math.Abs(ev.ranks[0].score-6) > 1e-9 {
+		t.Fatalf("judged: %+v, want rank 5 scored 6 spreads worse than the median", ev.ranks)
+	}
+}
+
 // A node's fresh sample waits for the line of the answer to its own export (drawn after
 // the peers' samples of the same interval), unless none comes within lineWait: judged
 // against the interval-old line, a rank that just slowed down is not beyond it yet.

@@ -129,14 +129,19 @@ func runMatrixRow(t *testing.T, row matrixRow, trials int, healthyWindow, notFou
 	res := matrixResult{trials: trials}
 	cpuBefore, runStart := processCPU(t, j.gateway.Pid()), time.Now()
 	seen := 0 // records already accounted for
-	account := func(slowSince time.Time) {
+	// slowFrom and slowUntil are the latest trial's slowdown (slowUntil zero while it
+	// lasts, both zero before the first): a record is the trial's by its own times, not
+	// by when it reached the store.
+	var slowFrom, slowUntil time.Time
+	account := func() {
 		recs := j.timedRecords()
 		for _, r := range recs[seen:] {
-			if r.State == "straggler" && (r.Rank != slow || slowSince.IsZero() || r.At.Before(slowSince)) {
+			if r.State == "straggler" && !slowdownsFlag(r, slow, slowFrom, slowUntil) {
 				res.falseFlags++
 				t.Logf("false flag: %+v", r)
+				j.logScoresAround(r)
 			}
-			if r.State == "stall" && slowSince.IsZero() {
+			if r.State == "stall" && (slowFrom.IsZero() || r.At.Before(slowFrom) || (!slowUntil.IsZero() && r.At.After(slowUntil.Add(lateJudging)))) {
 				res.healthyStalls++
 				t.Logf("stall record in healthy time: %+v", r)
 			}
@@ -144,12 +149,13 @@ func runMatrixRow(t *testing.T, row matrixRow, trials int, healthyWindow, notFou
 		seen = len(recs)
 	}
 	time.Sleep(10 * time.Second) // the gateway's cohort warms up; lines reach every node
-	account(time.Time{})
+	account()
 	for trial := range trials {
 		time.Sleep(healthyWindow)
 		res.healthy += healthyWindow
-		account(time.Time{})
+		account()
 		on := slowDown()
+		slowFrom, slowUntil = on, time.Time{}
 		// The trial's flag is the first of the slow rank's node's and its gateway's;
 		// each is timed, and the one that came second is waited for at most
 		// secondFlagWait past the first (a pair is judged at the gateway alone).
@@ -204,14 +210,15 @@ func runMatrixRow(t *testing.T, row matrixRow, trials int, healthyWindow, notFou
 			*f.lat = append(*f.lat, f.rec.At.Sub(on))
 			t.Logf("%s, trial %d: %s flagged it %v after the onset, on %s by %s; its record says since %v after the onset", row.name(), trial, f.by, f.rec.At.Sub(on).Round(10*time.Millisecond), f.rec.Signal, f.rec.Rule, f.rec.Since.Sub(on).Round(10*time.Millisecond))
 		}
-		account(flagsFrom)
+		account()
 		speedUp()
+		slowUntil = time.Now()
 		if first != nil && j.waitTimedRecord(30*time.Second, func(r timedRecord) bool {
 			return r.Rank == slow && r.State == "resolved" && r.Source == first.Source && !r.At.Before(flagsFrom)
 		}) == nil {
 			t.Logf("%s, trial %d: rank %d not resolved by its %s within 30 s of the slowdown's end", row.name(), trial, slow, first.Source)
 		}
-		account(flagsFrom)
+		account()
 	}
 	res.gatewayCPUShare = (processCPU(t, j.gateway.Pid()) - cpuBefore).Seconds() / time.Since(runStart).Seconds()
 	// What the gateway matched of the ranks' collectives, for reading a row's result:
@@ -224,6 +231,23 @@ func runMatrixRow(t *testing.T, row matrixRow, trials int, healthyWindow, notFou
 	slices.Sort(res.nodeLatency)
 	slices.Sort(res.gatewayLatency)
 	return res
+}
+
+// lateJudging is how long after a slowdown's end a flag of it may still be decided: its
+// last slowed sample ends up to a sample (250 ms) later, and is judged about 0.2 s after
+// its end at the gateway and a push-back later at its node (docs/straggler.md, Pairs).
+// Seen: a second signal's evidence, from 3 s before, reached its height 140 ms after
+// the end at the gateway and 280 ms at the node.
+const lateJudging = time.Second
+
+// slowdownsFlag tells whether straggler record r is the slowdown's flag of the slow
+// rank: from its onset, and, once it ended (until non-zero), decided within
+// lateJudging of its end on evidence that began before it.
+func slowdownsFlag(r timedRecord, slow int, from, until time.Time) bool {
+	if r.Rank != slow || from.IsZero() || r.At.Before(from) {
+		return false
+	}
+	return until.IsZero() || (r.At.Before(until.Add(lateJudging)) && r.Since.Before(until))
 }
 
 // tableRow is the row as docs/straggler.md's matrix prints it.
@@ -326,4 +350,22 @@ func processCPU(t testing.TB, pid int) time.Duration {
 	stime, _ := strconv.ParseInt(fields[12], 10, 64)
 	const clockTicks = 100 // USER_HZ on Linux
 	return time.Duration(utime+stime) * time.Second / clockTicks
+}
+
+// logScoresAround logs, for reading a false flag, every rank's scores on the flag's
+// signal from 3 s before its evidence began to a second after it, as the store holds
+// them (each row one evaluation's ranks: the gateway's cover the cohort, a node's its own).
+func (j *job) logScoresAround(r timedRecord) {
+	from := r.Since
+	if from.IsZero() {
+		from = r.At.Add(-3 * time.Second)
+	}
+	q := fmt.Sprintf(`SELECT strftime(ts, '%%H:%%M:%%S.%%g'), string_agg(rank || '=' || round(value, 2), ' ' ORDER BY rank)
+		FROM events WHERE name = 'fathom.straggler.score'
+		AND json_extract_string(attributes, '$."fathom.straggler.signal"') = '%s'
+		AND ts BETWEEN epoch_ms(%d) AND epoch_ms(%d)
+		GROUP BY ALL ORDER BY 1`, r.Signal, from.Add(-3*time.Second).UnixMilli(), r.At.Add(time.Second).UnixMilli())
+	for _, row := range j.sqlRows(q) {
+		j.t.Logf("  %v scores: %v", row[0], row[1])
+	}
 }

@@ -372,7 +372,7 @@ func (d *detector) adoptPairVerdict(c *cohort, sig int, t pushback.Threshold, no
 		// cohort that has a line again.
 		s.keepLatestUnjudged()
 		d.adoptVerdict(c, rank, sig, t, now, out)
-		out.ranks = append(out.ranks, rankGauge{cohort: c.key, job: r.job, node: r.node, rank: rank, signal: sig, flagged: s.flagged})
+		out.ranks = append(out.ranks, rankGauge{cohort: c.key, job: r.job, node: r.node, rank: rank, signal: sig, flagged: s.flagged, unscored: true})
 	}
 }
 

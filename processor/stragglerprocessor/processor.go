@@ -550,9 +550,13 @@ func (s *straggler) gauges(ev evaluation, now time.Time) pmetric.Metrics {
 			flag = 1
 		}
 		for _, p := range []struct {
-			dps pmetric.NumberDataPointSlice
-			v   float64
-		}{{o.score, r.score}, {o.flag, flag}} {
+			dps  pmetric.NumberDataPointSlice
+			v    float64
+			none bool
+		}{{o.score, r.score, r.unscored}, {o.flag, flag, false}} {
+			if p.none {
+				continue
+			}
 			dp := p.dps.AppendEmpty()
 			dp.SetTimestamp(ts)
 			dp.SetDoubleValue(p.v)
