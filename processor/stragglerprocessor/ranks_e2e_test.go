@@ -114,8 +114,12 @@ func startJob(t testing.TB, o jobOptions) *job {
 	if o.board != "" {
 		rankEnv = append(rankEnv, "FAKEGPU_BOARD="+o.board, fmt.Sprintf("FAKEGPU_DEVICES=%d", o.ranks))
 	}
+	// Steps enough for the longest run (the matrix's full rows, about 17 minutes): a
+	// pair of ranks, a core each, makes 100,000 steps of 2 ms in under six, and the
+	// matrix's pair row then had no job after its ninth trial. The ranks keep only
+	// the steps they made (their per-step arrays are touched as they go).
 	j.run = fakegpu.StartDDP(t, paths, fakegpu.DDPOptions{
-		Ranks: o.ranks, Steps: 100000, BucketBytes: 16 << 10, HostCompute: o.hostCompute, HostComputeSleeps: !o.spin,
+		Ranks: o.ranks, Steps: 2_000_000, BucketBytes: 16 << 10, HostCompute: o.hostCompute, HostComputeSleeps: !o.spin,
 		NCCLMode: o.ncclMode, NoNCCL: o.noNCCL, Gate: true, GateAfterInit: o.initBeforeCollectors, Env: rankEnv, RankEnv: o.rankEnv, Threads: o.threads, HIP: o.hip,
 		Slow: &fakegpu.Slowness{Rank: o.slowRank, Delay: o.slowBy, Mode: o.slowMode, WhileFile: j.slowFile},
 	})

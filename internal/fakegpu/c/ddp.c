@@ -50,7 +50,9 @@
 #define PROG "fakegpu-ddp"
 #define die(status, ...) cli_die(PROG, status, __VA_ARGS__)
 #define MAX_SPAWN 256
-#define MAX_STEPS 100000
+/* Enough for the detection matrix's longest row (about 17 minutes of 2 ms steps); the
+ * per-step arrays are calloc'd, so only the steps made touch memory. */
+#define MAX_STEPS 2000000
 
 static struct {
 	long spawn, steps, bucket_bytes, buckets, compute_kernels, optimizer_kernels;
