@@ -512,10 +512,8 @@ func (d *detector) evaluateSignal(c *cohort, sig int, now time.Time, out *evalua
 		}
 		return
 	}
-	median := series.Median(values)
+	median, spread := d.spreadOf(values, sig)
 	peers := len(values) - 1
-	mad := series.MAD(values, median)
-	spread := series.MADScale * max(mad, cfg.MADFloor.Relative*math.Abs(median), signal.MADFloor)
 	worse := 1.0 // direction in which a value is worse
 	if signal.Worse == WorseLower {
 		worse = -1
@@ -586,6 +584,16 @@ func (d *detector) evaluateSignal(c *cohort, sig int, now time.Time, out *evalua
 				d.drops["stale"]++
 				continue
 			}
+			median, spread, threshold := median, spread, threshold
+			if sm.at.Before(s.latest.at) {
+				// A sample that waited (its node's export held, or this evaluation
+				// late) is judged against the line of its own interval: the ranks of
+				// a job move together, and against the others' latest it scored by
+				// how the whole job moved since.
+				if m, sp, ok := d.lineAt(fresh, sig, sm.at); ok {
+					median, spread, threshold = m, sp, m+worse*cfg.K*sp
+				}
+			}
 			score := worse * (sm.value - median) / spread
 			evid := s.accumulate(score, sm.span, sm.at, rule, &c.noise[sig])
 			if state := s.judge(sm, score > cfg.K, score > cfg.K*cfg.ResolveWithin, wv, evid, warm, cfg.persistence(sig), cfg.persistenceCovers(sig)); state != "" {
@@ -615,6 +623,48 @@ func (d *detector) evaluateSignal(c *cohort, sig int, now time.Time, out *evalua
 			l.flagged = append(l.flagged, rank)
 		}
 	}
+}
+
+// spreadOf is the line's median of values, one a rank, and their spread: the scaled
+// MAD, at least the configured floors.
+func (d *detector) spreadOf(values []float64, sig int) (median, spread float64) {
+	median = series.Median(values)
+	mad := series.MAD(values, median)
+	return median, series.MADScale * max(mad, d.cfg.MADFloor.Relative*math.Abs(median), d.cfg.Signals[sig].MADFloor)
+}
+
+// lineAt is the median and spread of the samples of fresh that ended nearest to at,
+// each within its own interval of it (from the series' window history): the line of
+// the interval a waited sample belongs to. False when fewer than a quorum have one, or
+// there is no history (no windows configured).
+func (d *detector) lineAt(fresh []*signalSeries, sig int, at time.Time) (median, spread float64, ok bool) {
+	t := at.UnixNano()
+	values := make([]float64, 0, len(fresh))
+	for _, s := range fresh {
+		best, found := int64(math.MaxInt64), false
+		var value float64
+		for i := len(s.history) - 1; i >= 0; i-- {
+			h := s.history[i]
+			off := h.at - t
+			if off < 0 {
+				off = -off
+			}
+			if off <= int64(h.span*1e9) && off < best {
+				best, value, found = off, h.value, true
+			}
+			if h.at < t-int64(h.span*1e9) {
+				break // older ones end further away
+			}
+		}
+		if found {
+			values = append(values, value)
+		}
+	}
+	if len(values) < d.cfg.Quorum {
+		return 0, 0, false
+	}
+	median, spread = d.spreadOf(values, sig)
+	return median, spread, true
 }
 
 // judge records the verdict on one sample and returns the state change it makes, if

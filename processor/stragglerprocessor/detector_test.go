@@ -709,3 +709,51 @@ func TestReplayedSamplesAreNotJudgedAgainstTodaysLine(t *testing.T) {
 		t.Errorf("%d samples counted stale, want 8", c.det.drops["stale"])
 	}
 }
+
+// Samples that waited are judged against the line of their own interval. Six healthy
+// ranks sampled every 250 ms; now and then an evaluation comes only after five
+// intervals (the gateway's evaluations held, or its nodes' exports), and over those the
+// whole job moved: all six ranks waited 0.02 to 0.05 s/s less in the four older than in
+// the last (or more). Against the line drawn from the latest samples only, every rank's
+// older samples lay a shift away from it and their evidence rose together; a rank
+// whose next sample was high too was flagged, never slow: 10 flags in these 384 pauses
+// before (2026-11-28), none since.
+func TestWaitedSamplesAreJudgedAgainstTheirOwnInterval(t *testing.T) {
+	flags := 0
+	for seed := range uint64(4) {
+		c := quarterSecondCluster(t)
+		c.seconds = true
+		rng := rand.New(rand.NewPCG(28, seed))
+		level := func(l float64) map[int64]float64 {
+			rates := map[int64]float64{}
+			for rank := range int64(6) {
+				rates[rank] = l + 0.01*rng.NormFloat64()
+			}
+			return rates
+		}
+		for range 40 {
+			c.step(level(0.5))
+		}
+		for pause := range 96 {
+			shift := []float64{0.04, 0.06, 0.08, 0.1}[pause%4]
+			before, after := 0.5-shift/2, 0.5+shift/2
+			if pause/4%2 == 1 {
+				before, after = after, before
+			}
+			for range 4 {
+				c.report(level(before))
+			}
+			c.step(level(after))
+			for range 12 {
+				c.step(level(after))
+			}
+		}
+		for _, e := range c.events {
+			if e.state == "straggler" {
+				flags++
+				t.Errorf("seed %d: rank %d flagged at %v (rule %s, score %.2f), all six healthy", seed, e.rank, e.at, e.rule, e.score)
+			}
+		}
+	}
+	t.Logf("%d flags in 384 pauses", flags)
+}

@@ -162,7 +162,7 @@ func runMatrixRow(t *testing.T, row matrixRow, trials int, healthyWindow, notFou
 		var byNode, byGateway *timedRecord
 		deadline := time.Now().Add(notFoundAfter)
 		for time.Now().Before(deadline) && (byNode == nil || byGateway == nil) {
-			for _, r := range j.timedRecords() {
+			for _, r := range j.timedRecordsFrom(on) {
 				if r.Rank != slow || r.State != "straggler" || r.At.Before(on) {
 					continue
 				}
@@ -213,7 +213,7 @@ func runMatrixRow(t *testing.T, row matrixRow, trials int, healthyWindow, notFou
 		account()
 		speedUp()
 		slowUntil = time.Now()
-		if first != nil && j.waitTimedRecord(30*time.Second, func(r timedRecord) bool {
+		if first != nil && j.waitTimedRecord(flagsFrom, 30*time.Second, func(r timedRecord) bool {
 			return r.Rank == slow && r.State == "resolved" && r.Source == first.Source && !r.At.Before(flagsFrom)
 		}) == nil {
 			t.Logf("%s, trial %d: rank %d not resolved by its %s within 30 s of the slowdown's end", row.name(), trial, slow, first.Source)
@@ -299,13 +299,23 @@ type timedRecord struct {
 
 // timedRecords reads every fathom.straggler record in the gateway's store, oldest first,
 // with its timestamp.
-func (l *loop) timedRecords() []timedRecord {
+func (l *loop) timedRecords() []timedRecord { return l.timedRecordsFrom(time.Time{}) }
+
+// timedRecordsFrom reads the fathom.straggler records of from or later (every one when
+// from is zero). The matrix polls every 100 ms while it waits for a flag: a scan of the
+// whole table each time, on a store that grows all row long, took the CPU of the
+// ranks it judged.
+func (l *loop) timedRecordsFrom(from time.Time) []timedRecord {
+	after := ""
+	if !from.IsZero() {
+		after = fmt.Sprintf(" AND ts >= epoch_ms(%d)", from.UnixMilli())
+	}
 	q := `SELECT coalesce(node, ''), coalesce(rank, -1),
 		json_extract_string(attributes, '$."fathom.straggler.state"'), json_extract_string(attributes, '$."fathom.straggler.source"'),
 		epoch_ms(ts), coalesce(json_extract_string(attributes, '$."fathom.straggler.signal"'), ''),
 		coalesce(json_extract_string(attributes, '$."fathom.straggler.rule"'), ''),
 		coalesce(json_extract_string(attributes, '$."fathom.straggler.since"'), '')
-		FROM events WHERE name = 'fathom.straggler' ORDER BY ts`
+		FROM events WHERE name = 'fathom.straggler'` + after + ` ORDER BY ts`
 	rows := l.sqlRows(q)
 	var out []timedRecord
 	for _, row := range rows {
@@ -318,10 +328,11 @@ func (l *loop) timedRecords() []timedRecord {
 	return out
 }
 
-// waitTimedRecord polls the store until a record matches, or returns nil after timeout.
-func (l *loop) waitTimedRecord(timeout time.Duration, match func(timedRecord) bool) *timedRecord {
+// waitTimedRecord polls the store until a record of from or later matches, or returns
+// nil after timeout.
+func (l *loop) waitTimedRecord(from time.Time, timeout time.Duration, match func(timedRecord) bool) *timedRecord {
 	for deadline := time.Now().Add(timeout); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
-		for _, r := range l.timedRecords() {
+		for _, r := range l.timedRecordsFrom(from) {
 			if match(r) {
 				return &r
 			}

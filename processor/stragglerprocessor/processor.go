@@ -165,12 +165,16 @@ func (s *straggler) loop(ctx context.Context, stop, done chan struct{}) {
 	defer close(done)
 	tick := time.NewTicker(s.cfg.EvaluationInterval)
 	defer tick.Stop()
+	out := startDownstream(ctx, s.send, func(reason string, n int64) { s.dropped(context.Background(), reason, n) })
+	defer out.wait() // the sender ends with ctx, which shutdown cancels before stop
 	for {
 		select {
 		case <-stop:
 			return
 		case <-tick.C:
-			s.evaluate(ctx)
+			if o, ok := s.judgeOnce(ctx); ok && !out.offer(o) {
+				s.dropped(ctx, "downstream_full", 1)
+			}
 		}
 	}
 }
@@ -441,15 +445,24 @@ func givesWayToItsJob(cohort string) bool {
 	return strings.HasPrefix(cohort, "job:") || isRecovered(cohort)
 }
 
-// evaluate judges the cohorts once and sends what came of it downstream: the gauges
-// into the metrics pipeline, the state changes into the logs pipeline.
+// evaluate judges the cohorts once and sends what came of it downstream, waiting for
+// the next consumers (the tests' way; the loop does not wait, see loop).
 func (s *straggler) evaluate(ctx context.Context) {
+	if out, ok := s.judgeOnce(ctx); ok {
+		s.send(ctx, out)
+	}
+}
+
+// judgeOnce judges the cohorts once and returns what to send downstream: the gauges
+// for the metrics pipeline, the state changes for the logs pipeline; false when there
+// is nothing to send.
+func (s *straggler) judgeOnce(ctx context.Context) (output, bool) {
 	now := s.now()
 	s.mu.Lock()
 	ev, lagGauges, ok := s.role.judge(now)
 	if !ok {
 		s.mu.Unlock()
-		return
+		return output{}, false
 	}
 	extra, hasExtra := s.role.extra(now)
 	s.jobs.forget(now.Add(-s.cfg.ForgetAfter))
@@ -463,36 +476,55 @@ func (s *straggler) evaluate(ctx context.Context) {
 	metricsNext, logsNext := s.metricsNext, s.logsNext
 	s.mu.Unlock()
 	for reason, n := range drops {
-		s.telemetry.FathomStragglerDropped.Add(ctx, n, metric.WithAttributes(attribute.String("reason", reason)))
+		s.dropped(ctx, reason, n)
 	}
+	var out output
 	if metricsNext != nil && (len(ev.ranks) > 0 || len(ev.groups) > 0 || len(ev.lost) > 0 || len(lagGauges) > 0) {
-		md := s.gauges(ev, now)
-		s.arrivalLags(md, lagGauges, now)
-		if err := metricsNext.ConsumeMetrics(ctx, md); err != nil {
-			s.logger.Warn("straggler gauges not accepted downstream", zap.Error(err))
-		}
+		out.gauges = s.gauges(ev, now)
+		s.arrivalLags(out.gauges, lagGauges, now)
 	}
 	if metricsNext != nil && hasExtra {
-		if err := metricsNext.ConsumeMetrics(ctx, extra); err != nil {
-			s.logger.Warn("clock offset not accepted downstream", zap.Error(err))
-		}
-	}
-	if len(ev.events) == 0 {
-		return
+		out.extra = extra
 	}
 	for _, e := range ev.events {
 		s.telemetry.FathomStragglerEvents.Add(ctx, 1, metric.WithAttributes(attribute.String("state", e.state)))
 		s.logger.Info("straggler "+e.state, zap.String("cohort", e.cohort.cohort), zap.Int64("rank", e.rank), zap.String("node", e.node),
 			zap.String("signal", s.cfg.Signals[e.signal].Metric), zap.Float64("value", e.value), zap.Float64("threshold", e.threshold))
 	}
-	if s.verdicts != nil {
+	if len(ev.events) > 0 && s.verdicts != nil {
 		s.verdicts.publish(s.toVerdicts(ev.events))
 	}
-	if logsNext != nil {
-		if err := logsNext.ConsumeLogs(ctx, s.records(ev.events)); err != nil {
+	if len(ev.events) > 0 && logsNext != nil {
+		out.records = s.records(ev.events)
+	}
+	return out, out != (output{})
+}
+
+// send hands one evaluation's output to the next consumers and waits for them.
+func (s *straggler) send(ctx context.Context, out output) {
+	s.mu.Lock()
+	metricsNext, logsNext := s.metricsNext, s.logsNext
+	s.mu.Unlock()
+	if metricsNext != nil && out.gauges != (pmetric.Metrics{}) {
+		if err := metricsNext.ConsumeMetrics(ctx, out.gauges); err != nil {
+			s.logger.Warn("straggler gauges not accepted downstream", zap.Error(err))
+		}
+	}
+	if metricsNext != nil && out.extra != (pmetric.Metrics{}) {
+		if err := metricsNext.ConsumeMetrics(ctx, out.extra); err != nil {
+			s.logger.Warn("clock offset not accepted downstream", zap.Error(err))
+		}
+	}
+	if logsNext != nil && out.records != (plog.Logs{}) {
+		if err := logsNext.ConsumeLogs(ctx, out.records); err != nil {
 			s.logger.Warn("fathom.straggler records not accepted downstream", zap.Error(err))
 		}
 	}
+}
+
+// dropped counts n of what the processor let go, by reason.
+func (s *straggler) dropped(ctx context.Context, reason string, n int64) {
+	s.telemetry.FathomStragglerDropped.Add(ctx, n, metric.WithAttributes(attribute.String("reason", reason)))
 }
 
 // gauges are one evaluation's per-rank scores and flags and per-cohort medians and
