@@ -141,7 +141,7 @@ func runMatrixRow(t *testing.T, row matrixRow, trials int, healthyWindow, notFou
 				t.Logf("false flag: %+v", r)
 				j.logScoresAround(r)
 			}
-			if r.State == "stall" && (slowFrom.IsZero() || r.At.Before(slowFrom) || (!slowUntil.IsZero() && r.At.After(slowUntil.Add(lateJudging)))) {
+			if r.State == "stall" && !inSlowdown(r.At, slowFrom, slowUntil) {
 				res.healthyStalls++
 				t.Logf("stall record in healthy time: %+v", r)
 			}
@@ -244,10 +244,14 @@ const lateJudging = time.Second
 // rank: from its onset, and, once it ended (until non-zero), decided within
 // lateJudging of its end on evidence that began before it.
 func slowdownsFlag(r timedRecord, slow int, from, until time.Time) bool {
-	if r.Rank != slow || from.IsZero() || r.At.Before(from) {
-		return false
-	}
-	return until.IsZero() || (r.At.Before(until.Add(lateJudging)) && r.Since.Before(until))
+	return r.Rank == slow && inSlowdown(r.At, from, until) && (until.IsZero() || r.Since.Before(until))
+}
+
+// inSlowdown tells whether a record decided at at is of the latest trial's slowdown:
+// from its onset until lateJudging past its end (until; zero while it lasts, from zero
+// before the first trial).
+func inSlowdown(at, from, until time.Time) bool {
+	return !from.IsZero() && !at.Before(from) && (until.IsZero() || at.Before(until.Add(lateJudging)))
 }
 
 // tableRow is the row as docs/straggler.md's matrix prints it.
