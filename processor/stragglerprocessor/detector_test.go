@@ -713,7 +713,7 @@ func TestReplayedSamplesAreNotJudgedAgainstTodaysLine(t *testing.T) {
 // Samples that waited are judged against the line of their own interval. Six healthy
 // ranks sampled every 250 ms; now and then an evaluation comes only after five
 // intervals (the gateway's evaluations held, or its nodes' exports), and over those the
-// whole job moved: all six ranks waited 0.02 to 0.05 s/s less in the four older than in
+// whole job moved: all six ranks waited 0.04 to 0.1 s/s less in the four older than in
 // the last (or more). Against the line drawn from the latest samples only, every rank's
 // older samples lay a shift away from it and their evidence rose together; a rank
 // whose next sample was high too was flagged, never slow: 10 flags in these 384 pauses

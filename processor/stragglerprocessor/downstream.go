@@ -31,8 +31,8 @@ type downstream struct {
 	done  chan struct{}
 }
 
-// startDownstream starts sending what is offered with send until ctx ends or stop is
-// called; what is still queued then is dropped through dropped.
+// startDownstream starts sending what is offered with send until ctx ends; what is
+// still queued then is dropped through dropped.
 func startDownstream(ctx context.Context, send func(context.Context, output), dropped func(reason string, n int64)) *downstream {
 	d := &downstream{queue: make(chan output, downstreamQueue), done: make(chan struct{})}
 	go func() {
@@ -44,10 +44,7 @@ func startDownstream(ctx context.Context, send func(context.Context, output), dr
 					dropped("downstream_shutdown", int64(n))
 				}
 				return
-			case o, ok := <-d.queue:
-				if !ok {
-					return
-				}
+			case o := <-d.queue:
 				send(ctx, o)
 			}
 		}
