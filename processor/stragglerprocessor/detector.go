@@ -712,7 +712,10 @@ func (s *signalSeries) judge(sm sample, beyond, held bool, wv windowVerdict, evi
 		s.flagged, s.window, s.rule, s.since = true, 0, ruleEvidence, evid.since
 		return "straggler"
 	case s.flagged && kept <= all-need && !wv.held && !evid.held:
-		s.flagged = false
+		// The evidence starts anew: a flag stands for one slowdown. What was left of
+		// it (up to half the height) once primed the next flag on a sample or two,
+		// with the old slowdown's since (TestAResolvedRanksEvidenceStartsAnew).
+		s.flagged, s.evidence, s.evidenceSince = false, 0, time.Time{}
 		return "resolved"
 	}
 	return ""

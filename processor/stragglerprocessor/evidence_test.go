@@ -108,3 +108,59 @@ func TestAFlaggedRanksEvidenceHasTheFlagsHysteresis(t *testing.T) {
 		t.Errorf("a recovered rank's evidence lost its hold after %d samples, want 6 (1.5 s)", n)
 	}
 }
+
+// A resolved rank's evidence starts anew: a flag stands for one slowdown, and the next
+// must build its own. The total drained only to half the height when the rank was
+// resolved, and what was left of a slowdown once primed the next flag: the 8-ranks
+// matrix row's node flagged its slow rank again 11.7 s after the slowdown ended, after
+// a pause of its samples, on samples of 1.45 spreads after the pause, and
+// its record's since was the old slowdown's onset. Here, after such a resolution, a
+// 7 s sample of 2 spreads (its persistence by time met alone; no sample adds more
+// than half the height) flags nobody, and a
+// later slowdown is flagged with its own onset.
+func TestAResolvedRanksEvidenceStartsAnew(t *testing.T) {
+	const span = 0.25
+	rule := newEvidenceRule(0.3, 3, 1250*time.Millisecond) // drift 0.3, height 3, 0.6 a quarter-second sample
+	rule.holdWithin = 0.5
+	p := PersistenceConfig{Beyond: 5, Of: 6}
+	const covers = 1500 * time.Millisecond
+	start := time.Unix(1_800_000_000, 0)
+	var s signalSeries
+	at := start
+	step := func(score float64, span float64) string {
+		at = at.Add(time.Duration(span * float64(time.Second)))
+		evid := s.accumulate(score, span, at, rule, &scoreNoise{})
+		return s.judge(sample{at: at, span: span}, false, false, windowVerdict{}, evid, true, p, covers)
+	}
+	var states []string
+	for range 6 { // slow: 2 spreads a sample
+		if st := step(2, span); st != "" {
+			states = append(states, st)
+		}
+	}
+	for range 20 { // recovered, until resolved
+		if st := step(0, span); st != "" {
+			states = append(states, st)
+			break
+		}
+	}
+	if len(states) != 2 || states[0] != "straggler" || states[1] != "resolved" {
+		t.Fatalf("a 1.5 s slowdown, then recovery: %v, want [straggler resolved]", states)
+	}
+	if st := step(2, 7); st != "" {
+		t.Errorf("one 7 s sample of 2 spreads right after the resolution: %q, want nothing (evidence %v of height 3)", st, s.evidence)
+	}
+	for range 8 {
+		step(0, span)
+	}
+	onset := at
+	for range 6 {
+		if st := step(2, span); st == "straggler" {
+			if s.since.Before(onset) {
+				t.Errorf("the second slowdown's flag says since %v, before its onset %v", s.since.Sub(start), onset.Sub(start))
+			}
+			return
+		}
+	}
+	t.Errorf("the second slowdown was not flagged")
+}

@@ -133,13 +133,22 @@ func runMatrixRow(t *testing.T, row matrixRow, trials int, healthyWindow, notFou
 	// lasts, both zero before the first): a record is the trial's by its own times, not
 	// by when it reached the store.
 	var slowFrom, slowUntil time.Time
+	watch := j.watchCollectors()
+	t.Logf("%s: loss counters watched: %s", row.name(), watch.counted())
 	account := func() {
 		recs := j.timedRecords()
+		moved := watch.account()
 		for _, r := range recs[seen:] {
 			if r.State == "straggler" && !slowdownsFlag(r, slow, slowFrom, slowUntil) {
 				res.falseFlags++
 				t.Logf("false flag: %+v", r)
 				j.logScoresAround(r)
+				for _, line := range moved {
+					t.Logf("  lost since the last accounting: %s", line)
+				}
+				for _, line := range watch.complaints(r.At.Add(-20*time.Second), r.At.Add(time.Second)) {
+					t.Logf("  said: %s", line)
+				}
 			}
 			if r.State == "stall" && !inSlowdown(r.At, slowFrom, slowUntil) {
 				res.healthyStalls++

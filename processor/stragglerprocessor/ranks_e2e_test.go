@@ -44,6 +44,8 @@ type job struct {
 	*loop
 	run      *fakegpu.DDPRun
 	slowFile string
+	// nodeTelemetry is each node collector's telemetry port, in node order.
+	nodeTelemetry []string
 }
 
 type jobOptions struct {
@@ -162,6 +164,7 @@ receivers:
 			env = append(env, o.nodeEnv(node)...)
 		}
 		j.nodes = append(j.nodes, n.Start(t, env...))
+		j.nodeTelemetry = append(j.nodeTelemetry, n.Listen["FATHOM_TELEMETRY_PORT"])
 	}
 	if !o.initBeforeCollectors {
 		if err := j.run.Release(); err != nil {
