@@ -109,6 +109,9 @@ type rankState struct {
 	// lastStall is the span of the last stall recorded for the rank, on any signal
 	// (stall.go).
 	lastStall stallSpan
+	// settleUntil is the end of the time after a pause of the rank's input in which
+	// its samples add no evidence (evidence.go, pausedBefore).
+	settleUntil time.Time
 }
 
 type cohort struct {
@@ -322,6 +325,9 @@ func (d *detector) observe(p point, now time.Time) {
 	}
 	if !ok || math.IsNaN(value) || math.IsInf(value, 0) {
 		return
+	}
+	if d.pausedBefore(s, p, span, now) {
+		r.settleUntil = time.Unix(0, p.ts).Add(d.cfg.MinDuration)
 	}
 	s.latest = sample{value: value, at: time.Unix(0, p.ts), received: now, gauge: p.gauge, detail: p.detail, span: span, seconds: p.seconds}
 	s.remember(s.latest, p.pid, d.longest, d.drops)
@@ -595,7 +601,7 @@ func (d *detector) evaluateSignal(c *cohort, sig int, now time.Time, out *evalua
 				}
 			}
 			score := worse * (sm.value - median) / spread
-			evid := s.accumulate(score, sm.span, sm.at, rule, &c.noise[sig])
+			evid := s.accumulate(score, sm.span, sm.at, rule.settling(sm.at, r.settleUntil), &c.noise[sig])
 			if state := s.judge(sm, score > cfg.K, score > cfg.K*cfg.ResolveWithin, wv, evid, warm, cfg.persistence(sig), cfg.persistenceCovers(sig)); state != "" {
 				ev.state, ev.since, ev.value, ev.score = state, s.since, sm.value, score
 				ev.median, ev.threshold, ev.window, ev.rule = median, threshold, 0, s.rule
@@ -829,7 +835,7 @@ func (d *detector) evaluateAgainst(src pushback.Source, now time.Time) evaluatio
 					var evid evidenceVerdict
 					if spread > 0 {
 						score := worse * (sm.value - t.Median) / spread
-						evid = s.accumulate(score, sm.span, sm.at, rule, &c.noise[sig])
+						evid = s.accumulate(score, sm.span, sm.at, rule.settling(sm.at, r.settleUntil), &c.noise[sig])
 						evid.score = score
 					}
 					ev := event{cohort: c.key, job: r.job, node: r.node, rank: rank, signal: sig, value: sm.value,

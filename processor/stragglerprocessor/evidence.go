@@ -179,6 +179,47 @@ func (s *signalSeries) accumulate(score, span float64, at time.Time, r evidenceR
 	return evidenceVerdict{beyond: s.evidence >= r.height, held: s.evidence > r.height/2, pastDrift: score > r.drift, since: s.evidenceSince}
 }
 
+// A pause of a rank's input is not evidence about the rank. When its node's collector,
+// its host or the path to the evaluator stalls for a second (a collector throttled by
+// its cgroup, a VM descheduled, a gateway writing its store), the samples that follow
+// are bunched, span the pause, and for a second or two score ranks that were caught
+// mid-step apart from their peers: in the matrix's healthy windows, after such pauses
+// (three evaluations with no new sample from any rank; one node's samples held 1.5 s),
+// healthy ranks scored 0.5 to 3 spreads for about 2 s and their evidence reached its
+// height (a GPU-row and a 30%-row false flag, 2026-11-28). So for min_duration of the
+// rank's data time after a pause its samples add no evidence: a total only drains.
+// The samples rule (a run past the line) and the windows still judge them: a rank
+// slow past its line is found as fast, one slightly slow at most min_duration later.
+
+// pauseEvaluations is how many evaluation intervals, besides the series' own cadence,
+// a rank's sample may come after its previous one before the gap is a pause.
+const pauseEvaluations = 2
+
+// pausedBefore tells whether a rank's input paused before its new sample of a series
+// (spanning span, received now): it came more than 1.5 of the series' cadence (its
+// previous sample's span) and pauseEvaluations evaluation intervals after the previous
+// one, or it spans that much (its sampler stalled). Only a series that comes at a
+// steady cadence tells: not a paced one (its spans are the rank's steps), a gauge, or
+// one the gateway makes from records.
+func (d *detector) pausedBefore(s *signalSeries, p point, span float64, now time.Time) bool {
+	sig := d.cfg.Signals[p.signal]
+	prev := s.latest
+	if p.gauge || sig.Paced || gatewayOnly[sig.Metric] || prev.received.IsZero() || !(prev.span > 0) {
+		return false
+	}
+	allowed := 1.5*prev.span + pauseEvaluations*d.cfg.EvaluationInterval.Seconds()
+	return now.Sub(prev.received).Seconds() > allowed || span > allowed
+}
+
+// settling is the rule for a sample that ended at at, for a rank settling until until
+// after a pause of its input: no sample adds evidence then.
+func (r evidenceRule) settling(at, until time.Time) evidenceRule {
+	if !at.After(until) {
+		r.perSecond = 0
+	}
+	return r
+}
+
 // forgetEvidence starts a series' evidence anew (another process: a restarted rank).
 func (s *signalSeries) forgetEvidence() {
 	s.evidence, s.evidenceSince, s.scored, s.lastPast = 0, time.Time{}, false, false

@@ -1,6 +1,7 @@
 package stragglerprocessor
 
 import (
+	"math/rand/v2"
 	"testing"
 	"time"
 )
@@ -163,4 +164,62 @@ func TestAResolvedRanksEvidenceStartsAnew(t *testing.T) {
 		}
 	}
 	t.Errorf("the second slowdown was not flagged")
+}
+
+// A pause of the ranks' input is not evidence about a rank: after every rank's samples
+// stopped for a second (four quarter-second intervals unsent, then one sample spanning
+// them), a healthy rank that scores about one spread off its cohort for two seconds
+// (as ranks caught mid-step did after the matrix's pauses) is flagged by nobody, where
+// the same two seconds without the pause reach the evidence's height; and a rank that
+// stays slow after a pause is flagged min_duration later than without it.
+func TestAPauseOfTheInputIsNotEvidence(t *testing.T) {
+	run := func(pause bool, slowFor int) (flaggedAt int) {
+		c := quarterSecondCluster(t)
+		c.seconds = true
+		c.det.cfg.EvaluationInterval = 250 * time.Millisecond // as the shipped configs evaluate
+		rng := rand.New(rand.NewPCG(28, 11))
+		level := func() map[int64]float64 {
+			rates := map[int64]float64{}
+			for rank := range int64(6) {
+				rates[rank] = 0.5 + 0.005*rng.NormFloat64()
+			}
+			return rates
+		}
+		for range 80 {
+			c.step(level())
+		}
+		if pause {
+			c.interval += 4 // nothing sent for a second
+		}
+		for i := range 40 {
+			rates := level()
+			if i < slowFor {
+				rates[0] -= 0.04 // waits less: about a spread slower than its cohort
+			}
+			for _, e := range c.step(rates).events {
+				if e.state == "straggler" {
+					if e.rank != 0 {
+						t.Errorf("pause %v: rank %d flagged", pause, e.rank)
+					}
+					if flaggedAt == 0 {
+						flaggedAt = i + 1
+						t.Logf("pause %v, slow for %d: rank %d flagged at %d by %s (score %.2f)", pause, slowFor, e.rank, i+1, e.rule, e.score)
+					}
+				}
+			}
+		}
+		return flaggedAt
+	}
+	if at := run(false, 8); at == 0 {
+		t.Fatalf("two seconds a spread off, no pause: not flagged; the test's deviation is too small to tell")
+	}
+	if at := run(true, 8); at != 0 {
+		t.Errorf("two seconds a spread off after a pause of the input: flagged at interval %d, want nobody", at)
+	}
+	steady, afterPause := run(false, 40), run(true, 40)
+	// Settling takes min_duration (six intervals) from the sample that spans the pause.
+	if afterPause == 0 || afterPause > steady+7 {
+		t.Errorf("a rank slow after a pause was flagged at interval %d (without the pause %d), want at most min_duration and the pause's sample later", afterPause, steady)
+	}
+	t.Logf("a steady slowdown flagged at interval %d, after a pause at %d", steady, afterPause)
 }
