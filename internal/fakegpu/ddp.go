@@ -30,8 +30,9 @@ type Slowness struct {
 	Threads int
 	// WhileFile, when set, makes the rank slow only in steps that start while this file
 	// exists: a test or benchmark turns the slowdown on and off mid-run, and knows when.
-	// The slow rank writes when each slowdown's first slowed step began into WhileFile.began
-	// (SlowdownBegan reads it).
+	// The slow rank writes when each slowdown's first slowed step began into
+	// WhileFile.began, and when its last ended into WhileFile.ended (SlowdownBegan and
+	// SlowdownEnded read them).
 	WhileFile string
 }
 
@@ -394,8 +395,15 @@ func RunDDP(t testing.TB, p Paths, o DDPOptions) []DDPRank {
 
 // SlowdownBegan reads when the latest slowdown under whileFile (Slowness.WhileFile)
 // began (its first slowed step), as the slow rank wrote it; false before it did.
-func SlowdownBegan(whileFile string) (time.Time, bool) {
-	b, err := os.ReadFile(whileFile + ".began")
+func SlowdownBegan(whileFile string) (time.Time, bool) { return slowdownMark(whileFile, "began") }
+
+// SlowdownEnded reads when the latest slowdown under whileFile ended (its last slowed
+// step, up to a step after the file went), as the slow rank wrote it; false before it
+// did.
+func SlowdownEnded(whileFile string) (time.Time, bool) { return slowdownMark(whileFile, "ended") }
+
+func slowdownMark(whileFile, what string) (time.Time, bool) {
+	b, err := os.ReadFile(whileFile + "." + what)
 	if err != nil {
 		return time.Time{}, false
 	}

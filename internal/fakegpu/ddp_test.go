@@ -514,11 +514,12 @@ func TestContentionEndsWithTheSlowdown(t *testing.T) {
 	}
 }
 
-// The slow rank says when each slowdown began (SlowdownBegan: its first slowed step):
-// after its file appeared, by the next step's start (steps of 100 ms of host work
-// here), and anew for each slowdown; nothing before the first. A benchmark times its
-// flags from it.
-func TestTheSlowRankSaysWhenItsSlowdownBegan(t *testing.T) {
+// The slow rank says when each slowdown began (SlowdownBegan: its first slowed step)
+// and ended (SlowdownEnded: its last slowed step): after its file appeared or went, by
+// the next step's start (steps of 100 ms of host work here), and anew for each
+// slowdown; nothing before the first. A benchmark times its flags from the one and
+// judges how late a verdict on the slowdown may come from the other.
+func TestTheSlowRankSaysWhenItsSlowdownBeganAndEnded(t *testing.T) {
 	p := Build(t)
 	slowFile := filepath.Join(t.TempDir(), "slow")
 	run := StartDDP(t, p, DDPOptions{Ranks: 2, Steps: 100000, BucketBytes: 4 << 10, KernelTime: 20 * time.Microsecond,
@@ -531,32 +532,44 @@ func TestTheSlowRankSaysWhenItsSlowdownBegan(t *testing.T) {
 	if began, ok := SlowdownBegan(slowFile); ok {
 		t.Fatalf("a slowdown began at %v before any was asked for", began)
 	}
+	// wait returns the mark read, once it is later than after.
+	wait := func(round int, what string, read func(string) (time.Time, bool), after time.Time) time.Time {
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+			if m, ok := read(slowFile); ok && m.After(after) {
+				return m
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("round %d: the slow rank never said its slowdown %s", round, what)
+			}
+		}
+	}
+	// within checks that a mark came after its file's change, by the next step's start:
+	// a step is 100 ms of host work, with room for a busy host.
+	within := func(round int, what string, mark, change time.Time) {
+		if mark.Before(change.Add(-time.Millisecond)) || mark.Sub(change) > 2*time.Second {
+			t.Fatalf("round %d: %s %v after its file changed", round, what, mark.Sub(change))
+		}
+		t.Logf("round %d: %s %v after its file changed", round, what, mark.Sub(change).Round(time.Millisecond))
+	}
 	var last time.Time
 	for round := range 2 {
 		if err := os.WriteFile(slowFile, nil, 0o600); err != nil {
 			t.Fatal(err)
 		}
 		asked := time.Now()
-		var began time.Time
-		for deadline := asked.Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-			if b, ok := SlowdownBegan(slowFile); ok && b.After(last) {
-				began = b
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("round %d: the slow rank never said its slowdown began", round)
-			}
+		began := wait(round, "began", SlowdownBegan, last)
+		within(round, "began", began, asked)
+		if ended, ok := SlowdownEnded(slowFile); ok && ended.After(began) {
+			t.Fatalf("round %d: the slowdown ended at %v while it lasted", round, ended)
 		}
-		// A step is 100 ms of host work: the next one starts within it, with room
-		// for a busy host.
-		if began.Before(asked.Add(-time.Millisecond)) || began.Sub(asked) > 2*time.Second {
-			t.Fatalf("round %d: began %v after the file appeared", round, began.Sub(asked))
-		}
-		t.Logf("round %d: the first slowed step began %v after the file appeared", round, began.Sub(asked).Round(time.Millisecond))
-		last = began
+		time.Sleep(300 * time.Millisecond)
 		if err := os.Remove(slowFile); err != nil {
 			t.Fatal(err)
 		}
+		gone := time.Now()
+		ended := wait(round, "ended", SlowdownEnded, began)
+		within(round, "ended", ended, gone)
+		last = ended
 		time.Sleep(500 * time.Millisecond)
 	}
 }

@@ -534,17 +534,19 @@ static double slow_delay_from(const char *path, double fallback)
 	return n == 1 && us > 0 ? us : fallback;
 }
 
-/* mark_onset writes, as the first slowed step of a slowdown starts, the wall-clock time
- * into <--slow-while-file>.began, in nanoseconds since the epoch: a benchmark times its
+/* mark_slowdown writes the wall-clock time, in nanoseconds since the epoch, into
+ * <--slow-while-file>.<what>: "began" as the first slowed step of a slowdown starts,
+ * "ended" as the first step after its last slowed one starts. A benchmark times its
  * flag from the first step that is slower, which in steps of 600 ms starts up to a step
- * after the file appeared. Written whole and renamed into place, so a reader never sees
- * half a number. */
-static void mark_onset(void)
+ * after the file appeared, and knows that a verdict on the slowdown can come as late
+ * after the last slowed step, which ends up to a step after the file went. Written
+ * whole and renamed into place, so a reader never sees half a number. */
+static void mark_slowdown(const char *what)
 {
 	struct timespec ts;
 	clock_gettime(CLOCK_REALTIME, &ts);
 	char path[PATH_MAX], tmp[PATH_MAX];
-	if (snprintf(path, sizeof(path), "%s.began", opt.slow_while_file) >= (int)sizeof(path) ||
+	if (snprintf(path, sizeof(path), "%s.%s", opt.slow_while_file, what) >= (int)sizeof(path) ||
 	    snprintf(tmp, sizeof(tmp), "%s.tmp", path) >= (int)sizeof(tmp))
 		return;
 	FILE *f = fopen(tmp, "w");
@@ -704,8 +706,10 @@ static int run_rank(void)
 		int slow_now = slow && s >= opt.slow_from_step && file_says_slow;
 		if (slow_now && !was_slow && opt.slow_while_file) {
 			slow_us = slow_delay_from(opt.slow_while_file, opt.slow_us);
-			mark_onset();
+			mark_slowdown("began");
 		}
+		if (!slow_now && was_slow && opt.slow_while_file)
+			mark_slowdown("ended");
 		if (!slow_now && was_slow && busy_started) {
 			/* The contention ends with the slowdown: its busy threads stop and the
 			 * rank may run on any CPU again. Left running, they kept the rank slow
