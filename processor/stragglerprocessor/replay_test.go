@@ -113,9 +113,10 @@ type replayResult struct {
 	stalls, stallRanks int
 }
 
-// replayDelay is how long after a point's end the gateway has it: the node's batch
-// (200 ms) and the export.
-const replayDelay = 300 * time.Millisecond
+// replayDelay is how long after a point's end the gateway has it: the node's receiver,
+// its batch (50 ms in the shipped config) and the export, 0.08 s on average as measured
+// on a real job (docs/straggler.md, Pairs), rounded up.
+const replayDelay = 100 * time.Millisecond
 
 // resolveGrace is how long after a slowdown ends its rank may still be flagged.
 const resolveGrace = 10 * time.Second
