@@ -76,9 +76,11 @@ func runSemantics(t *testing.T, mode string) map[int]semanticsRank {
 //
 // Bounds: a wait for the late rank is at least 30 ms of its 50 (it sleeps the whole 50,
 // less whatever its peers spent getting to the same phase) and a call that does not wait
-// stays under 5 ms even when preempted on a shared CPU.
+// stays under 15 ms, half that, even when preempted on a shared CPU: three ranks and
+// the test on two cores, a call that waited for nothing took 6.2 ms in CI (2026-11-29),
+// over the 5 ms this bound was.
 func TestNCCLWaitsWhereCUDAShowsThem(t *testing.T) {
-	const late, delay, kernel, noWait = 2, 50.0, 20.0, 5.0
+	const late, delay, kernel, noWait = 2, 50.0, 20.0, 15.0
 	for _, mode := range []string{NCCLAsync, NCCLBlocking} {
 		t.Run(mode, func(t *testing.T) {
 			ranks := runSemantics(t, mode)
