@@ -5,12 +5,14 @@
 package cgrouptest
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -44,7 +46,15 @@ func Make(t testing.TB, parent, name string) string {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		if err := os.Remove(dir); err != nil {
+		// A killed process leaves its cgroup a moment after it is reaped: removed at
+		// once, the cgroup was "busy" in CI, and stayed to fail the next run's Make.
+		var err error
+		for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+			if err = os.Remove(dir); err == nil || !errors.Is(err, syscall.EBUSY) || time.Now().After(deadline) {
+				break
+			}
+		}
+		if err != nil {
 			t.Errorf("remove test cgroup: %v", err)
 		}
 	})
