@@ -61,10 +61,11 @@ func TestStragglerCohortMatrix(t *testing.T) {
 				if gl < 0 {
 					gl = time.Duration(math.MaxInt64)
 				}
-				if min(nl, gl) == time.Duration(math.MaxInt64) {
+				first := min(nl, gl)
+				if first == time.Duration(math.MaxInt64) {
 					missedBy[tr.shape]++
 				}
-				firstLat, nodeLat, gatewayLat = append(firstLat, min(nl, gl)), append(nodeLat, nl), append(gatewayLat, gl)
+				firstLat, nodeLat, gatewayLat = append(firstLat, first), append(nodeLat, nl), append(gatewayLat, gl)
 				nodeFalse += tr.nodes.falseFlags
 				gatewayFalse += tr.gateway.falseFlags
 				healthy += tr.gateway.healthy
