@@ -69,6 +69,10 @@ type signalSeries struct {
 	scored        bool
 	// lastPast: the latest score was past the sample line (evidence.go).
 	lastPast bool
+	// recent are the latest scores, oldest first, at most 3 × maxBlock: the blocks
+	// the noise compares (signalSeries.block). Single precision: a score's noise
+	// needs no more, and a gateway holds one of these per rank and signal.
+	recent []float32
 
 	// history holds the samples of the longest window (windows.go), oldest first, of
 	// the process historyPID; crossings, per window line, since when its median has

@@ -150,15 +150,15 @@ func TestAWindowFlagIsNamedAndTheNodeJudgesItsWindowsAlike(t *testing.T) {
 		}
 		end := gw.report(rates)
 		gw.events = append(gw.events, gw.det.evaluate(end).events...)
-		// The node holds rank 3 alone and judges it by the line the gateway drew
-		// at this evaluation, as an answer to its export carries.
+		// The node holds rank 3 alone and judges it by the line and the noise the
+		// gateway drew at this evaluation, as an answer to its export carries.
 		l, ok := gw.det.line(gw.key, 0)
 		if !ok {
 			continue
 		}
 		key := pushback.Key{Cluster: "c1", Cohort: "comm-1", Signal: ncfg.Signals[0].Metric}
 		lines[key] = pushback.Threshold{Cluster: "c1", Cohort: "comm-1", Signal: key.Signal, Median: l.median, Line: l.threshold,
-			Worse: WorseLower, At: l.at.UnixMilli(), Windows: toPushback(l.windows)}
+			Worse: WorseLower, At: l.at.UnixMilli(), Windows: toPushback(l.windows), Noise: l.noise}
 		node.observe(point{cohort: gw.key, node: "node-1", rank: 3, pid: 1003, cumulative: true, value: gw.totals[3],
 			start: gw.start.UnixNano(), ts: end.UnixNano()}, end)
 		nodeEvents = append(nodeEvents, node.evaluateAgainst(lines, end).events...)
