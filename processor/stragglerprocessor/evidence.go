@@ -112,7 +112,7 @@ func (n *scoreNoise) add(d float64) { n.diffs.add(d) }
 
 // measured is the spread of one score, from its differences (a difference of two
 // independent scores has √2 of it), once noiseWarmup of them are in; 0 before (nothing
-// to push back to the nodes). Where the scores wander (one rank's stay high for a
+// to push back to the nodes) where no blocks come. Where the scores wander (one rank's stay high for a
 // second, as its host's do), the mean of a block of them varies more than independent
 // scores' would, and the evidence sums them: then the blocks' differences
 // (signalSeries.block) say more, and the larger of the two is the noise. Independent
@@ -123,10 +123,15 @@ func (n *scoreNoise) add(d float64) { n.diffs.add(d) }
 // that trial, and kept a synthetic 8-rank cohort's false flag whose blocks read 1.08
 // times (docs/straggler.md). It sorts the rings: taken once an evaluation.
 func (n *scoreNoise) measured() float64 {
+	diffs := n.diffs.spread(noiseWarmup) / math.Sqrt2
 	if n.blocked && len(n.blocks.values) < blockWarmup {
-		return 0
+		// Until the blocks are in, at least one spread: the differences alone, in
+		// sooner, read a three-rank cohort's device wait at 0.70 while a healthy
+		// rank's scores stayed 1.5 to 3 up for 1.5 s, and it was flagged; the blocks,
+		// a second later, read 1.17.
+		return max(1, diffs)
 	}
-	return max(n.diffs.spread(noiseWarmup)/math.Sqrt2, n.blocks.spread(blockWarmup))
+	return max(diffs, n.blocks.spread(blockWarmup))
 }
 
 // counted is what of a score the evidence can take, for the blocks' noise: within the
