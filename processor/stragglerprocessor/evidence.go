@@ -70,7 +70,7 @@ const (
 )
 
 // scoreNoise keeps the latest differences between consecutive scores of the ranks of a
-// cohort, for one signal, and between the means of consecutive blocks of them.
+// cohort, for one signal, and between the means of blocks of them (signalSeries.block).
 type scoreNoise struct {
 	diffs  differences
 	blocks differences
@@ -112,10 +112,11 @@ func (n *scoreNoise) add(d float64) { n.diffs.add(d) }
 
 // measured is the spread of one score, from its differences (a difference of two
 // independent scores has √2 of it), once noiseWarmup of them are in; 0 before (nothing
-// to push back to the nodes) where no blocks come. Where the scores wander (one rank's stay high for a
-// second, as its host's do), the mean of a block of them varies more than independent
-// scores' would, and the evidence sums them: then the blocks' differences
-// (signalSeries.block) say more, and the larger of the two is the noise. Independent
+// to push back to the nodes) where no blocks come. Where the scores wander (one rank's
+// stay high for a second, as its host's do), the mean of a block of them varies more
+// than independent scores' would, and the evidence sums them: then the blocks'
+// differences (signalSeries.block) say more, and the larger of the two is the noise.
+// Independent
 // scores read alike both ways, within the estimates' own error: the larger of two
 // such estimates reads a little more than either, which cost one trial of the
 // busy-host model's 20% slowdown 10.5 s where it took 4.75 (its median is 2.75 s
@@ -148,17 +149,19 @@ func (r evidenceRule) counted(score float64, lastPast bool) float64 {
 	return max(-r.line, min(score, r.line))
 }
 
-// maxBlock is the most scores a block of evidenceRule.least holds (at 250 ms samples
-// and 1.25 s, five).
+// maxBlock is the most scores a block holds (twice evidenceRule.least: at 250 ms
+// samples and 1.25 s, ten).
 const maxBlock = 16
 
 // block notes a series' new score in its recent ones and, once it has three blocks of
 // them, the difference between the mean of the latest block and of the one two blocks
-// before, a block being least's worth of samples of span (one sample at least,
-// maxBlock at most). Scaled by √(n/2), it has the spread of one score where the scores
-// are independent, and more where they wander. Not the block just before: where they
-// wander, two adjacent blocks' means move together (by 0.35 for five samples at a
-// lag-one correlation of 0.7), and their difference under-read the sum's noise.
+// before, a block being twice least's worth of samples of span (one sample at least,
+// maxBlock at most; blocks of least's worth read less, and flagged 3 of 5 three-rank
+// wandering cohorts at ρ = 0.7 where these flagged 1). Scaled by √(n/2), it has the spread of one score where
+// the scores are independent, and more where they wander. Not the block just before:
+// where scores wander, two adjacent blocks' means move together (correlated 0.18 for
+// ten samples at a lag-one correlation of 0.7, against 0.005 two blocks apart), and
+// their difference under-reads the sum's noise.
 func (s *signalSeries) block(score, span, least float64, noise *scoreNoise) {
 	if len(s.recent) == 3*maxBlock {
 		copy(s.recent, s.recent[1:])
@@ -198,7 +201,7 @@ type evidenceRule struct {
 	// holdWithin is the share of the drift a flagged rank's samples are held
 	// against: the flag's hysteresis (resolve_within), as for the line.
 	holdWithin float64
-	// least is the time of excess the height stands for, in seconds: the block
+	// least is the time of excess the height stands for, in seconds: half a block
 	// whose means the noise also compares (signalSeries.block).
 	least float64
 }
