@@ -116,13 +116,13 @@ func (n *scoreNoise) add(d float64) { n.diffs.add(d) }
 // stay high for a second, as its host's do), the mean of a block of them varies more
 // than independent scores' would, and the evidence sums them: then the blocks'
 // differences (signalSeries.block) say more, and the larger of the two is the noise.
-// Independent
-// scores read alike both ways, within the estimates' own error: the larger of two
-// such estimates reads a little more than either, which cost one trial of the
-// busy-host model's 20% slowdown 10.5 s where it took 4.75 (its median is 2.75 s
-// either way). Taking the blocks only where they read 1.3 times the differences kept
-// that trial, and kept a synthetic 8-rank cohort's false flag whose blocks read 1.08
-// times (docs/straggler.md). It sorts the rings: taken once an evaluation.
+// Independent scores read alike both ways, within the estimates' own error: the
+// larger of two such estimates reads a little more than either, which cost one trial
+// of the busy-host model's 20% slowdown 10.5 s where it took 4.75 (its median is
+// 2.75 s either way). Taking the blocks only where they read 1.3 times the
+// differences kept that trial, and kept a synthetic 8-rank cohort's false flag whose
+// blocks read 1.08 times (docs/straggler.md). It sorts the rings: taken once an
+// evaluation.
 func (n *scoreNoise) measured() float64 {
 	diffs := n.diffs.spread(noiseWarmup) / math.Sqrt2
 	if n.blocked && len(n.blocks.values) < blockWarmup {
@@ -136,14 +136,15 @@ func (n *scoreNoise) measured() float64 {
 }
 
 // counted is what of a score the evidence can take, for the blocks' noise: within the
-// sample line either side, and nothing of a run past it but its first sample. A stall
-// of a second is a run past the line; counted whole, the busy-host model's stalls
-// (healthy) read as wander, and its 20% slowdown took p50 5 s to be found, not 2.75.
-func (r evidenceRule) counted(score float64, lastPast bool) float64 {
+// sample line either side, and nothing of a run past it but its first sample (inRun:
+// the score continues one). A stall of a second is a run past the line; counted whole,
+// the busy-host model's stalls (healthy) read as wander, and its 20% slowdown took p50
+// 5 s to be found, not 2.75.
+func (r evidenceRule) counted(score float64, inRun bool) float64 {
 	if r.line <= 0 {
 		return score
 	}
-	if score > r.line && lastPast {
+	if inRun {
 		return 0
 	}
 	return max(-r.line, min(score, r.line))
@@ -157,8 +158,9 @@ const maxBlock = 16
 // them, the difference between the mean of the latest block and of the one two blocks
 // before, a block being twice least's worth of samples of span (one sample at least,
 // maxBlock at most; blocks of least's worth read less, and flagged 3 of 5 three-rank
-// wandering cohorts at ρ = 0.7 where these flagged 1). Scaled by √(n/2), it has the spread of one score where
-// the scores are independent, and more where they wander. Not the block just before:
+// wandering cohorts at ρ = 0.7 where these flagged 1). Scaled by √(n/2), it has the
+// spread of one score where the scores are independent, and more where they wander.
+// Not the block just before:
 // where scores wander, two adjacent blocks' means move together (correlated 0.18 for
 // ten samples at a lag-one correlation of 0.7, against 0.005 two blocks apart), and
 // their difference under-reads the sum's noise.
@@ -246,7 +248,10 @@ func (s *signalSeries) accumulate(score, span float64, at time.Time, r evidenceR
 	if s.scored {
 		noise.add(score - s.lastScore)
 	}
-	s.block(r.counted(score, s.lastPast), span, r.least, noise)
+	// inRun: the sample continues a run past the sample line (below).
+	past := score > r.line
+	inRun := past && s.lastPast
+	s.block(r.counted(score, inRun), span, r.least, noise)
 	s.lastScore, s.scored = score, true
 	if r.height <= 0 {
 		return evidenceVerdict{}
@@ -256,8 +261,7 @@ func (s *signalSeries) accumulate(score, span float64, at time.Time, r evidenceR
 		drift *= r.holdWithin
 	}
 	add := min(score-drift, r.perSecond*span, r.height/2)
-	past := score > r.line
-	if past && s.lastPast {
+	if inRun {
 		// A run of samples past the sample line: a stall, or a slowdown the samples
 		// rule judges; only its first sample counts. A rank stalled for a second,
 		// then half a second later again, is a healthy rank of the busy-host model;
